@@ -1,0 +1,81 @@
+"""acl_mem: Ascend NPU memory from Python, on hardware or on a faithful fake.
+
+``acl_mem.raw`` is the C API one to one; :class:`Device` and the buffers are the
+Pythonic layer. Importing touches no driver: the backend is chosen on first use.
+"""
+
+from . import raw, sizes
+from ._backend import backend_name, backend_reason, use_backend
+from .buffers import Buffer, DeviceBuffer, HostBuffer
+from .device import Device, MemInfo
+from .enums import MallocPolicy, MemAttr, MemcpyKind, MemLocationType
+from .errors import (
+    AclError,
+    BackendError,
+    ContextNullError,
+    ContextReleaseError,
+    DeviceNotCurrentError,
+    DrvInternalError,
+    FeatureNotSupportError,
+    FreedBufferError,
+    InternalError,
+    InvalidDeviceIdError,
+    InvalidHandleError,
+    InvalidMemoryTypeError,
+    InvalidParamError,
+    MemoryAllocationError,
+    MemoryFreeError,
+    NoDeviceError,
+    RepeatFinalizeError,
+    RepeatInitializeError,
+    RtParamInvalidError,
+    StreamContextError,
+    UninitializeError,
+)
+from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AclError",
+    "AllocApi",
+    "BackendError",
+    "Buffer",
+    "ContextNullError",
+    "ContextReleaseError",
+    "Device",
+    "DeviceBuffer",
+    "DeviceNotCurrentError",
+    "DrvInternalError",
+    "FeatureNotSupportError",
+    "FreedBufferError",
+    "HostBuffer",
+    "InternalError",
+    "InvalidDeviceIdError",
+    "InvalidHandleError",
+    "InvalidMemoryTypeError",
+    "InvalidParamError",
+    "MallocPolicy",
+    "MemAttr",
+    "MemInfo",
+    "MemLocationType",
+    "MemcpyKind",
+    "MemoryAllocationError",
+    "MemoryFreeError",
+    "NoDeviceError",
+    "PageKind",
+    "RepeatFinalizeError",
+    "RepeatInitializeError",
+    "RtParamInvalidError",
+    "StreamContextError",
+    "UninitializeError",
+    "align_up",
+    "allocation_size",
+    "backend_name",
+    "backend_reason",
+    "raw",
+    "segment_alignment",
+    "segment_size",
+    "sizes",
+    "use_backend",
+]

@@ -1,0 +1,158 @@
+"""The backend contract and the choice of backend.
+
+A backend is the C API with Python ints for pointers: each method returns the
+aclError code (0 on success), followed by the outputs C would write through its
+out-pointers. ``null_outputs`` is a bit mask: bit *i* set means "pass NULL for
+output *i*", so the NULL-argument checks of spec §1.2 can be driven on every backend.
+
+Nothing here touches a driver at import; the backend is chosen on first use
+(``ACL_MEM_BACKEND=native|fake|auto``, or :func:`use_backend`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Protocol
+
+from .errors import BackendError
+
+__all__ = ["BACKEND_NAMES", "Backend", "backend_name", "backend_reason", "get", "use_backend"]
+
+BACKEND_NAMES = ("native", "fake", "auto")
+
+
+class Backend(Protocol):
+    """What both backends implement; signatures follow ``acl_rt.h`` (spec §3)."""
+
+    name: str
+
+    def describe(self) -> dict[str, object]: ...
+    def soc_name(self) -> str: ...
+
+    def aclInit(self, config_path: str | None) -> int: ...
+    def aclFinalize(self) -> int: ...
+    def aclrtSetDevice(self, deviceId: int) -> int: ...
+    def aclrtResetDevice(self, deviceId: int) -> int: ...
+    def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]: ...
+    def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]: ...
+
+    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]: ...
+    def aclrtMallocAlign32(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtMallocCached(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtFree(self, devPtr: int) -> int: ...
+    def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]: ...
+    def aclrtFreeHost(self, hostPtr: int) -> int: ...
+    def acldvppMalloc(self, size: int, null_outputs: int = 0) -> tuple[int, int]: ...
+    def acldvppFree(self, devPtr: int) -> int: ...
+    def hi_mpi_dvpp_malloc(
+        self, dev_id: int, size: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def hi_mpi_dvpp_free(self, dev_ptr: int) -> int: ...
+
+    def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int: ...
+    def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int: ...
+    def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]: ...
+    def aclrtMemGetAddressRange(
+        self, ptr: int, null_outputs: int = 0
+    ) -> tuple[int, int, int]: ...
+    def aclrtPointerGetAttributes(
+        self, ptr: int, null_outputs: int = 0
+    ) -> tuple[int, int, int, int]:
+        """Returns ``(rc, location.type, location.id, pageSize)``."""
+        ...
+
+
+_lock = threading.RLock()
+_active: Backend | None = None
+_reason = "not chosen yet (chosen on first use)"
+_requested: str | None = None
+
+
+def _load(name: str) -> Backend:
+    if name == "native":
+        from ._native import load_native_backend
+
+        return load_native_backend()
+    from ._fake import FakeBackend
+
+    return FakeBackend.from_environment()
+
+
+def _choose() -> tuple[Backend, str]:
+    requested = _requested or os.environ.get("ACL_MEM_BACKEND", "auto").strip().lower() or "auto"
+    if requested not in BACKEND_NAMES:
+        raise BackendError(
+            f"ACL_MEM_BACKEND={requested!r} is not one of {', '.join(BACKEND_NAMES)}"
+        )
+    source = "use_backend()" if _requested else "ACL_MEM_BACKEND"
+    if requested != "auto":
+        return _load(requested), f"{requested}: requested by {source}"
+    try:
+        native = _load("native")
+    except BackendError as exc:
+        return _load("fake"), f"fake: chosen by auto because the native backend failed: {exc}"
+    rc, count = native.aclrtGetDeviceCount()
+    if rc == 0 and count > 0:
+        return native, f"native: chosen by auto ({count} device(s) reported)"
+    return _load("fake"), (
+        f"fake: chosen by auto because libascendcl loaded but reported no device "
+        f"(aclrtGetDeviceCount rc={rc}, count={count})"
+    )
+
+
+def get() -> Backend:
+    """The active backend, chosen now if this is the first use."""
+    global _active, _reason
+    backend = _active
+    if backend is not None:
+        return backend
+    with _lock:
+        if _active is None:
+            _active, _reason = _choose()
+        return _active
+
+
+def use_backend(name: str) -> None:
+    """Choose ``"native"``, ``"fake"`` or ``"auto"`` before the first call.
+
+    Raises :class:`BackendError` if another backend is already in use, or if the
+    requested one cannot load (the message lists every path tried and why).
+    """
+    global _requested, _active, _reason
+    if name not in BACKEND_NAMES:
+        raise ValueError(f"use_backend: name must be one of {BACKEND_NAMES}, got {name!r}")
+    with _lock:
+        if _active is not None:
+            if name in ("auto", _active.name):
+                return
+            raise BackendError(
+                f"use_backend({name!r}): backend {_active.name!r} is already in use "
+                f"({_reason}); choose before the first call"
+            )
+        _requested = name
+        _active, _reason = _choose()
+
+
+def backend_name() -> str:
+    """``"native"`` or ``"fake"``: the backend in use (chosen now if needed)."""
+    return get().name
+
+
+def backend_reason() -> str:
+    """Why the active backend was chosen (what ``acl-mem info`` prints)."""
+    get()
+    return _reason
+
+
+def _install(backend: Backend | None, reason: str = "installed by tests") -> Backend | None:
+    """Swap the active backend (tests run one suite per backend); returns the old one."""
+    global _active, _reason
+    with _lock:
+        previous = _active
+        _active, _reason = backend, reason if backend is not None else _reason
+        return previous

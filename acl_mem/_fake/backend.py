@@ -1,0 +1,372 @@
+"""The fake backend: the C API answered by a model of the device (spec §1-§3).
+
+Each method performs the checks of its spec section in the order listed there and
+returns the code the real library would. Values the sources leave open follow the
+spec's suggested choice (spec §8); ``docs/fidelity.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+
+from ..enums import MallocPolicy, MemAttr, MemLocationType
+from ..sizes import (
+    SIZE_T_MAX,
+    AllocApi,
+    PageKind,
+    align_up,
+    allocation_size,
+    effective_policy,
+    page_kinds,
+)
+from . import codes
+from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
+from .extents import Block, BlockIndex
+from .hostmem import HOST_PAGE, address_of, ffi, host_range_mapped, reserve_address_space
+from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
+from .runtime import FakeRuntime
+
+__all__ = ["FakeBackend"]
+
+_P2P = frozenset({3, 4, 5, 7})
+_GIANT = frozenset({MallocPolicy.HUGE1G_ONLY, MallocPolicy.HUGE1G_ONLY_P2P})
+_DDR_ATTRS = frozenset({0, 2, 3, 6, 7})
+_BOTH_POOLS = frozenset({MemAttr.DDR_MEM, MemAttr.HBM_MEM})
+_HUGE_ATTRS = frozenset({2, 4, 6, 8, 13, 16})
+_GIANT_ATTRS = frozenset({10, 11, 14, 17})
+_DEVICE_SPACE_END = DEVICE_SPACE_BASE + MAX_DEVICES * DEVICE_SLOT
+_address_space_reserved: bool | None = None
+
+
+def _reserve_device_space() -> bool:
+    global _address_space_reserved
+    if _address_space_reserved is None:
+        _address_space_reserved = reserve_address_space(
+            DEVICE_SPACE_BASE, _DEVICE_SPACE_END - DEVICE_SPACE_BASE
+        )
+    return _address_space_reserved
+
+
+class FakeBackend:
+    """Implements :class:`acl_mem._backend.Backend` against a simulated device."""
+
+    name = "fake"
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.address_space_reserved = _reserve_device_space()
+        self.runtime = FakeRuntime(profile, self._release_device)
+        self._lock = self.runtime.lock
+        self._host = BlockIndex()
+        self._host_maps: dict[int, mmap.mmap] = {}
+
+    @classmethod
+    def from_environment(cls) -> FakeBackend:
+        from .config import current_profile
+
+        return cls(current_profile())
+
+    @classmethod
+    def for_profile(
+        cls, name: str = DEFAULT_PROFILE, *, device_count: int | None = None,
+        hbm_bytes: int | None = None,
+    ) -> FakeBackend:
+        profile = resolve_profile(name).with_overrides(device_count=device_count,
+                                                       capacity=hbm_bytes)
+        return cls(profile)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "profile": self.profile.name,
+            "soc": self.profile.soc_name,
+            "description": self.profile.description,
+            "device_count": self.profile.device_count,
+            "capacity_per_device": self.profile.capacity,
+            "device_address_space_reserved": self.address_space_reserved,
+        }
+
+    def soc_name(self) -> str:
+        return self.profile.soc_name
+
+    # -- runtime (spec §3.1, §3.2) -----------------------------------------------
+    def aclInit(self, config_path: str | None) -> int:
+        return self.runtime.init(config_path)
+
+    def aclFinalize(self) -> int:
+        return self.runtime.finalize()
+
+    def aclrtSetDevice(self, deviceId: int) -> int:
+        return self.runtime.set_device(deviceId)
+
+    def aclrtResetDevice(self, deviceId: int) -> int:
+        return self.runtime.reset_device(deviceId)
+
+    def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        device = self.runtime.current()
+        return (codes.CONTEXT_NULL, 0) if device is None else (codes.SUCCESS, device.id)
+
+    def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        return codes.SUCCESS, len(self.runtime.devices)
+
+    def _release_device(self, device: FakeDevice) -> None:
+        device.release_all()
+
+    # -- device allocation (spec §3.5, §3.6) -------------------------------------
+    def _malloc(self, api: AllocApi, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
+        if null_outputs & 1 or size == 0:
+            return codes.INVALID_PARAM, 0
+        pad = self.profile.padding if api is not AllocApi.MALLOC_ALIGN32 else 0
+        if policy in _GIANT:
+            pad = 0
+        if size + 32 + pad - 1 > SIZE_T_MAX:
+            return codes.INVALID_PARAM, 0
+        with self._lock:
+            device = self.runtime.current()
+            if device is None:
+                return codes.CONTEXT_NULL, 0
+            chosen = effective_policy(api, policy)
+            if chosen in _GIANT and not self.profile.giant_pages:
+                return codes.FEATURE_NOT_SUPPORT, 0
+            if chosen in _P2P and not self.profile.p2p_policies:
+                return codes.FEATURE_NOT_SUPPORT, 0
+            padded = allocation_size(api, size, policy, padding=self.profile.padding)
+            block = device.allocate(api.value, padded, page_kinds(padded, chosen))
+            if block is None:
+                return codes.MEMORY_ALLOCATION, 0
+            return codes.SUCCESS, block.start
+
+    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
+        return self._malloc(AllocApi.MALLOC, size, policy, null_outputs)
+
+    def aclrtMallocAlign32(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        return self._malloc(AllocApi.MALLOC_ALIGN32, size, policy, null_outputs)
+
+    def aclrtMallocCached(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        return self._malloc(AllocApi.MALLOC_CACHED, size, policy, null_outputs)
+
+    def _free_device_block(self, ptr: int, apis: frozenset[str]) -> int:
+        if ptr == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            device = self._device_of(ptr)
+            block = device.blocks.at(ptr) if device is not None else None
+            if device is None or block is None or block.api not in apis:
+                return codes.RT_PARAM_INVALID
+            device.release(block)
+            return codes.SUCCESS
+
+    def aclrtFree(self, devPtr: int) -> int:
+        return self._free_device_block(devPtr, _MALLOC_APIS)
+
+    # -- DVPP (spec §3.8, §3.9) --------------------------------------------------
+    def _dvpp_malloc(self, api: AllocApi, size: int, null_outputs: int) -> tuple[int, int]:
+        if null_outputs & 1 or size + 63 > SIZE_T_MAX:
+            return codes.INVALID_PARAM, 0
+        with self._lock:
+            device = self.runtime.current()
+            if device is None:
+                return codes.CONTEXT_NULL, 0
+            if not self.profile.dvpp:
+                return codes.FEATURE_NOT_SUPPORT, 0
+            padded = allocation_size(api, size)
+            block = device.allocate(api.value, padded, (PageKind.HUGE,), dvpp=True)
+            return (codes.MEMORY_ALLOCATION, 0) if block is None else (codes.SUCCESS, block.start)
+
+    def acldvppMalloc(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
+        return self._dvpp_malloc(AllocApi.DVPP_MALLOC, size, null_outputs)
+
+    def acldvppFree(self, devPtr: int) -> int:
+        return self._free_device_block(devPtr, _DVPP_APIS)
+
+    def hi_mpi_dvpp_malloc(
+        self, dev_id: int, size: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        return self._dvpp_malloc(AllocApi.HI_MPI_DVPP_MALLOC, size, null_outputs)
+
+    def hi_mpi_dvpp_free(self, dev_ptr: int) -> int:
+        return self._free_device_block(dev_ptr, _DVPP_APIS)
+
+    # -- host memory (spec §3.7) -------------------------------------------------
+    def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1 or size == 0 or size + 31 > SIZE_T_MAX:
+            return codes.INVALID_PARAM, 0
+        with self._lock:
+            if self.runtime.current() is None:
+                return codes.CONTEXT_NULL, 0
+            padded = align_up(size, 32)
+            extent = align_up(padded, HOST_PAGE)
+            try:
+                host_map = mmap.mmap(-1, extent, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            except (OSError, OverflowError, ValueError):
+                return codes.MEMORY_ALLOCATION, 0
+            start = address_of(host_map)
+            self._host_maps[start] = host_map
+            self._host.add(Block(start, padded, extent, HOST_PAGE, AllocApi.MALLOC_HOST.value,
+                                 None))
+            return codes.SUCCESS, start
+
+    def aclrtFreeHost(self, hostPtr: int) -> int:
+        if hostPtr == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            block = self._host.at(hostPtr)
+            if block is None:
+                return codes.RT_PARAM_INVALID
+            self._host.remove(block)
+            host_map = self._host_maps.pop(hostPtr)
+            try:
+                host_map.close()
+            except BufferError:
+                # Someone still exports the mapping; it is released with the last view.
+                pass
+            return codes.SUCCESS
+
+    # -- copies and memset (spec §3.10, §3.11) -----------------------------------
+    def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
+        if kind > 5:
+            return codes.INVALID_PARAM
+        if count == 0:
+            return codes.SUCCESS
+        if dst == 0 or src == 0:
+            return codes.INVALID_PARAM
+        if destMax == 0 or count > destMax:
+            return codes.RT_PARAM_INVALID
+        if dst == src:
+            return codes.SUCCESS
+        with self._lock:
+            if self.runtime.current() is None:
+                return codes.CONTEXT_NULL
+            target = self._locate(dst, count)
+            source = self._locate(src, count)
+            if target is None or source is None:
+                return codes.RT_PARAM_INVALID
+            (dst_host, dst_dev, dst_pinned), (src_host, src_dev, src_pinned) = target, source
+            if dst_dev is not None and src_dev is not None and dst_dev != src_dev:
+                return codes.RT_PARAM_INVALID
+            if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
+                return codes.RT_PARAM_INVALID
+            ffi.memmove(ffi.cast("void *", dst_host), ffi.cast("void *", src_host), count)
+            return codes.SUCCESS
+
+    def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
+        if count == 0:
+            return codes.SUCCESS
+        if devPtr == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            if self.runtime.current() is None:
+                return codes.CONTEXT_NULL
+            if count > maxCount:
+                return codes.RT_PARAM_INVALID
+            target = self._locate(devPtr, count)
+            if target is None or (target[1] is None and not target[2]):
+                return codes.RT_PARAM_INVALID
+            ctypes.memset(target[0], value & 0xFF, count)
+            return codes.SUCCESS
+
+    def _device_of(self, address: int) -> FakeDevice | None:
+        if not DEVICE_SPACE_BASE <= address < _DEVICE_SPACE_END:
+            return None
+        index = (address - DEVICE_SPACE_BASE) // DEVICE_SLOT
+        return self.runtime.devices[index] if index < len(self.runtime.devices) else None
+
+    def _locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None:
+        """``(host address of the bytes, device id or None, pinned host?)`` or None if invalid."""
+        if DEVICE_SPACE_BASE <= address < _DEVICE_SPACE_END:
+            device = self._device_of(address)
+            if device is None or device.blocks.covers(address, count) is None:
+                return None
+            return device.region_of(address).host_address(address), device.id, False
+        pinned = self._host.containing(address)
+        if pinned is not None:
+            return (address, None, True) if address + count <= pinned.end else None
+        return (address, None, False) if host_range_mapped(address, count) else None
+
+    # -- queries (spec §3.12, §4.8, §4.9) ----------------------------------------
+    def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        if null_outputs & 3:
+            return codes.INVALID_PARAM, 0, 0
+        if attr > MemAttr.MEM_P2P_HUGE1G:
+            return codes.INVALID_MEMORY_TYPE, 0, 0
+        with self._lock:
+            device = self.runtime.current()
+            if device is None:
+                return codes.CONTEXT_NULL, 0, 0
+            if attr in _GIANT_ATTRS and not self.profile.giant_pages:
+                return codes.FEATURE_NOT_SUPPORT, 0, 0
+            if attr in _DDR_ATTRS and self.profile.memory != "DDR":
+                return codes.SUCCESS, 0, 0
+            pools = device.pools
+            if attr in _BOTH_POOLS:
+                kinds: tuple[PageKind, ...] = (PageKind.NORMAL, PageKind.HUGE)
+            elif attr in _HUGE_ATTRS:
+                kinds = (PageKind.HUGE,)
+            elif attr in _GIANT_ATTRS:
+                kinds = (PageKind.GIANT,)
+            else:
+                kinds = (PageKind.NORMAL,)
+            free = sum(pools.free_of(k) for k in kinds)
+            total = sum(pools.total_of(k) for k in kinds)
+            return codes.SUCCESS, free, total
+
+    def _block_at(self, address: int) -> Block | None:
+        device = self._device_of(address)
+        if device is not None:
+            return device.blocks.containing(address)
+        return self._host.containing(address)
+
+    def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        if ptr == 0:
+            return codes.INVALID_PARAM, 0, 0
+        if null_outputs & 3 == 3:
+            return codes.RT_PARAM_INVALID, 0, 0
+        with self._lock:
+            block = self._block_at(ptr)
+            if block is None:
+                return codes.RT_PARAM_INVALID, 0, 0
+            base = 0 if null_outputs & 1 else block.start
+            size = 0 if null_outputs & 2 else block.extent
+            return codes.SUCCESS, base, size
+
+    def aclrtPointerGetAttributes(
+        self, ptr: int, null_outputs: int = 0
+    ) -> tuple[int, int, int, int]:
+        if ptr == 0 or null_outputs & 1:
+            return codes.INVALID_PARAM, 0, 0, 0
+        with self._lock:
+            block = self._block_at(ptr)
+            if block is not None and block.device is not None:
+                return codes.SUCCESS, MemLocationType.DEVICE, block.device, block.page_size
+            if block is not None:
+                return codes.SUCCESS, MemLocationType.HOST, 0, HOST_PAGE
+            if DEVICE_SPACE_BASE <= ptr < _DEVICE_SPACE_END:
+                return codes.RT_PARAM_INVALID, 0, 0, 0
+            return codes.SUCCESS, MemLocationType.UNREGISTERED, 0, HOST_PAGE
+
+    # -- introspection for tests and tools ---------------------------------------
+    def live_blocks(self) -> list[Block]:
+        with self._lock:
+            found = [b for d in self.runtime.devices for b in d.blocks]
+            return found + list(self._host)
+
+    def resident_bytes(self) -> int:
+        """Host RAM this process uses now (RSS), for the sparse-backing checks."""
+        with open(f"/proc/{os.getpid()}/statm") as handle:
+            return int(handle.read().split()[1]) * HOST_PAGE
+
+
+_MALLOC_APIS = frozenset(
+    {AllocApi.MALLOC.value, AllocApi.MALLOC_ALIGN32.value, AllocApi.MALLOC_CACHED.value}
+)
+_DVPP_APIS = frozenset({AllocApi.DVPP_MALLOC.value, AllocApi.HI_MPI_DVPP_MALLOC.value})

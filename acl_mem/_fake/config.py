@@ -1,0 +1,27 @@
+"""The fake's configuration: ``ACL_MEM_FAKE_PROFILE`` or :func:`acl_mem.fake.configure`."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
+
+__all__ = ["current_profile", "set_profile"]
+
+_lock = threading.Lock()
+_configured: Profile | None = None
+
+
+def current_profile() -> Profile:
+    """The configured profile, else the one ``ACL_MEM_FAKE_PROFILE`` names, else atlas-a2."""
+    with _lock:
+        if _configured is not None:
+            return _configured
+    return resolve_profile(os.environ.get("ACL_MEM_FAKE_PROFILE", DEFAULT_PROFILE))
+
+
+def set_profile(profile: Profile | None) -> None:
+    global _configured
+    with _lock:
+        _configured = profile

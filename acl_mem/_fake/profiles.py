@@ -1,0 +1,81 @@
+"""Device profiles: what differs between chips, as data (spec §3.5, §3.8, §3.13, §7).
+
+Capacities are per device and exclude system-reserved memory (aclrtGetMemInfo
+reports them that way, spec §3.12). The split between the normal-page and the
+huge-page pool is the fake's choice (no source gives it); 1 GiB pages are carved
+from the huge-page pool, so HBM total = normal + huge always holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile", "resolve_profile"]
+
+GiB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    #: What aclrtGetSocName reports; also decides the padding size.
+    soc_name: str
+    description: str
+    #: ``AICoreSpec.padding_size`` of the platform config (spec §3.5 [PLAT]).
+    padding: int
+    #: "HBM" or "DDR": the memory the device has (spec §3.12).
+    memory: str
+    capacity: int
+    #: Fraction of the capacity kept as normal (4 KiB) pages; the rest is huge pages.
+    normal_fraction: float
+    giant_pages: bool
+    p2p_policies: bool
+    dvpp: bool
+    device_count: int
+
+    def with_overrides(self, *, device_count: int | None, capacity: int | None) -> Profile:
+        return replace(
+            self,
+            device_count=self.device_count if device_count is None else device_count,
+            capacity=self.capacity if capacity is None else capacity,
+        )
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            name="atlas-a2",
+            soc_name="Ascend910B1",
+            description="Atlas A2 training/inference (Ascend910B): 64 GiB HBM, 1 GiB pages",
+            padding=32, memory="HBM", capacity=64 * GiB, normal_fraction=1 / 16,
+            giant_pages=True, p2p_policies=True, dvpp=True, device_count=8,
+        ),
+        Profile(
+            name="atlas-inference",
+            soc_name="Ascend310P3",
+            description="Atlas inference (Ascend310P): 24 GiB DDR, no 1 GiB pages, no P2P",
+            padding=32, memory="DDR", capacity=24 * GiB, normal_fraction=1 / 16,
+            giant_pages=False, p2p_policies=False, dvpp=True, device_count=4,
+        ),
+        Profile(
+            name="ascend950",
+            soc_name="Ascend950PR",
+            description="Ascend950: padding 0 (no +32 on aclrtMalloc), no separate DVPP memory",
+            padding=0, memory="HBM", capacity=128 * GiB, normal_fraction=1 / 16,
+            giant_pages=False, p2p_policies=True, dvpp=False, device_count=8,
+        ),
+    )
+}
+_ALIASES = {"ascend910b": "atlas-a2", "ascend310p": "atlas-inference", "950": "ascend950"}
+DEFAULT_PROFILE = "atlas-a2"
+
+
+def resolve_profile(name: str) -> Profile:
+    """The profile called ``name`` (a profile name or a SoC family such as Ascend910B)."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in PROFILES:
+        known = ", ".join(sorted(PROFILES) + sorted(_ALIASES))
+        raise ValueError(f"fake profile {name!r} is unknown; known: {known}")
+    return PROFILES[key]

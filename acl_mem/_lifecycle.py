@@ -1,0 +1,64 @@
+"""What the process has done to the runtime, mirrored in Python.
+
+Buffers remember an epoch token when they are created. A device reset to zero
+references, an aclFinalize or a fake reconfiguration moves the epoch on: the runtime
+has already released that memory, so finalizers and ``free()`` must not release it
+again (spec §3.1, §3.2). The mirror also knows each thread's current device, so the
+Pythonic layer can refuse to allocate on the wrong device without a runtime call.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+
+__all__ = ["State", "state"]
+
+
+class State:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self.pid = os.getpid()
+        self.global_epoch = 0
+        self._device_epoch: Counter[int] = Counter()
+        self._set_count: Counter[int] = Counter()
+
+    def current_device(self) -> int | None:
+        device: int | None = getattr(self._local, "device", None)
+        return device
+
+    def token(self, device: int | None) -> tuple[int, int]:
+        return (self.global_epoch, self._device_epoch[device] if device is not None else 0)
+
+    def is_live(self, device: int | None, token: tuple[int, int]) -> bool:
+        return os.getpid() == self.pid and self.token(device) == token
+
+    def device_set(self, device: int) -> None:
+        with self._lock:
+            self._set_count[device] += 1
+        self._local.device = device
+
+    def device_reset(self, device: int) -> None:
+        with self._lock:
+            self._set_count[device] -= 1
+            released = self._set_count[device] <= 0
+            if released:
+                del self._set_count[device]
+                self._device_epoch[device] += 1
+        if released and self.current_device() == device:
+            self._local.device = None
+
+    def set_count(self, device: int) -> int:
+        return self._set_count[device]
+
+    def teardown(self) -> None:
+        """aclFinalize or a new fake configuration: every device released at once."""
+        with self._lock:
+            self._set_count.clear()
+            self.global_epoch += 1
+        self._local = threading.local()
+
+
+state = State()

@@ -1,0 +1,159 @@
+"""The native backend: the C API of libascendcl through cffi ABI mode.
+
+Outputs are written by C into cffi-owned out-parameters; ``null_outputs`` passes
+NULL instead, so the library's own NULL checks are reachable. No value is changed on
+the way: the code returned is the library's.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from .loader import load_library, make_ffi
+
+__all__ = ["NativeBackend"]
+
+
+class NativeBackend:
+    """Implements :class:`acl_mem._backend.Backend` with the real library."""
+
+    name = "native"
+
+    def __init__(self) -> None:
+        self.ffi = make_ffi()
+        self.lib, self.path = load_library(self.ffi, "libascendcl.so")
+        self._dvpp: Any = None
+        self._mpi: Any = None
+        self._lock = threading.Lock()
+        self._null = self.ffi.NULL
+
+    def describe(self) -> dict[str, object]:
+        return {"library": self.path, "soc": self.soc_name()}
+
+    def soc_name(self) -> str:
+        name = self.lib.aclrtGetSocName()
+        return "" if name == self._null else self.ffi.string(name).decode(errors="replace")
+
+    def _side_library(self, soname: str) -> Any:
+        with self._lock:
+            attr = "_dvpp" if soname == "libacl_dvpp.so" else "_mpi"
+            lib = getattr(self, attr)
+            if lib is None:
+                lib, _ = load_library(self.ffi, soname, prefer=os.path.dirname(self.path))
+                setattr(self, attr, lib)
+            return lib
+
+    def _out(self, ctype: str, null: bool) -> Any:
+        return self._null if null else self.ffi.new(ctype)
+
+    def _ptr(self, value: int) -> Any:
+        return self.ffi.cast("void *", value)
+
+    def _addr(self, cdata: Any) -> int:
+        return int(self.ffi.cast("uintptr_t", cdata))
+
+    # -- runtime ----------------------------------------------------------------------
+    def aclInit(self, config_path: str | None) -> int:
+        arg = self._null if config_path is None else os.fsencode(config_path)
+        return int(self.lib.aclInit(arg))
+
+    def aclFinalize(self) -> int:
+        return int(self.lib.aclFinalize())
+
+    def aclrtSetDevice(self, deviceId: int) -> int:
+        return int(self.lib.aclrtSetDevice(deviceId))
+
+    def aclrtResetDevice(self, deviceId: int) -> int:
+        return int(self.lib.aclrtResetDevice(deviceId))
+
+    def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]:
+        out = self._out("int32_t *", bool(null_outputs & 1))
+        rc = int(self.lib.aclrtGetDevice(out))
+        return rc, int(out[0]) if rc == 0 and out != self._null else 0
+
+    def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]:
+        out = self._out("uint32_t *", bool(null_outputs & 1))
+        rc = int(self.lib.aclrtGetDeviceCount(out))
+        return rc, int(out[0]) if rc == 0 and out != self._null else 0
+
+    # -- allocation -------------------------------------------------------------------
+    def _alloc(self, fn: Any, null_outputs: int, *args: Any) -> tuple[int, int]:
+        out = self._out("void **", bool(null_outputs & 1))
+        rc = int(fn(out, *args))
+        return rc, self._addr(out[0]) if rc == 0 and out != self._null else 0
+
+    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
+        return self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
+
+    def aclrtMallocAlign32(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        return self._alloc(self.lib.aclrtMallocAlign32, null_outputs, size, policy)
+
+    def aclrtMallocCached(
+        self, size: int, policy: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        return self._alloc(self.lib.aclrtMallocCached, null_outputs, size, policy)
+
+    def aclrtFree(self, devPtr: int) -> int:
+        return int(self.lib.aclrtFree(self._ptr(devPtr)))
+
+    def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
+        return self._alloc(self.lib.aclrtMallocHost, null_outputs, size)
+
+    def aclrtFreeHost(self, hostPtr: int) -> int:
+        return int(self.lib.aclrtFreeHost(self._ptr(hostPtr)))
+
+    def acldvppMalloc(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
+        lib = self._side_library("libacl_dvpp.so")
+        return self._alloc(lib.acldvppMalloc, null_outputs, size)
+
+    def acldvppFree(self, devPtr: int) -> int:
+        return int(self._side_library("libacl_dvpp.so").acldvppFree(self._ptr(devPtr)))
+
+    def hi_mpi_dvpp_malloc(
+        self, dev_id: int, size: int, null_outputs: int = 0
+    ) -> tuple[int, int]:
+        lib = self._side_library("libacl_dvpp_mpi.so")
+        out = self._out("void **", bool(null_outputs & 1))
+        rc = int(lib.hi_mpi_dvpp_malloc(dev_id, out, size))
+        return rc, self._addr(out[0]) if rc == 0 and out != self._null else 0
+
+    def hi_mpi_dvpp_free(self, dev_ptr: int) -> int:
+        lib = self._side_library("libacl_dvpp_mpi.so")
+        return int(lib.hi_mpi_dvpp_free(self._ptr(dev_ptr)))
+
+    # -- copies and queries -----------------------------------------------------------
+    def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
+        return int(self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind))
+
+    def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
+        return int(self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count))
+
+    def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        free = self._out("size_t *", bool(null_outputs & 1))
+        total = self._out("size_t *", bool(null_outputs & 2))
+        rc = int(self.lib.aclrtGetMemInfo(attr, free, total))
+        if rc or null_outputs & 3:
+            return rc, 0, 0
+        return rc, int(free[0]), int(total[0])
+
+    def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        base = self._out("void **", bool(null_outputs & 1))
+        size = self._out("size_t *", bool(null_outputs & 2))
+        rc = int(self.lib.aclrtMemGetAddressRange(self._ptr(ptr), base, size))
+        if rc:
+            return rc, 0, 0
+        return (rc, 0 if base == self._null else self._addr(base[0]),
+                0 if size == self._null else int(size[0]))
+
+    def aclrtPointerGetAttributes(
+        self, ptr: int, null_outputs: int = 0
+    ) -> tuple[int, int, int, int]:
+        attrs = self._out("aclrtPtrAttributes *", bool(null_outputs & 1))
+        rc = int(self.lib.aclrtPointerGetAttributes(self._ptr(ptr), attrs))
+        if rc or attrs == self._null:
+            return rc, 0, 0, 0
+        return rc, int(attrs.location.type), int(attrs.location.id), int(attrs.pageSize)

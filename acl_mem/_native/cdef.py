@@ -1,0 +1,121 @@
+"""Declarations for cffi ABI mode, copied from the real headers.
+
+Source: ``torch_npu/include/acl/acl_base_rt.h`` and ``acl_rt.h`` of the torch-npu
+2.14.0 wheel (ACL 1.17); DVPP prototypes from ``acl/ops/acl_dvpp.h`` and
+``acl/dvpp/hi_dvpp.h`` (spec §3.8-§3.9). ``tests/test_native_cdef.py`` compiles
+these against the real headers where they are available.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CDEF", "DVPP_FUNCTIONS", "FUNCTIONS", "MPI_FUNCTIONS", "TYPES"]
+
+TYPES = """
+typedef int aclError;
+typedef void *aclrtStream;
+typedef void *aclrtContext;
+
+typedef enum aclrtMemMallocPolicy {
+    ACL_MEM_MALLOC_HUGE_FIRST,
+    ACL_MEM_MALLOC_HUGE_ONLY,
+    ACL_MEM_MALLOC_NORMAL_ONLY,
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P,
+    ACL_MEM_MALLOC_HUGE_ONLY_P2P,
+    ACL_MEM_MALLOC_NORMAL_ONLY_P2P,
+    ACL_MEM_MALLOC_HUGE1G_ONLY,
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P,
+    ACL_MEM_TYPE_LOW_BAND_WIDTH   = 0x0100,
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH  = 0x1000,
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000,
+} aclrtMemMallocPolicy;
+
+typedef enum aclrtMemcpyKind {
+    ACL_MEMCPY_HOST_TO_HOST,
+    ACL_MEMCPY_HOST_TO_DEVICE,
+    ACL_MEMCPY_DEVICE_TO_HOST,
+    ACL_MEMCPY_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_DEFAULT,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE,
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE,
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE,
+} aclrtMemcpyKind;
+
+typedef enum aclrtMemAttr {
+    ACL_DDR_MEM,
+    ACL_HBM_MEM,
+    ACL_DDR_MEM_HUGE,
+    ACL_DDR_MEM_NORMAL,
+    ACL_HBM_MEM_HUGE,
+    ACL_HBM_MEM_NORMAL,
+    ACL_DDR_MEM_P2P_HUGE,
+    ACL_DDR_MEM_P2P_NORMAL,
+    ACL_HBM_MEM_P2P_HUGE,
+    ACL_HBM_MEM_P2P_NORMAL,
+    ACL_HBM_MEM_HUGE1G,
+    ACL_HBM_MEM_P2P_HUGE1G,
+    ACL_MEM_NORMAL,
+    ACL_MEM_HUGE,
+    ACL_MEM_HUGE1G,
+    ACL_MEM_P2P_NORMAL,
+    ACL_MEM_P2P_HUGE,
+    ACL_MEM_P2P_HUGE1G,
+} aclrtMemAttr;
+
+typedef enum aclrtMemLocationType {
+    ACL_MEM_LOCATION_TYPE_HOST = 0,
+    ACL_MEM_LOCATION_TYPE_DEVICE,
+    ACL_MEM_LOCATION_TYPE_UNREGISTERED,
+    ACL_MEM_LOCATION_TYPE_HOST_NUMA = 4,
+} aclrtMemLocationType;
+
+typedef struct aclrtMemLocation {
+    uint32_t id;
+    aclrtMemLocationType type;
+} aclrtMemLocation;
+
+typedef struct aclrtPtrAttributes {
+    aclrtMemLocation location;
+    uint32_t pageSize;
+    uint32_t rsv[4];
+} aclrtPtrAttributes;
+"""
+
+FUNCTIONS = """
+aclError aclInit(const char *configPath);
+aclError aclFinalize();
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtGetDevice(int32_t *deviceId);
+aclError aclrtGetDeviceCount(uint32_t *count);
+const char *aclrtGetSocName();
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtFree(void *devPtr);
+aclError aclrtMallocHost(void **hostPtr, size_t size);
+aclError aclrtFreeHost(void *hostPtr);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                     aclrtMemcpyKind kind);
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
+aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);
+"""
+
+#: libacl_dvpp.so (spec §3.8).
+DVPP_FUNCTIONS = """
+aclError acldvppMalloc(void **devPtr, size_t size);
+aclError acldvppFree(void *devPtr);
+"""
+
+#: libacl_dvpp_mpi.so (spec §3.9); hi_* types as ``hi_type.h`` defines them.
+MPI_FUNCTIONS = """
+typedef int hi_s32;
+typedef unsigned int hi_u32;
+typedef unsigned long long hi_u64;
+typedef void hi_void;
+hi_s32 hi_mpi_dvpp_malloc(hi_u32 dev_id, hi_void **dev_ptr, hi_u64 size);
+hi_s32 hi_mpi_dvpp_free(hi_void *dev_ptr);
+"""
+
+CDEF = TYPES + FUNCTIONS + DVPP_FUNCTIONS + MPI_FUNCTIONS

@@ -1,0 +1,285 @@
+"""Owning buffers: device, DVPP and page-locked host memory.
+
+A buffer frees its memory exactly once: :meth:`Buffer.free` swaps the pointer out
+before calling the runtime, so a second call does nothing. Memory the user forgot is
+freed when the buffer is collected, except in a forked child and after the runtime
+already released it (device reset to zero references, aclFinalize). Using a freed
+buffer raises :class:`~acl_mem.FreedBufferError`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from . import _backend, raw
+from ._args import c_uint
+from ._hostbuf import HostSpan, ffi, host_span
+from ._lifecycle import state
+from .enums import MemcpyKind
+from .errors import FreedBufferError
+from .sizes import AllocApi
+
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["Buffer", "DeviceBuffer", "HostBuffer"]
+
+_FREE_CALL = {
+    AllocApi.MALLOC: "aclrtFree",
+    AllocApi.MALLOC_ALIGN32: "aclrtFree",
+    AllocApi.MALLOC_CACHED: "aclrtFree",
+    AllocApi.MALLOC_HOST: "aclrtFreeHost",
+    AllocApi.DVPP_MALLOC: "acldvppFree",
+    AllocApi.HI_MPI_DVPP_MALLOC: "hi_mpi_dvpp_free",
+}
+
+
+def _release_later(
+    backend: _backend.Backend, call: str, ptr: int, device_id: int | None,
+    token: tuple[int, int], pid: int,
+) -> Callable[[Any], None]:
+    """The destructor of a forgotten buffer: holds values only, never module globals."""
+
+    def release(_: Any) -> None:
+        if os.getpid() != pid or not state.is_live(device_id, token):
+            return
+        try:
+            getattr(backend, call)(ptr)
+        except Exception:  # noqa: BLE001 - a destructor must never raise
+            pass
+
+    return release
+
+
+class Buffer:
+    """Memory from one allocation call. Use :class:`DeviceBuffer` or :class:`HostBuffer`."""
+
+    is_device: bool = True
+
+    def __init__(
+        self, ptr: int, size: int, allocated_size: int, api: AllocApi, device: Device
+    ) -> None:
+        self._ptr = ptr
+        self._size = size
+        self._allocated_size = allocated_size
+        self._api = api
+        self._device = device
+        self._token = state.token(device.id if self.is_device else None)
+        call = _FREE_CALL[api]
+        self._free_call = call
+        release = _release_later(_backend.get(), call, ptr, self._owner_id, self._token,
+                                 os.getpid())
+        self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
+
+    @property
+    def _owner_id(self) -> int | None:
+        return self._device.id if self.is_device else None
+
+    # -- identity ------------------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        """The address; raises FreedBufferError once freed."""
+        self._check_live("ptr")
+        return self._ptr
+
+    @property
+    def size(self) -> int:
+        """Bytes requested."""
+        return self._size
+
+    @property
+    def allocated_size(self) -> int:
+        """Bytes the runtime reserved: padding and 32-byte rounding included (spec §3.5, §7)."""
+        return self._allocated_size
+
+    @property
+    def api(self) -> AllocApi:
+        """The C call that allocated this buffer."""
+        return self._api
+
+    @property
+    def device(self) -> Device:
+        """The device whose context allocated this buffer."""
+        return self._device
+
+    @property
+    def freed(self) -> bool:
+        """True once freed, or once the runtime released the memory (device reset)."""
+        return self._ptr == 0 or not state.is_live(self._owner_id, self._token)
+
+    def __repr__(self) -> str:
+        where = "freed" if self.freed else f"ptr={self._ptr:#x}"
+        return (f"<{type(self).__name__} {self._api.value} {where} size={self._size} "
+                f"allocated_size={self._allocated_size} device={self._device.id}>")
+
+    # -- lifetime --------------------------------------------------------------------
+    def free(self) -> None:
+        """Free now; a second call does nothing. Raises the runtime's AclError if it fails."""
+        ptr, self._ptr = self._ptr, 0
+        if ptr == 0:
+            return
+        self._before_free(ptr)
+        ffi.gc(self._handle, None)
+        if state.is_live(self._owner_id, self._token):
+            getattr(raw, self._free_call)(ptr)
+
+    def _before_free(self, ptr: int) -> None:
+        """Hook for subclasses that must refuse to free (HostBuffer with live views)."""
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.free()
+
+    def _check_live(self, what: str) -> None:
+        if self._ptr == 0:
+            raise FreedBufferError(f"{type(self).__name__}.{what}: the buffer was freed")
+        if not state.is_live(self._owner_id, self._token):
+            raise FreedBufferError(
+                f"{type(self).__name__}.{what}: the runtime released this memory "
+                f"(device {self._device.id} reset, aclFinalize, fork or fake reconfigured)"
+            )
+
+    # -- data ------------------------------------------------------------------------
+    def copy_from(
+        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0
+    ) -> None:
+        """Copy ``count`` bytes (default: all of ``src`` after ``src_offset``) to ``offset``.
+
+        ``src`` is another acl_mem buffer or any buffer-protocol object; the memcpy
+        kind follows from where the two sides live. Both ranges are bounds-checked
+        against the *requested* sizes, so the runtime's padding is never written.
+        """
+        _copy(self, offset, src, src_offset, count, "copy_from")
+
+    def copy_to(
+        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0
+    ) -> None:
+        """Copy ``count`` bytes from ``offset`` of this buffer into ``dst`` at ``dst_offset``."""
+        _copy(dst, dst_offset, self, offset, count, "copy_to")
+
+    def read(self, count: int | None = None, offset: int = 0) -> bytes:
+        """A bytes copy of ``count`` bytes from ``offset`` (default: to the end)."""
+        self._check_live("read")
+        start = c_uint(offset, "Buffer.read", "offset")
+        n = self._size - start if count is None else c_uint(count, "Buffer.read", "count")
+        _check_range("Buffer.read", "offset + count", start, n, self._size)
+        out = bytearray(n)
+        _copy(out, 0, self, start, n, "read")
+        return bytes(out)
+
+    def memset(self, value: int, count: int | None = None, *, offset: int = 0) -> None:
+        """Set ``count`` bytes from ``offset`` (default: the rest) to ``value`` (0-255)."""
+        call = f"{type(self).__name__}.memset"
+        self._check_live("memset")
+        byte = c_uint(value, call, "value", 8, "a byte 0-255")
+        start = c_uint(offset, call, "offset")
+        n = self._size - start if count is None else c_uint(count, call, "count")
+        _check_range(call, "offset + count", start, n, self._size)
+        raw.aclrtMemset(self._ptr + start, self._size - start, byte, n)
+
+    def address_range(self) -> tuple[int, int]:
+        """``(base, size)`` the runtime reports for this block (spec §4.8)."""
+        return raw.aclrtMemGetAddressRange(self.ptr)
+
+    def attributes(self) -> raw.PtrAttributes:
+        """Location type, device id and page size (spec §4.9)."""
+        return raw.aclrtPointerGetAttributes(self.ptr)
+
+
+class DeviceBuffer(Buffer):
+    """Device memory from aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached or DVPP."""
+
+    is_device = True
+
+
+class HostBuffer(Buffer):
+    """Page-locked host memory from aclrtMallocHost, readable and writable in place.
+
+    :meth:`view` gives a memoryview without copying; ``numpy.frombuffer(buf.view(),
+    dtype)`` gives an array. :meth:`free` refuses while views are alive (freeing
+    under a view would crash the interpreter); memory is released after the last
+    view dies if the buffer is simply dropped.
+    """
+
+    is_device = False
+
+    def view(self) -> memoryview:
+        """A writable memoryview of the requested bytes (no copy)."""
+        self._check_live("view")
+        return memoryview(ffi.buffer(self._handle, self._size))
+
+    def numpy(self, dtype: Any = "uint8") -> Any:
+        """A numpy array over the memory (needs numpy; no copy)."""
+        import numpy
+
+        return numpy.frombuffer(self.view(), dtype=dtype)
+
+    def _before_free(self, ptr: int) -> None:
+        views = sys.getrefcount(self._handle) - 2
+        if views > 0:
+            self._ptr = ptr
+            raise BufferError(
+                f"HostBuffer.free: {views} view(s) of this memory are still alive; "
+                "delete them (or call memoryview.release()) before freeing"
+            )
+
+
+def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:
+    if start + count > limit:
+        raise ValueError(f"{call}: {what} = {start + count} exceeds the buffer size {limit}")
+
+
+def _endpoint(obj: object, writable: bool, call: str, name: str) -> tuple[int, int, Buffer | None,
+                                                                        HostSpan | None]:
+    if isinstance(obj, Buffer):
+        obj._check_live(call)
+        return obj._ptr, obj._size, obj, None
+    span = host_span(obj, writable=writable, call=call, name=name)
+    return span.address, span.nbytes, None, span
+
+
+def _kind(dst: Buffer | None, src: Buffer | None) -> MemcpyKind:
+    dst_dev = dst is not None and dst.is_device
+    src_dev = src is not None and src.is_device
+    if dst_dev and src_dev:
+        return MemcpyKind.DEVICE_TO_DEVICE
+    if dst_dev:
+        return MemcpyKind.HOST_TO_DEVICE
+    return MemcpyKind.DEVICE_TO_HOST if src_dev else MemcpyKind.HOST_TO_HOST
+
+
+def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int | None,
+          call: str) -> None:
+    dst_addr, dst_size, dst_buf, dst_keep = _endpoint(dst, True, call, "dst")
+    src_addr, src_size, src_buf, src_keep = _endpoint(src, False, call, "src")
+    d_off = c_uint(dst_offset, call, "dst offset")
+    s_off = c_uint(src_offset, call, "src offset")
+    if s_off > src_size:
+        raise ValueError(f"{call}: src offset {s_off} exceeds the source size {src_size}")
+    n = src_size - s_off if count is None else c_uint(count, call, "count")
+    _check_range(call, "src offset + count", s_off, n, src_size)
+    _check_range(call, "dst offset + count", d_off, n, dst_size)
+    if (dst_buf is not None and src_buf is not None and dst_buf.is_device and src_buf.is_device
+            and dst_buf.device.id != src_buf.device.id):
+        raise ValueError(
+            f"{call}: device {src_buf.device.id} to device {dst_buf.device.id} copies need "
+            "peer access, which acl_mem does not enable; stage through host memory"
+        )
+    if n == 0:
+        return
+    try:
+        raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
+                        _kind(dst_buf, src_buf))
+    finally:
+        del dst_keep, src_keep
+
+

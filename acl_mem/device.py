@@ -1,0 +1,162 @@
+"""``Device``: a device id with the allocation and query calls that need its context."""
+
+from __future__ import annotations
+
+import functools
+from types import TracebackType
+from typing import NamedTuple
+
+from . import _backend, raw
+from ._args import c_int, c_uint
+from ._lifecycle import state
+from .buffers import DeviceBuffer, HostBuffer
+from .enums import MallocPolicy, MemAttr
+from .errors import DeviceNotCurrentError, FeatureNotSupportError
+from .sizes import AllocApi, allocation_size, soc_padding
+
+__all__ = ["Device", "MemInfo"]
+
+
+class MemInfo(NamedTuple):
+    """Free and total bytes of one page pool (spec §3.12)."""
+
+    free: int
+    total: int
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+
+@functools.lru_cache(maxsize=8)
+def _padding(backend: _backend.Backend) -> int:
+    return soc_padding(backend.soc_name())
+
+
+class Device:
+    """Device ``device_id``; ``with Device(0) as dev:`` sets it current for this thread.
+
+    Allocation and queries run in the calling thread's context, so they require this
+    device to be current there (:meth:`set_current` or the ``with`` block); another
+    current device raises :class:`~acl_mem.DeviceNotCurrentError` rather than
+    allocating on the wrong device.
+    """
+
+    __slots__ = ("_id",)
+
+    def __init__(self, device_id: int = 0) -> None:
+        self._id = c_int(device_id, "Device", "device_id")
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    def __repr__(self) -> str:
+        return f"Device({self._id})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash((Device, self._id))
+
+    # -- context -----------------------------------------------------------------------
+    @staticmethod
+    def count() -> int:
+        """Number of visible devices."""
+        return raw.aclrtGetDeviceCount()
+
+    @staticmethod
+    def current() -> Device:
+        """The calling thread's current device (ContextNullError if none, spec §3.2)."""
+        return Device(raw.aclrtGetDevice())
+
+    def set_current(self) -> Device:
+        """aclrtSetDevice: make current for this thread and add one reference (spec §3.2)."""
+        raw.aclrtSetDevice(self._id)
+        return self
+
+    def reset(self) -> None:
+        """aclrtResetDevice: drop one reference; at zero its memory is released."""
+        raw.aclrtResetDevice(self._id)
+
+    def __enter__(self) -> Device:
+        return self.set_current()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.reset()
+
+    def _require_current(self, call: str) -> None:
+        current = state.current_device()
+        if current is not None and current != self._id:
+            raise DeviceNotCurrentError(
+                f"Device({self._id}).{call}: device {current} is current in this thread; "
+                f"use `with Device({self._id}):` or Device({self._id}).set_current() first"
+            )
+
+    # -- allocation --------------------------------------------------------------------
+    def _device_alloc(self, api: AllocApi, size: int, policy: int) -> DeviceBuffer:
+        call = api.value
+        self._require_current(call)
+        nbytes = c_uint(size, call, "size")
+        pol = c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
+        ptr: int = getattr(raw, call)(nbytes, pol)
+        padded = allocation_size(api, nbytes, pol, padding=_padding(_backend.get()))
+        return DeviceBuffer(ptr, nbytes, padded, api, self)
+
+    def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
+        """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
+        return self._device_alloc(AllocApi.MALLOC, size, policy)
+
+    def malloc_align32(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
+        """aclrtMallocAlign32: ``ALIGN_UP(size,32)`` bytes, for carving up (spec §3.5)."""
+        return self._device_alloc(AllocApi.MALLOC_ALIGN32, size, policy)
+
+    def malloc_cached(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
+        """aclrtMallocCached: cacheable memory sized like aclrtMalloc (spec §3.5)."""
+        return self._device_alloc(AllocApi.MALLOC_CACHED, size, policy)
+
+    def malloc_host(self, size: int) -> HostBuffer:
+        """aclrtMallocHost: page-locked host memory, viewable without copying (spec §3.7)."""
+        self._require_current("aclrtMallocHost")
+        ptr = raw.aclrtMallocHost(size)
+        nbytes = int(size)
+        return HostBuffer(ptr, nbytes, allocation_size(AllocApi.MALLOC_HOST, nbytes),
+                          AllocApi.MALLOC_HOST, self)
+
+    def dvpp_malloc(
+        self, size: int, *, api: AllocApi | str = AllocApi.DVPP_MALLOC
+    ) -> DeviceBuffer:
+        """Media memory: acldvppMalloc (default) or ``api="hi_mpi_dvpp_malloc"`` (§3.8-§3.9)."""
+        chosen = AllocApi(api)
+        if chosen not in (AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC):
+            raise ValueError(f"dvpp_malloc: api must be acldvppMalloc or hi_mpi_dvpp_malloc, "
+                             f"got {chosen.value}")
+        self._require_current(chosen.value)
+        if chosen is AllocApi.DVPP_MALLOC:
+            ptr = raw.acldvppMalloc(size)
+        else:
+            ptr = raw.hi_mpi_dvpp_malloc(self._id, size)
+        nbytes = int(size)
+        return DeviceBuffer(ptr, nbytes, allocation_size(chosen, nbytes), chosen, self)
+
+    # -- queries -----------------------------------------------------------------------
+    def mem_info(self, attr: int = MemAttr.HBM_MEM) -> MemInfo:
+        """aclrtGetMemInfo for this device: ``(free, total)`` of a page pool (spec §3.12)."""
+        self._require_current("mem_info")
+        return MemInfo(*raw.aclrtGetMemInfo(attr))
+
+    def pools(self) -> dict[MemAttr, MemInfo]:
+        """Every pool this device reports; attributes its chip lacks are left out."""
+        found: dict[MemAttr, MemInfo] = {}
+        for attr in MemAttr:
+            try:
+                found[attr] = self.mem_info(attr)
+            except FeatureNotSupportError:
+                continue
+        return found
+
+

@@ -1,0 +1,217 @@
+"""Exceptions raised by acl_mem.
+
+Every non-zero ``aclError`` becomes an :class:`AclError`; the subclass is chosen by
+the code (spec §1.1), so ``except MemoryAllocationError`` works on both backends and
+tests compare class and :attr:`AclError.code`, never the message.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AclError",
+    "BackendError",
+    "ContextNullError",
+    "ContextReleaseError",
+    "DeviceNotCurrentError",
+    "DrvInternalError",
+    "FeatureNotSupportError",
+    "FreedBufferError",
+    "InternalError",
+    "InvalidDeviceIdError",
+    "InvalidHandleError",
+    "InvalidMemoryTypeError",
+    "InvalidParamError",
+    "MemoryAllocationError",
+    "MemoryFreeError",
+    "NoDeviceError",
+    "RepeatFinalizeError",
+    "RepeatInitializeError",
+    "RtParamInvalidError",
+    "StreamContextError",
+    "UninitializeError",
+    "check",
+]
+
+_BY_CODE: dict[int, type[AclError]] = {}
+
+
+class AclError(Exception):
+    """A non-zero aclError returned by the runtime (or by the fake in its place).
+
+    ``AclError(code, what)`` returns an instance of the subclass registered for
+    ``code``; unknown codes stay plain :class:`AclError`.
+    """
+
+    code: int
+    name: str
+    CODE: ClassVar[int | None] = None
+    NAME: ClassVar[str] = "ACL_ERROR_UNKNOWN"
+
+    def __new__(cls, code: int, what: str = "") -> AclError:  # noqa: D102
+        target = _BY_CODE.get(code, cls) if cls is AclError else cls
+        return super().__new__(target)
+
+    def __init__(self, code: int, what: str = "") -> None:
+        self.code = int(code)
+        self.name = _BY_CODE[code].NAME if code in _BY_CODE else f"ACL_ERROR_UNKNOWN({code})"
+        self.what = what
+        text = f"{self.name} ({self.code})"
+        super().__init__(f"{what}: {text}" if what else text)
+
+    def __reduce__(self) -> tuple[type[AclError], tuple[int, str]]:
+        return (AclError, (self.code, self.what))
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.CODE is not None:
+            _BY_CODE[cls.CODE] = cls
+
+
+class InvalidParamError(AclError, ValueError):
+    """100000: the ACL layer rejected a parameter (spec §1.2 layer 1)."""
+
+    CODE = 100000
+    NAME = "ACL_ERROR_INVALID_PARAM"
+
+
+class UninitializeError(AclError):
+    """100001: not initialised (no memory API returns it, spec §1.1)."""
+
+    CODE = 100001
+    NAME = "ACL_ERROR_UNINITIALIZE"
+
+
+class RepeatInitializeError(AclError):
+    """100002: aclInit called while already initialised (spec §3.1); harmless."""
+
+    CODE = 100002
+    NAME = "ACL_ERROR_REPEAT_INITIALIZE"
+
+
+class RepeatFinalizeError(AclError):
+    """100037: aclFinalize called while already finalised (spec §3.1)."""
+
+    CODE = 100037
+    NAME = "ACL_ERROR_REPEAT_FINALIZE"
+
+
+class RtParamInvalidError(AclError, ValueError):
+    """107000: the runtime or driver rejected a value (spec §1.2 layers 2-3)."""
+
+    CODE = 107000
+    NAME = "ACL_ERROR_RT_PARAM_INVALID"
+
+
+class InvalidDeviceIdError(AclError, ValueError):
+    """107001: device id outside ``[0, device count)`` (spec §3.2)."""
+
+    CODE = 107001
+    NAME = "ACL_ERROR_RT_INVALID_DEVICEID"
+
+
+class ContextNullError(AclError):
+    """107002: the calling thread has no current context (no aclrtSetDevice)."""
+
+    CODE = 107002
+    NAME = "ACL_ERROR_RT_CONTEXT_NULL"
+
+
+class StreamContextError(AclError):
+    """107003: stream not in the current context."""
+
+    CODE = 107003
+    NAME = "ACL_ERROR_RT_STREAM_CONTEXT"
+
+
+class InvalidMemoryTypeError(AclError, ValueError):
+    """107016: aclrtMemAttr outside 0..17 in aclrtGetMemInfo (spec §3.12)."""
+
+    CODE = 107016
+    NAME = "ACL_ERROR_RT_INVALID_MEMORY_TYPE"
+
+
+class InvalidHandleError(AclError, ValueError):
+    """107017: destroyed or wrong-type handle."""
+
+    CODE = 107017
+    NAME = "ACL_ERROR_RT_INVALID_HANDLE"
+
+
+class FeatureNotSupportError(AclError):
+    """207000: the chip, driver or mode does not support the request."""
+
+    CODE = 207000
+    NAME = "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"
+
+
+class MemoryAllocationError(AclError, MemoryError):
+    """207001: out of memory in the requested page pool."""
+
+    CODE = 207001
+    NAME = "ACL_ERROR_RT_MEMORY_ALLOCATION"
+
+
+class MemoryFreeError(AclError):
+    """207002: free error (defined by the header; no memory path emits it)."""
+
+    CODE = 207002
+    NAME = "ACL_ERROR_RT_MEMORY_FREE"
+
+
+class NoDeviceError(AclError):
+    """207004: no device."""
+
+    CODE = 207004
+    NAME = "ACL_ERROR_RT_NO_DEVICE"
+
+
+class InternalError(AclError):
+    """507000: runtime internal error."""
+
+    CODE = 507000
+    NAME = "ACL_ERROR_RT_INTERNAL_ERROR"
+
+
+class ContextReleaseError(AclError):
+    """507007: aclrtResetDevice on a device that is not set (spec §3.2)."""
+
+    CODE = 507007
+    NAME = "ACL_ERROR_RT_CONTEXT_RELEASE_ERROR"
+
+
+class DrvInternalError(AclError):
+    """507899: a driver error the runtime does not translate."""
+
+    CODE = 507899
+    NAME = "ACL_ERROR_RT_DRV_INTERNAL_ERROR"
+
+
+def error_name(code: int) -> str:
+    """The header name of ``code`` (``"ACL_SUCCESS"`` for 0)."""
+    if code == 0:
+        return "ACL_SUCCESS"
+    cls = _BY_CODE.get(code)
+    return cls.NAME if cls is not None else f"ACL_ERROR_UNKNOWN({code})"
+
+
+def check(rc: int, what: str) -> None:
+    """Raise the :class:`AclError` subclass for ``rc`` unless it is 0.
+
+    ``what`` names the call and its arguments; it becomes the message prefix.
+    """
+    if rc != 0:
+        raise AclError(rc, what)
+
+
+class FreedBufferError(ValueError):
+    """A buffer was used after :meth:`free` (or after its device was reset)."""
+
+
+class DeviceNotCurrentError(RuntimeError):
+    """A :class:`~acl_mem.Device` method ran on a thread where another device is current."""
+
+
+class BackendError(RuntimeError):
+    """A backend could not be loaded or chosen; the message lists every attempt."""

@@ -1,0 +1,243 @@
+"""The C API one to one, under the C names (spec §3).
+
+Pointers are Python ints (0 is NULL); outputs are returned; a non-zero aclError is
+raised as the :class:`~acl_mem.AclError` subclass for its code. Arguments are checked
+against their C types first (TypeError / ValueError naming the call and argument),
+so both backends see the same values. Semantics are the runtime's: nothing here
+rounds, caches or retries.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import _backend
+from ._args import c_int, c_uint, path_or_none
+from ._lifecycle import state
+from .enums import MallocPolicy, MemLocationType
+from .errors import AclError
+
+__all__ = [
+    "PtrAttributes",
+    "aclFinalize",
+    "aclInit",
+    "aclrtFree",
+    "aclrtFreeHost",
+    "aclrtGetDevice",
+    "aclrtGetDeviceCount",
+    "aclrtGetMemInfo",
+    "aclrtGetSocName",
+    "aclrtMalloc",
+    "aclrtMallocAlign32",
+    "aclrtMallocCached",
+    "aclrtMallocHost",
+    "aclrtMemGetAddressRange",
+    "aclrtMemcpy",
+    "aclrtMemset",
+    "aclrtPointerGetAttributes",
+    "aclrtResetDevice",
+    "aclrtSetDevice",
+    "acldvppFree",
+    "acldvppMalloc",
+    "hi_mpi_dvpp_free",
+    "hi_mpi_dvpp_malloc",
+]
+
+
+class PtrAttributes(NamedTuple):
+    """``aclrtPtrAttributes`` without its reserved words (spec §4.9)."""
+
+    type: MemLocationType
+    id: int
+    pageSize: int
+
+
+def _fail(rc: int, what: str) -> AclError:
+    return AclError(rc, what)
+
+
+def aclInit(configPath: object = None) -> None:
+    """Initialise ACL; a repeat raises RepeatInitializeError (100002), spec §3.1."""
+    path = path_or_none(configPath, "aclInit", "configPath")
+    rc = _backend.get().aclInit(path)
+    if rc:
+        raise _fail(rc, f"aclInit(configPath={path!r})")
+
+
+def aclFinalize() -> None:
+    """Tear ACL down (resets every device); a repeat raises 100037, spec §3.1."""
+    rc = _backend.get().aclFinalize()
+    if rc:
+        raise _fail(rc, "aclFinalize()")
+    state.teardown()
+
+
+def aclrtSetDevice(deviceId: int) -> None:
+    """Make ``deviceId`` current for this thread, adding one reference (spec §3.2)."""
+    dev = c_int(deviceId, "aclrtSetDevice", "deviceId")
+    rc = _backend.get().aclrtSetDevice(dev)
+    if rc:
+        raise _fail(rc, f"aclrtSetDevice(deviceId={dev})")
+    state.device_set(dev)
+
+
+def aclrtResetDevice(deviceId: int) -> None:
+    """Drop one reference; at zero the device's memory is released (spec §3.2)."""
+    dev = c_int(deviceId, "aclrtResetDevice", "deviceId")
+    rc = _backend.get().aclrtResetDevice(dev)
+    if rc:
+        raise _fail(rc, f"aclrtResetDevice(deviceId={dev})")
+    state.device_reset(dev)
+
+
+def aclrtGetDevice() -> int:
+    """The calling thread's current device; 107002 if it never set one (spec §3.2)."""
+    rc, dev = _backend.get().aclrtGetDevice()
+    if rc:
+        raise _fail(rc, "aclrtGetDevice()")
+    return dev
+
+
+def aclrtGetDeviceCount() -> int:
+    """Number of visible devices (spec §3.2)."""
+    rc, count = _backend.get().aclrtGetDeviceCount()
+    if rc:
+        raise _fail(rc, "aclrtGetDeviceCount()")
+    return count
+
+
+def aclrtGetSocName() -> str:
+    """The SoC name (e.g. ``"Ascend910B1"``); decides the padding size (spec §3.5)."""
+    return _backend.get().soc_name()
+
+
+def _malloc(call: str, size: object, policy: object) -> int:
+    nbytes = c_uint(size, call, "size")
+    pol = c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
+    backend = _backend.get()
+    rc, ptr = getattr(backend, call)(nbytes, pol)
+    if rc:
+        raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})")
+    return int(ptr)
+
+
+def aclrtMalloc(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
+    """Device memory of ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
+    return _malloc("aclrtMalloc", size, policy)
+
+
+def aclrtMallocAlign32(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
+    """Device memory of ``ALIGN_UP(size,32)`` bytes, no padding (spec §3.5)."""
+    return _malloc("aclrtMallocAlign32", size, policy)
+
+
+def aclrtMallocCached(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
+    """Cacheable device memory, sized like aclrtMalloc (spec §3.5)."""
+    return _malloc("aclrtMallocCached", size, policy)
+
+
+def _free(call: str, arg: str, ptr: object) -> None:
+    address = c_uint(ptr, call, arg, 64, "void *")
+    rc = getattr(_backend.get(), call)(address)
+    if rc:
+        raise _fail(rc, f"{call}({arg}={address:#x})")
+
+
+def aclrtFree(devPtr: int) -> None:
+    """Free aclrtMalloc-family memory at once, without synchronising (spec §3.6)."""
+    _free("aclrtFree", "devPtr", devPtr)
+
+
+def aclrtMallocHost(size: int) -> int:
+    """Page-locked host memory of ``ALIGN_UP(size,32)`` bytes (spec §3.7)."""
+    nbytes = c_uint(size, "aclrtMallocHost", "size")
+    rc, ptr = _backend.get().aclrtMallocHost(nbytes)
+    if rc:
+        raise _fail(rc, f"aclrtMallocHost(size={nbytes})")
+    return int(ptr)
+
+
+def aclrtFreeHost(hostPtr: int) -> None:
+    """Free aclrtMallocHost memory (spec §3.7)."""
+    _free("aclrtFreeHost", "hostPtr", hostPtr)
+
+
+def acldvppMalloc(size: int) -> int:
+    """Huge-page media memory, 128-byte aligned, ``ALIGN_UP(size,32)+32`` (spec §3.8)."""
+    nbytes = c_uint(size, "acldvppMalloc", "size")
+    rc, ptr = _backend.get().acldvppMalloc(nbytes)
+    if rc:
+        raise _fail(rc, f"acldvppMalloc(size={nbytes})")
+    return int(ptr)
+
+
+def acldvppFree(devPtr: int) -> None:
+    """Free acldvppMalloc memory (spec §3.8)."""
+    _free("acldvppFree", "devPtr", devPtr)
+
+
+def hi_mpi_dvpp_malloc(dev_id: int, size: int) -> int:
+    """Media V2 memory; ``dev_id`` is reserved and ignored (spec §3.9)."""
+    dev = c_uint(dev_id, "hi_mpi_dvpp_malloc", "dev_id", 32, "hi_u32")
+    nbytes = c_uint(size, "hi_mpi_dvpp_malloc", "size", 64, "hi_u64")
+    rc, ptr = _backend.get().hi_mpi_dvpp_malloc(dev, nbytes)
+    if rc:
+        raise _fail(rc, f"hi_mpi_dvpp_malloc(dev_id={dev}, size={nbytes})")
+    return int(ptr)
+
+
+def hi_mpi_dvpp_free(dev_ptr: int) -> None:
+    """Free hi_mpi_dvpp_malloc memory (spec §3.9)."""
+    _free("hi_mpi_dvpp_free", "dev_ptr", dev_ptr)
+
+
+def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None:
+    """Synchronous copy; the runtime decides the direction from the addresses (spec §3.10)."""
+    call = "aclrtMemcpy"
+    d = c_uint(dst, call, "dst", 64, "void *")
+    dm = c_uint(destMax, call, "destMax")
+    s = c_uint(src, call, "src", 64, "const void *")
+    n = c_uint(count, call, "count")
+    k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
+    rc = _backend.get().aclrtMemcpy(d, dm, s, n, k)
+    if rc:
+        raise _fail(rc, f"{call}(dst={d:#x}, destMax={dm}, src={s:#x}, count={n}, kind={k})")
+
+
+def aclrtMemset(devPtr: int, maxCount: int, value: int, count: int) -> None:
+    """Set ``count`` bytes to the low byte of ``value`` (spec §3.11)."""
+    call = "aclrtMemset"
+    p = c_uint(devPtr, call, "devPtr", 64, "void *")
+    mc = c_uint(maxCount, call, "maxCount")
+    v = c_int(value, call, "value")
+    n = c_uint(count, call, "count")
+    rc = _backend.get().aclrtMemset(p, mc, v, n)
+    if rc:
+        raise _fail(rc, f"{call}(devPtr={p:#x}, maxCount={mc}, value={v}, count={n})")
+
+
+def aclrtGetMemInfo(attr: int) -> tuple[int, int]:
+    """``(free, total)`` bytes of the page pool ``attr`` names (spec §3.12)."""
+    a = c_uint(attr, "aclrtGetMemInfo", "attr", 32, "aclrtMemAttr")
+    rc, free, total = _backend.get().aclrtGetMemInfo(a)
+    if rc:
+        raise _fail(rc, f"aclrtGetMemInfo(attr={a})")
+    return free, total
+
+
+def aclrtMemGetAddressRange(ptr: int) -> tuple[int, int]:
+    """``(base, size)`` of the block holding ``ptr``, size page-rounded (spec §4.8)."""
+    p = c_uint(ptr, "aclrtMemGetAddressRange", "ptr", 64, "void *")
+    rc, base, size = _backend.get().aclrtMemGetAddressRange(p)
+    if rc:
+        raise _fail(rc, f"aclrtMemGetAddressRange(ptr={p:#x})")
+    return base, size
+
+
+def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
+    """Where ``ptr`` lives: DEVICE (with user device id), HOST or UNREGISTERED (spec §4.9)."""
+    p = c_uint(ptr, "aclrtPointerGetAttributes", "ptr", 64, "const void *")
+    rc, loc_type, loc_id, page = _backend.get().aclrtPointerGetAttributes(p)
+    if rc:
+        raise _fail(rc, f"aclrtPointerGetAttributes(ptr={p:#x})")
+    return PtrAttributes(MemLocationType(loc_type), loc_id, page)
