@@ -36,6 +36,16 @@ from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignm
 
 __version__ = "0.1.0.dev0"
 
+
+def __getattr__(name: str) -> object:
+    # ``acl_mem.fake`` loads the device model only when asked for, so that importing
+    # acl_mem stays free of backend code.
+    if name == "fake":
+        import importlib
+
+        return importlib.import_module(".fake", __name__)
+    raise AttributeError(f"module 'acl_mem' has no attribute {name!r}")
+
 __all__ = [
     "AclError",
     "AllocApi",

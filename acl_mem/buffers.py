@@ -9,6 +9,7 @@ buffer raises :class:`~acl_mem.FreedBufferError`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -47,10 +48,9 @@ def _release_later(
     def release(_: Any) -> None:
         if os.getpid() != pid or not state.is_live(device_id, token):
             return
-        try:
+        # A destructor must never raise; the memory is lost to this process anyway.
+        with contextlib.suppress(Exception):
             getattr(backend, call)(ptr)
-        except Exception:  # noqa: BLE001 - a destructor must never raise
-            pass
 
     return release
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from types import TracebackType
 from typing import NamedTuple
 
@@ -28,9 +27,15 @@ class MemInfo(NamedTuple):
         return self.total - self.free
 
 
-@functools.lru_cache(maxsize=8)
+_PADDING: dict[int, tuple[_backend.Backend, int]] = {}
+
+
 def _padding(backend: _backend.Backend) -> int:
-    return soc_padding(backend.soc_name())
+    """The SoC's padding size, asked once per backend object."""
+    cached = _PADDING.get(id(backend))
+    if cached is None or cached[0] is not backend:
+        cached = _PADDING[id(backend)] = (backend, soc_padding(backend.soc_name()))
+    return cached[1]
 
 
 class Device:

@@ -49,7 +49,7 @@ class AclError(Exception):
     CODE: ClassVar[int | None] = None
     NAME: ClassVar[str] = "ACL_ERROR_UNKNOWN"
 
-    def __new__(cls, code: int, what: str = "") -> AclError:  # noqa: D102
+    def __new__(cls, code: int, what: str = "") -> AclError:
         target = _BY_CODE.get(code, cls) if cls is AclError else cls
         return super().__new__(target)
 

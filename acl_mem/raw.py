@@ -21,6 +21,8 @@ __all__ = [
     "PtrAttributes",
     "aclFinalize",
     "aclInit",
+    "acldvppFree",
+    "acldvppMalloc",
     "aclrtFree",
     "aclrtFreeHost",
     "aclrtGetDevice",
@@ -37,8 +39,6 @@ __all__ = [
     "aclrtPointerGetAttributes",
     "aclrtResetDevice",
     "aclrtSetDevice",
-    "acldvppFree",
-    "acldvppMalloc",
     "hi_mpi_dvpp_free",
     "hi_mpi_dvpp_malloc",
 ]

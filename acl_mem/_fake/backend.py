@@ -7,10 +7,10 @@ spec's suggested choice (spec §8); ``docs/fidelity.md`` lists them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
-
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
@@ -225,11 +225,9 @@ class FakeBackend:
                 return codes.RT_PARAM_INVALID
             self._host.remove(block)
             host_map = self._host_maps.pop(hostPtr)
-            try:
+            # If something still exports the mapping, it goes with the last view.
+            with contextlib.suppress(BufferError):
                 host_map.close()
-            except BufferError:
-                # Someone still exports the mapping; it is released with the last view.
-                pass
             return codes.SUCCESS
 
     # -- copies and memset (spec §3.10, §3.11) -----------------------------------

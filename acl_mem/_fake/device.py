@@ -89,7 +89,9 @@ class PagePools:
     def total_of(self, kind: PageKind) -> int:
         if kind is PageKind.NORMAL:
             return self.normal_total
-        return self.huge_total if kind is PageKind.HUGE else self.huge_total // GIANT_PAGE * GIANT_PAGE
+        if kind is PageKind.HUGE:
+            return self.huge_total
+        return self.huge_total // GIANT_PAGE * GIANT_PAGE
 
     def take(self, kind: PageKind, size: int) -> bool:
         if size > self.free_of(kind):

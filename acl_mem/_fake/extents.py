@@ -5,7 +5,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 __all__ = ["Block", "BlockIndex", "ExtentAllocator"]
 

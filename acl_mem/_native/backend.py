@@ -34,7 +34,10 @@ class NativeBackend:
 
     def soc_name(self) -> str:
         name = self.lib.aclrtGetSocName()
-        return "" if name == self._null else self.ffi.string(name).decode(errors="replace")
+        if name == self._null:
+            return ""
+        text = self.ffi.string(name)
+        return text.decode(errors="replace") if isinstance(text, bytes) else text
 
     def _side_library(self, soname: str) -> Any:
         with self._lock:
