@@ -72,6 +72,10 @@ _CACHED_POLICIES = frozenset(
 _PADDING_BY_SOC_PREFIX = (("Ascend950", 0), ("Ascend350", 0), ("Ascend035", 16))
 
 
+def _api(api: AllocApi | str) -> AllocApi:
+    return api if isinstance(api, AllocApi) else AllocApi(api)
+
+
 def align_up(length: int, k: int) -> int:
     """``ALIGN_UP(len, k) = ((len - 1) / k + 1) * k`` of the seeds (spec §3.14); 0 stays 0."""
     if k <= 0:
@@ -97,7 +101,7 @@ def effective_policy(api: AllocApi | str, policy: int) -> MallocPolicy:
     combinations included, silently becomes HUGE_FIRST. DVPP memory is huge-page
     memory (spec §3.8), reported here as HUGE_ONLY.
     """
-    api = AllocApi(api)
+    api = _api(api)
     if api in _DVPP:
         return MallocPolicy.HUGE_ONLY
     if 0 <= policy <= 7:
@@ -118,7 +122,7 @@ def allocation_size(
     aclrtMallocHost: ``ALIGN_UP(size, 32)``; DVPP: ``ALIGN_UP(size, 32) + 32``.
     The driver then rounds further to whole pages (:func:`page_kinds`).
     """
-    api = AllocApi(api)
+    api = _api(api)
     if size < 0:
         raise ValueError(f"allocation_size: size must be >= 0, got {size}")
     if api in (AllocApi.MALLOC, AllocApi.MALLOC_CACHED):
@@ -135,7 +139,7 @@ def page_kinds(padded_size: int, policy: MallocPolicy) -> tuple[PageKind, ...]:
     HUGE_FIRST(_P2P) takes huge pages when the padded size exceeds 1 MiB and falls
     back to normal pages; at or below 1 MiB it takes normal pages only.
     """
-    base = MallocPolicy(policy)
+    base = policy if isinstance(policy, MallocPolicy) else MallocPolicy(policy)
     if base in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_FIRST_P2P):
         if padded_size > HUGE_FIRST_THRESHOLD:
             return (PageKind.HUGE, PageKind.NORMAL)
@@ -166,7 +170,7 @@ def segment_alignment(api: AllocApi | str, *, mixed_media: bool = False) -> int:
     64 bytes for the aclrtMalloc family and aclrtMallocHost, 128 for DVPP memory;
     ``mixed_media=True`` (media and inference buffers in one pool) gives 128 always.
     """
-    api = AllocApi(api)
+    api = _api(api)
     return 128 if mixed_media or api in _DVPP else 64
 
 

@@ -39,6 +39,13 @@ def layout(device: int, capacity: int) -> tuple[int, int, int]:
     return slot, span, slot + DEVICE_SLOT - DVPP_WINDOW
 
 
+#: Host bytes sit this far from page alignment. Device blocks are page-aligned and
+#: malloc'ed host buffers start 16 bytes into a page; a memcpy between addresses whose
+#: difference is a small multiple of 4 KiB stalls on 4K aliasing (measured 3.6x slower
+#: for 256 MiB), so the backing is skewed by half a page.
+_SKEW = 2048
+
+
 class Region:
     """A device address range and the sparse host mapping behind it (made on first use)."""
 
@@ -51,15 +58,21 @@ class Region:
     def host_address(self, device_address: int) -> int:
         if self._map is None:
             self._map = mmap.mmap(
-                -1, self.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE
+                -1, self.size + mmap.PAGESIZE,
+                flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
             )
             self._host_base = address_of(self._map)
-        return self._host_base + (device_address - self.base)
+        return self._host_base + _SKEW + (device_address - self.base)
 
     def discard(self, device_address: int, size: int) -> None:
-        """Give the pages of a freed range back to the host (contents become zero)."""
-        if self._map is not None and size > 0:
-            self._map.madvise(mmap.MADV_DONTNEED, device_address - self.base, size)
+        """Give the whole host pages of a freed range back (their contents become zero)."""
+        if self._map is None or size <= 0:
+            return
+        offset = _SKEW + device_address - self.base
+        first = align_up(offset, mmap.PAGESIZE)
+        last = (offset + size) // mmap.PAGESIZE * mmap.PAGESIZE
+        if last > first:
+            self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
 
     def contains(self, address: int) -> bool:
         return self.base <= address < self.base + self.size

@@ -1,0 +1,145 @@
+"""acl_mem benchmarks: figures as ratios measured in one run (``python benchmarks/run.py``).
+
+Not part of the test run. Each figure compares acl_mem with a baseline timed in the
+same process, so machine load affects both sides alike; every timing is the median
+of several repeats.
+
+(a) fake H2D then D2H of 256 MiB vs numpy.copyto of the same bytes twice (goal >= 0.8)
+(b) peak RSS after 60 x 1 GiB allocations on a 64 GiB profile, 1 MiB written to each
+    (goal < 1 GiB), measured in a fresh process
+(c) raw fake aclrtMalloc + aclrtFree pair vs a Python dict insert + delete (reported)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_copy(repeats: int) -> dict[str, float]:
+    import numpy as np
+
+    import acl_mem
+
+    acl_mem.use_backend("fake")
+    size = 256 * MiB
+    src = np.random.default_rng(1).integers(0, 255, size, dtype=np.uint8)
+    dst = np.empty_like(src)
+    tmp = np.empty_like(src)
+    with acl_mem.Device(0) as dev, dev.malloc(size) as buf:
+        buf.copy_from(src)  # first touch of the device pages is not part of the steady state
+
+        def fake_round_trip() -> None:
+            buf.copy_from(src)
+            buf.copy_to(dst)
+
+        def numpy_round_trip() -> None:
+            np.copyto(tmp, src)
+            np.copyto(dst, tmp)
+
+        fake_round_trip()
+        assert np.array_equal(src, dst)
+        fake_s = _median_seconds(fake_round_trip, repeats)
+        numpy_s = _median_seconds(numpy_round_trip, repeats)
+    return {
+        "fake_round_trip_s": fake_s,
+        "numpy_round_trip_s": numpy_s,
+        "throughput_ratio_fake_over_numpy": numpy_s / fake_s,
+        "fake_GBps": 2 * size / fake_s / 1e9,
+    }
+
+
+_RSS_CHILD = """
+import acl_mem
+
+def peak_rss():
+    # VmHWM starts afresh at exec; ru_maxrss would carry the parent's peak over.
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+acl_mem.use_backend("fake")
+acl_mem.fake.configure("atlas-a2", hbm_bytes=64 << 30)
+chunk = b"\\x5a" * (1 << 20)
+with acl_mem.Device(0) as dev:
+    before = peak_rss()
+    bufs = [dev.malloc(1 << 30) for _ in range(60)]
+    for b in bufs:
+        b.copy_from(chunk)
+    peak = peak_rss()
+    print(before * 1024, peak * 1024)
+"""
+
+
+def bench_rss() -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD], check=True, capture_output=True,
+                         text=True, env={**os.environ, "ACL_MEM_BACKEND": "fake"})
+    before, peak = (int(x) for x in out.stdout.split())
+    return {"rss_before_MiB": before / MiB, "peak_rss_MiB": peak / MiB,
+            "allocated_GiB": 60.0, "written_MiB": 60.0}
+
+
+def bench_malloc_pair(loops: int, repeats: int) -> dict[str, float]:
+    import acl_mem
+    from acl_mem import raw
+
+    acl_mem.use_backend("fake")
+    table: dict[int, int] = {}
+
+    def malloc_free() -> None:
+        for _ in range(loops):
+            raw.aclrtFree(raw.aclrtMalloc(4096, 0))
+
+    def dict_pair() -> None:
+        for i in range(loops):
+            table[i] = i
+            del table[i]
+
+    with acl_mem.Device(0):
+        acl_s = _median_seconds(malloc_free, repeats) / loops
+    dict_s = _median_seconds(dict_pair, repeats) / loops
+    return {"raw_malloc_free_pair_us": acl_s * 1e6, "dict_insert_delete_us": dict_s * 1e6,
+            "ratio_malloc_pair_over_dict": acl_s / dict_s}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--loops", type=int, default=20000)
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args()
+    results = {
+        "a_copy_256MiB": bench_copy(args.repeats),
+        "b_sparse_rss": bench_rss(),
+        "c_malloc_pair": bench_malloc_pair(args.loops, args.repeats),
+    }
+    for name, figures in results.items():
+        print(name)
+        for key, value in figures.items():
+            print(f"  {key:<36} {value:12.3f}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
