@@ -64,8 +64,8 @@ def load_library(
             return ffi.dlopen(path), path
         except OSError as exc:
             attempts.append(f"  {path} ({why}): {exc}")
-    tried = "\n".join(attempts) or "  (no directory to search: set ASCEND_HOME_PATH)"
+    tried = "\n".join(attempts) or "  (no directory to search)"
     raise BackendError(
-        f"{soname} could not be loaded; tried:\n{tried}\n"
-        "Source the CANN environment (set_env.sh) or set ASCEND_HOME_PATH."
+        f"{soname} could not be loaded from {len(attempts)} place(s); source the CANN "
+        f"environment (set_env.sh) or set ASCEND_HOME_PATH. Tried:\n{tried}"
     )
