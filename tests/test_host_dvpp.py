@@ -1,0 +1,502 @@
+"""Conformance: aclrtMallocHost / aclrtFreeHost (spec §3.7), acldvppMalloc / acldvppFree
+(spec §3.8) and hi_mpi_dvpp_malloc / hi_mpi_dvpp_free (spec §3.9).
+
+DVPP memory is huge-page memory: its use is observed in the huge-page pool
+(aclrtGetMemInfo), with expected numbers worked out here from the spec.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import acl_mem
+from acl_mem import raw
+from acl_mem.enums import MallocPolicy, MemAttr, MemLocationType
+from acl_mem.errors import (
+    ContextNullError,
+    FeatureNotSupportError,
+    InvalidParamError,
+    MemoryAllocationError,
+    RtParamInvalidError,
+)
+from acl_mem.sizes import AllocApi
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+HUGE_PAGE = 2 * MiB
+DVPP_WINDOW = 16 * GiB
+
+DVPP_APIS = ["acldvppMalloc", "hi_mpi_dvpp_malloc"]
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+def in_fresh_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
+    box: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+    def run() -> None:
+        try:
+            box.put((True, fn()))
+        except BaseException as exc:  # handed back to the caller
+            box.put((False, exc))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    ok, value = box.get_nowait()
+    if not ok:
+        raise value
+    return value
+
+
+def free_pools() -> tuple[int, int]:
+    """(free bytes of normal pages, free bytes of huge pages) of the current device."""
+    return (raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0],
+            raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0])
+
+
+def taken(fn: Callable[[], int]) -> tuple[int, int, int]:
+    """Run an allocation; return (pointer, normal bytes taken, huge bytes taken)."""
+    normal0, huge0 = free_pools()
+    ptr = fn()
+    normal1, huge1 = free_pools()
+    return ptr, normal0 - normal1, huge0 - huge1
+
+
+def dvpp_malloc(api: str, size: int) -> int:
+    if api == "acldvppMalloc":
+        return raw.acldvppMalloc(size)
+    return raw.hi_mpi_dvpp_malloc(0, size)
+
+
+def dvpp_free(api: str, ptr: int) -> None:
+    if api == "acldvppMalloc":
+        raw.acldvppFree(ptr)
+    else:
+        raw.hi_mpi_dvpp_free(ptr)
+
+
+def address_of(buf: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+# -- §3.7 aclrtMallocHost / aclrtFreeHost -----------------------------------------------
+
+
+def test_spec_3_7_malloc_host_size_zero_is_100000(dev):
+    """spec §3.7: aclrtMallocHost(size 0) -> 100000."""
+    with pytest.raises(InvalidParamError) as e:
+        raw.aclrtMallocHost(0)
+    assert e.value.code == 100000
+
+
+def test_spec_3_7_malloc_host_size_zero_is_100000_without_context(backend):
+    """spec §3.7: size 0 is an ACL-layer check: 100000 wins over "no context"."""
+    with pytest.raises(InvalidParamError) as e:
+        in_fresh_thread(lambda: raw.aclrtMallocHost(0))
+    assert e.value.code == 100000
+
+
+def test_spec_3_7_malloc_host_null_output_is_100000(backend):
+    """spec §3.7: hostPtr == NULL -> 100000, with or without a context."""
+    assert in_fresh_thread(lambda: backend.aclrtMallocHost(64, null_outputs=1))[0] == 100000
+    raw.aclrtSetDevice(0)
+    try:
+        assert backend.aclrtMallocHost(64, null_outputs=1) == (100000, 0)
+    finally:
+        raw.aclrtResetDevice(0)
+
+
+def test_spec_3_7_malloc_host_without_context_is_107002(backend):
+    """spec §3.7: aclrtMallocHost in a thread without context -> 107002."""
+    with pytest.raises(ContextNullError) as e:
+        in_fresh_thread(lambda: raw.aclrtMallocHost(64))
+    assert e.value.code == 107002
+
+
+def test_spec_3_7_malloc_host_is_64_byte_aligned(dev):
+    """spec §3.7: host memory starts 64-byte aligned; live blocks are distinct."""
+    ptrs = [raw.aclrtMallocHost(size) for size in (1, 31, 33, 64, 100, 4095, 4097, 1 * MiB)]
+    try:
+        for ptr in ptrs:
+            assert ptr != 0
+            assert ptr % 64 == 0, hex(ptr)
+        assert len(set(ptrs)) == len(ptrs)
+    finally:
+        for ptr in ptrs:
+            raw.aclrtFreeHost(ptr)
+
+
+def test_spec_3_7_malloc_host_memory_is_writable_in_place(dev):
+    """spec §3.7: page-locked host memory: writable through a view, and copies to and
+    from the device carry the bytes."""
+    pattern = bytes(range(200)) + bytes(56)
+    with dev.malloc_host(256) as src, dev.malloc_host(256) as dst, dev.malloc(256) as devbuf:
+        view = src.view()
+        assert len(view) == 256
+        assert not view.readonly
+        view[:] = pattern
+        assert bytes(src.view()) == pattern
+        view.release()
+        devbuf.copy_from(src)
+        devbuf.copy_to(dst)
+        out = dst.view()
+        assert bytes(out) == pattern
+        out.release()
+
+
+def test_spec_3_7_malloc_host_raw_pointer_is_the_memory(dev):
+    """spec §3.7: the returned pointer addresses the memory itself (host == CPU memory)."""
+    ptr = raw.aclrtMallocHost(100)
+    try:
+        ctypes.memmove(ptr, b"ascend-host", 11)
+        assert ctypes.string_at(ptr, 11) == b"ascend-host"
+    finally:
+        raw.aclrtFreeHost(ptr)
+
+
+@pytest.mark.parametrize(("size", "allocated"), [(1, 32), (32, 32), (33, 64), (100, 128)])
+def test_spec_3_7_malloc_host_allocated_size(dev, size, allocated):
+    """spec §3.7 / §7: aclrtMallocHost reserves ALIGN_UP(size, 32), no +32."""
+    with dev.malloc_host(size) as buf:
+        assert buf.size == size
+        assert buf.allocated_size == allocated
+        assert buf.api is AllocApi.MALLOC_HOST
+
+
+def test_spec_4_9_malloc_host_pointer_is_host_memory(dev):
+    """spec §4.9: aclrtMallocHost memory has location type HOST, id 0."""
+    ptr = raw.aclrtMallocHost(100)
+    try:
+        attrs = raw.aclrtPointerGetAttributes(ptr)
+        assert attrs.type == MemLocationType.HOST
+        assert attrs.id == 0
+    finally:
+        raw.aclrtFreeHost(ptr)
+
+
+def test_spec_3_7_free_host_null_is_100000(dev):
+    """spec §3.7: aclrtFreeHost(NULL) -> 100000."""
+    with pytest.raises(InvalidParamError) as e:
+        raw.aclrtFreeHost(0)
+    assert e.value.code == 100000
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_7_free_host_twice_is_107000(dev):
+    """spec §3.7 / §8 q1: freeing host memory twice -> 107000 (fake's choice)."""
+    ptr = raw.aclrtMallocHost(64)
+    raw.aclrtFreeHost(ptr)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.aclrtFreeHost(ptr)
+    assert e.value.code == 107000
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
+    """spec §3.7 / §8 q1: aclrtFreeHost only takes aclrtMallocHost memory: a device
+    pointer, an interior pointer or plain host memory -> 107000 (fake's choice)."""
+    host = raw.aclrtMallocHost(256)
+    device = raw.aclrtMalloc(64, MallocPolicy.HUGE_FIRST)
+    plain = bytearray(64)
+    try:
+        for ptr in (device, host + 64, address_of(plain)):
+            with pytest.raises(RtParamInvalidError) as e:
+                raw.aclrtFreeHost(ptr)
+            assert e.value.code == 107000
+    finally:
+        raw.aclrtFree(device)
+        raw.aclrtFreeHost(host)
+
+
+# -- §3.8 / §3.9 DVPP memory ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
+def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
+    """spec §3.8 / §3.9: DVPP memory is huge-page memory: 1 byte -> one 2 MiB huge page,
+    nothing from the normal pool."""
+    ptr, normal, huge = taken(lambda: dvpp_malloc(api, 1))
+    assert (normal, huge) == (0, HUGE_PAGE)
+    dvpp_free(api, ptr)
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
+@pytest.mark.parametrize(("size", "huge_bytes"), [
+    (2 * MiB - 32, 2 * MiB),        # ALIGN_UP(., 32) + 32 = 2 MiB -> one huge page
+    (2 * MiB - 31, 4 * MiB),        # ALIGN_UP(., 32) = 2 MiB; + 32 -> two huge pages
+    (2 * MiB, 4 * MiB),             # 2 MiB + 32 -> two huge pages
+    (6 * MiB - 32, 6 * MiB),        # exactly three huge pages
+    (6 * MiB - 1, 8 * MiB),
+])
+def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
+    """spec §3.8 / §3.9: real size ALIGN_UP(size, 32) + 32, rounded to 2 MiB pages."""
+    ptr, normal, huge = taken(lambda: dvpp_malloc(api, size))
+    assert (normal, huge) == (0, huge_bytes)
+    dvpp_free(api, ptr)
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
+def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
+    """spec §3.8 / §3.9: DVPP memory starts 128-byte aligned."""
+    ptrs = [dvpp_malloc(api, size) for size in (1, 33, 100, 4097, 2 * MiB + 1)]
+    try:
+        for ptr in ptrs:
+            assert ptr != 0
+            assert ptr % 128 == 0, hex(ptr)
+        assert len(set(ptrs)) == len(ptrs)
+    finally:
+        for ptr in ptrs:
+            dvpp_free(api, ptr)
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
+def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
+    """spec §3.8 / §3.9: freeing DVPP memory returns its huge pages."""
+    before = free_pools()
+    ptrs = [dvpp_malloc(api, 1), dvpp_malloc(api, 5 * MiB)]
+    assert free_pools() == (before[0], before[1] - 2 * MiB - 6 * MiB)
+    for ptr in ptrs:
+        dvpp_free(api, ptr)
+    assert free_pools() == before
+
+
+@pytest.mark.open_question(11)
+def test_spec_3_8_dvpp_malloc_size_zero_succeeds(dev):
+    """spec §3.8 / §8 q11: acldvppMalloc has no size check: size 0 reserves 32 bytes
+    (one huge page) and succeeds."""
+    ptr, normal, huge = taken(lambda: raw.acldvppMalloc(0))
+    assert ptr != 0
+    assert ptr % 128 == 0
+    assert (normal, huge) == (0, HUGE_PAGE)
+    raw.acldvppFree(ptr)
+
+
+def test_spec_3_8_dvpp_malloc_null_output_is_100000(dev, backend):
+    """spec §3.8: acldvppMalloc(devPtr NULL) -> 100000; nothing is taken."""
+    before = free_pools()
+    assert backend.acldvppMalloc(64, null_outputs=1) == (100000, 0)
+    assert free_pools() == before
+
+
+def test_spec_3_8_dvpp_malloc_overflow_is_100000(dev):
+    """spec §3.8: size arithmetic overflow -> 100000."""
+    with pytest.raises(InvalidParamError) as e:
+        raw.acldvppMalloc(2**64 - 1)
+    assert e.value.code == 100000
+
+
+def test_spec_3_8_dvpp_free_null_is_100000(dev):
+    """spec §3.8: acldvppFree(NULL) -> 100000."""
+    with pytest.raises(InvalidParamError) as e:
+        raw.acldvppFree(0)
+    assert e.value.code == 100000
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_8_dvpp_double_free_is_107000(dev):
+    """spec §3.8 / §8 q1: freeing DVPP memory twice -> 107000 (fake's choice)."""
+    ptr = raw.acldvppMalloc(64)
+    raw.acldvppFree(ptr)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.acldvppFree(ptr)
+    assert e.value.code == 107000
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
+    """spec §3.6 / §3.8 / §8 q1: aclrtFree of a DVPP pointer -> 107000; the DVPP block
+    survives and acldvppFree still frees it."""
+    before = free_pools()
+    ptr = raw.acldvppMalloc(64)
+    during = free_pools()
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.aclrtFree(ptr)
+    assert e.value.code == 107000
+    assert free_pools() == during
+    raw.acldvppFree(ptr)
+    assert free_pools() == before
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
+    """spec §3.8 / §8 q1: acldvppFree of an aclrtMalloc pointer -> 107000; the block
+    survives and aclrtFree still frees it."""
+    before = free_pools()
+    ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
+    during = free_pools()
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.acldvppFree(ptr)
+    assert e.value.code == 107000
+    assert free_pools() == during
+    raw.aclrtFree(ptr)
+    assert free_pools() == before
+
+
+@pytest.mark.open_question(1)
+def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
+    """spec §3.8 / §8 q1: acldvppFree of a pointer inside a DVPP block -> 107000."""
+    ptr = raw.acldvppMalloc(4096)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.acldvppFree(ptr + 128)
+    assert e.value.code == 107000
+    raw.acldvppFree(ptr)
+
+
+def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
+    """spec §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes from
+    the current device whatever the id."""
+    for dev_id in (0, 7, 12345, 2**32 - 1):
+        ptr, normal, huge = taken(lambda d=dev_id: raw.hi_mpi_dvpp_malloc(d, 100))
+        assert (normal, huge) == (0, HUGE_PAGE)
+        assert ptr % 128 == 0
+        attrs = raw.aclrtPointerGetAttributes(ptr)
+        assert attrs.type == MemLocationType.DEVICE
+        assert attrs.id == 0
+        raw.hi_mpi_dvpp_free(ptr)
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
+def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
+    """spec §4.9: DVPP memory has location type DEVICE with the user device id."""
+    ptr = dvpp_malloc(api, 100)
+    attrs = raw.aclrtPointerGetAttributes(ptr)
+    assert attrs.type == MemLocationType.DEVICE
+    assert attrs.id == 0
+    dvpp_free(api, ptr)
+
+
+def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
+    """spec §3.8: DVPP failure means the huge pages are insufficient -> 207001, even
+    while normal pages are free."""
+    huge0 = free_pools()[1]
+    fill = raw.aclrtMallocAlign32(huge0 // HUGE_PAGE * HUGE_PAGE, MallocPolicy.HUGE_ONLY)
+    try:
+        normal_free, huge_free = free_pools()
+        assert huge_free < HUGE_PAGE
+        assert normal_free > 4 * MiB
+        for api in DVPP_APIS:
+            with pytest.raises(MemoryAllocationError) as e:
+                dvpp_malloc(api, 1)
+            assert e.value.code == 207001
+        assert free_pools() == (normal_free, huge_free)
+    finally:
+        raw.aclrtFree(fill)
+
+
+# -- Pythonic Device.dvpp_malloc ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("api", "expected_api"), [
+    (AllocApi.DVPP_MALLOC, AllocApi.DVPP_MALLOC),
+    ("acldvppMalloc", AllocApi.DVPP_MALLOC),
+    ("hi_mpi_dvpp_malloc", AllocApi.HI_MPI_DVPP_MALLOC),
+])
+def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
+    """spec §3.8 / §3.9 / §7: Device.dvpp_malloc: ALIGN_UP(size,32)+32 bytes (100 -> 160,
+    1 -> 64, 33 -> 96), 128-byte aligned, data round trip, pages back after free."""
+    before = free_pools()
+    for size, allocated in ((100, 160), (1, 64), (33, 96), (64, 96)):
+        with dev.dvpp_malloc(size, api=api) as buf:
+            assert buf.api is expected_api
+            assert buf.size == size
+            assert buf.allocated_size == allocated
+            assert buf.ptr % 128 == 0
+            assert buf.attributes().type == MemLocationType.DEVICE
+            data = bytes((i * 7 + 1) % 256 for i in range(size))
+            buf.copy_from(data)
+            assert buf.read() == data
+    assert free_pools() == before
+
+
+def test_spec_3_8_device_dvpp_malloc_default_api_and_free(dev):
+    """spec §3.8: Device.dvpp_malloc defaults to acldvppMalloc; free() returns the page."""
+    before = free_pools()
+    buf = dev.dvpp_malloc(1)
+    assert buf.api is AllocApi.DVPP_MALLOC
+    assert free_pools() == (before[0], before[1] - HUGE_PAGE)
+    buf.free()
+    buf.free()
+    assert buf.freed
+    assert free_pools() == before
+
+
+def test_spec_3_8_device_dvpp_malloc_rejects_other_apis(dev):
+    """spec §3.8 / §3.9: only acldvppMalloc and hi_mpi_dvpp_malloc make DVPP memory."""
+    with pytest.raises(ValueError):
+        dev.dvpp_malloc(64, api="aclrtMalloc")
+
+
+# -- fake-only -----------------------------------------------------------------------
+
+
+@pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
+def test_spec_3_8_ascend950_has_no_dvpp_memory(fake):
+    """spec §3.8: 950 has no separate DVPP memory (not in the product list) -> 207000."""
+    acl_mem.fake.configure("ascend950")
+    with acl_mem.Device(0) as d:
+        before = free_pools()
+        with pytest.raises(FeatureNotSupportError) as e:
+            raw.acldvppMalloc(64)
+        assert e.value.code == 207000
+        with pytest.raises(FeatureNotSupportError) as e2:
+            raw.hi_mpi_dvpp_malloc(0, 64)
+        assert e2.value.code == 207000
+        with pytest.raises(FeatureNotSupportError) as e3:
+            d.dvpp_malloc(64)
+        assert e3.value.code == 207000
+        assert free_pools() == before
+
+
+@pytest.mark.fake_only("exhausting the 16 GiB DVPP window needs 16 GiB of huge pages")
+def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
+    """spec §3.8 / §7: the DVPP address space is 16 GiB: 16 GiB - 32 (-> exactly 16 GiB)
+    fits, then even 1 byte -> 207001 while the huge pool still has room; other device
+    memory is unaffected; freeing makes room again."""
+    with acl_mem.Device(0):
+        assert free_pools()[1] > DVPP_WINDOW + 8 * MiB
+        with pytest.raises(MemoryAllocationError) as e0:
+            raw.acldvppMalloc(DVPP_WINDOW - 31)      # 16 GiB + 32 > window
+        assert e0.value.code == 207001
+        whole = raw.acldvppMalloc(DVPP_WINDOW - 32)  # exactly 16 GiB
+        for api in DVPP_APIS:
+            with pytest.raises(MemoryAllocationError) as e:
+                dvpp_malloc(api, 1)
+            assert e.value.code == 207001
+        # Not the huge pool: ordinary huge-page memory is still there.
+        raw.aclrtFree(raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY))
+        raw.acldvppFree(whole)
+        raw.acldvppFree(raw.acldvppMalloc(1))
+
+
+@pytest.mark.fake_only("exhausting the 16 GiB DVPP window needs 16 GiB of huge pages")
+def test_spec_3_9_dvpp_window_is_shared_by_both_dvpp_apis(fake):
+    """spec §3.8 / §3.9: acldvppMalloc and hi_mpi_dvpp_malloc draw on one 16 GiB window."""
+    with acl_mem.Device(0):
+        half = raw.acldvppMalloc(8 * GiB - 32)          # exactly 8 GiB
+        other = raw.hi_mpi_dvpp_malloc(0, 8 * GiB - 32)  # the other 8 GiB
+        with pytest.raises(MemoryAllocationError) as e:
+            raw.acldvppMalloc(1)
+        assert e.value.code == 207001
+        raw.hi_mpi_dvpp_free(other)
+        raw.acldvppFree(half)
+
+
+@pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
+def test_spec_3_8_atlas_inference_has_dvpp_memory(fake):
+    """spec §3.8: Atlas inference products have DVPP memory: ALIGN_UP(size,32)+32 in
+    huge pages, 128-byte aligned."""
+    acl_mem.fake.configure("atlas-inference")
+    with acl_mem.Device(0):
+        ptr, normal, huge = taken(lambda: raw.acldvppMalloc(2 * MiB))
+        assert (normal, huge) == (0, 4 * MiB)
+        assert ptr % 128 == 0
+        raw.acldvppFree(ptr)

@@ -1,0 +1,462 @@
+"""Conformance: aclInit / aclFinalize (spec §3.1) and devices (spec §3.2).
+
+Sequences that depend on the whole process's history ("before any aclInit", "the very
+first aclInit's config") run in a fresh interpreter with the backend under test, so
+they mean the same on the fake and on real hardware.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acl_mem
+from acl_mem import raw
+from acl_mem.enums import MallocPolicy, MemAttr
+from acl_mem.errors import (
+    ContextNullError,
+    ContextReleaseError,
+    InvalidDeviceIdError,
+    RepeatFinalizeError,
+    RepeatInitializeError,
+)
+
+MiB = 1 << 20
+HUGE_PAGE = 2 * MiB
+NORMAL_PAGE = 4096
+
+# -- helpers ---------------------------------------------------------------------------
+
+
+class Worker:
+    """A thread that runs the callables it is given, one at a time, and hands back results."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[tuple[Callable[[], Any], queue.Queue[Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, reply = job
+            try:
+                reply.put((True, fn()))
+            except BaseException as exc:
+                reply.put((False, exc))
+
+    def run(self, fn: Callable[[], Any]) -> Any:
+        reply: queue.Queue[Any] = queue.Queue()
+        self._jobs.put((fn, reply))
+        ok, value = reply.get(timeout=30)
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def in_fresh_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
+    with Worker() as worker:
+        return worker.run(fn)
+
+
+def error_code(fn: Callable[[], Any]) -> int:
+    """0 if ``fn`` succeeds, else the aclError code it raised."""
+    try:
+        fn()
+    except acl_mem.AclError as exc:
+        return exc.code
+    return 0
+
+
+_PRELUDE = """
+import json
+import acl_mem
+from acl_mem import raw
+acl_mem.use_backend({name!r})
+codes = []
+def rc(call, *args):
+    try:
+        call(*args)
+    except acl_mem.AclError as exc:
+        codes.append(exc.code)
+    else:
+        codes.append(0)
+"""
+
+
+def fresh_process(backend_name: str, body: str) -> list[int]:
+    """Run ``body`` (which appends to ``codes`` via ``rc``) in a new interpreter."""
+    script = _PRELUDE.format(name=backend_name) + textwrap.dedent(body)
+    script += "\nprint(json.dumps(codes))\n"
+    root = str(Path(acl_mem.__file__).resolve().parents[1])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def address_of(buf: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def device_count() -> int:
+    return raw.aclrtGetDeviceCount()
+
+
+def need_devices(n: int) -> None:
+    if device_count() < n:
+        pytest.skip(f"needs {n} devices")
+
+
+# -- §3.1 aclInit / aclFinalize ------------------------------------------------------------
+
+
+def test_spec_3_1_repeat_init_returns_100002(backend):
+    """spec §3.1: first aclInit succeeds; every later aclInit returns 100002."""
+    raw.aclInit()
+    try:
+        for _ in range(3):
+            with pytest.raises(RepeatInitializeError) as e:
+                raw.aclInit()
+            assert e.value.code == 100002
+    finally:
+        raw.aclFinalize()
+
+
+def test_spec_3_1_one_finalize_undoes_every_init_then_repeat_finalize_is_100037(backend):
+    """spec §3.1: one aclFinalize undoes any number of aclInit; the next one returns 100037."""
+    raw.aclInit()
+    for _ in range(4):
+        with pytest.raises(RepeatInitializeError):
+            raw.aclInit()
+    raw.aclFinalize()
+    for _ in range(2):
+        with pytest.raises(RepeatFinalizeError) as e:
+            raw.aclFinalize()
+        assert e.value.code == 100037
+
+
+def test_spec_3_1_init_works_again_after_finalize(backend):
+    """spec §3.1: aclInit -> aclFinalize -> aclInit succeeds; the flag is reset."""
+    raw.aclInit()
+    raw.aclFinalize()
+    raw.aclInit()
+    with pytest.raises(RepeatInitializeError) as e:
+        raw.aclInit()
+    assert e.value.code == 100002
+    raw.aclFinalize()
+    with pytest.raises(RepeatFinalizeError) as e2:
+        raw.aclFinalize()
+    assert e2.value.code == 100037
+
+
+@pytest.mark.open_question(13)
+def test_spec_3_1_finalize_before_any_init_returns_0(backend):
+    """spec §3.1 / §8 q13: aclFinalize before any aclInit succeeds; a second one is 100037."""
+    codes = fresh_process(backend.name, """
+        rc(raw.aclFinalize)
+        rc(raw.aclFinalize)
+        rc(raw.aclInit)
+        rc(raw.aclFinalize)
+    """)
+    assert codes == [0, 100037, 0, 0]
+
+
+def test_spec_3_1_init_with_config_file(backend, tmp_path):
+    """spec §3.1: configPath may point to a JSON file ("{}" allowed), str or path-like."""
+    config = tmp_path / "acl.json"
+    config.write_text("{}")
+    codes = fresh_process(backend.name, f"""
+        import pathlib
+        rc(raw.aclInit, {str(config)!r})
+        rc(raw.aclFinalize)
+        rc(raw.aclInit, pathlib.Path({str(config)!r}))
+        rc(raw.aclFinalize)
+    """)
+    assert codes == [0, 0, 0, 0]
+
+
+def test_spec_3_1_repeat_init_does_not_read_the_config(backend, tmp_path):
+    """spec §3.1: while initialised, a later aclInit's config is not read: 100002 even for
+    a missing file or one with different content."""
+    first = tmp_path / "first.json"
+    first.write_text("{}")
+    other = tmp_path / "other.json"
+    other.write_text('{"err_msg_mode": "1"}')
+    missing = tmp_path / "does-not-exist.json"
+    codes = fresh_process(backend.name, f"""
+        rc(raw.aclInit, {str(first)!r})
+        rc(raw.aclInit, {str(missing)!r})
+        rc(raw.aclInit, {str(other)!r})
+        rc(raw.aclInit, None)
+        rc(raw.aclFinalize)
+    """)
+    assert codes == [0, 100002, 100002, 100002, 0]
+
+
+def test_spec_3_1_different_config_content_after_finalize_is_100000(backend, tmp_path):
+    """spec §3.1: after aclFinalize, aclInit with config content differing from the very
+    first aclInit's returns 100000; the same content (any path) succeeds."""
+    first = tmp_path / "first.json"
+    first.write_text("{}")
+    same = tmp_path / "same-content-elsewhere.json"
+    same.write_text("{}")
+    other = tmp_path / "other.json"
+    other.write_text('{"err_msg_mode": "1"}')
+    codes = fresh_process(backend.name, f"""
+        rc(raw.aclInit, {str(first)!r})
+        rc(raw.aclFinalize)
+        rc(raw.aclInit, {str(other)!r})
+        rc(raw.aclInit, {str(same)!r})
+        rc(raw.aclFinalize)
+    """)
+    assert codes == [0, 0, 100000, 0, 0]
+
+
+# -- §3.2 aclrtSetDevice / aclrtResetDevice -------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["-1", "count", "count+1", "INT32_MAX", "INT32_MIN"])
+def test_spec_3_2_set_device_invalid_id_is_107001(backend, which):
+    """spec §3.2: aclrtSetDevice with an id outside [0, count) -> 107001."""
+    count = device_count()
+    device_id = {"-1": -1, "count": count, "count+1": count + 1, "INT32_MAX": 2**31 - 1,
+                 "INT32_MIN": -(2**31)}[which]
+    with pytest.raises(InvalidDeviceIdError) as e:
+        raw.aclrtSetDevice(device_id)
+    assert e.value.code == 107001
+    # Nothing became current.
+    with pytest.raises(ContextNullError) as e2:
+        raw.aclrtGetDevice()
+    assert e2.value.code == 107002
+
+
+def test_spec_3_2_set_device_every_valid_id(backend):
+    """spec §3.2: every id in [0, count) can be set; the last one set is current."""
+    count = device_count()
+    for device_id in range(count):
+        raw.aclrtSetDevice(device_id)
+        assert raw.aclrtGetDevice() == device_id
+    for device_id in range(count):
+        raw.aclrtResetDevice(device_id)
+
+
+def test_spec_3_2_reset_never_set_device_is_507007(backend):
+    """spec §3.2: aclrtResetDevice on a device with no reference -> 507007."""
+    with pytest.raises(ContextReleaseError) as e:
+        raw.aclrtResetDevice(0)
+    assert e.value.code == 507007
+
+
+def test_spec_3_2_reset_after_last_reference_is_507007(backend):
+    """spec §3.2: a reset beyond the last reference ("already been reset") -> 507007."""
+    raw.aclrtSetDevice(0)
+    raw.aclrtResetDevice(0)
+    with pytest.raises(ContextReleaseError) as e:
+        raw.aclrtResetDevice(0)
+    assert e.value.code == 507007
+
+
+@pytest.mark.parametrize("which", ["-1", "count", "INT32_MAX"])
+def test_spec_3_2_reset_out_of_range_is_107001(backend, which):
+    """spec §3.2: aclrtResetDevice with an out-of-range id -> 107001 (not 507007)."""
+    count = device_count()
+    device_id = {"-1": -1, "count": count, "INT32_MAX": 2**31 - 1}[which]
+    with pytest.raises(InvalidDeviceIdError) as e:
+        raw.aclrtResetDevice(device_id)
+    assert e.value.code == 107001
+
+
+# -- §3.2 aclrtGetDevice / per-thread contexts -------------------------------------------
+
+
+def test_spec_3_2_get_device_without_set_is_107002(backend):
+    """spec §3.2: aclrtGetDevice in a thread that never set a device -> 107002."""
+    with pytest.raises(ContextNullError) as e:
+        in_fresh_thread(raw.aclrtGetDevice)
+    assert e.value.code == 107002
+
+
+def test_spec_3_2_get_device_in_other_thread_is_107002_while_main_has_one(dev):
+    """spec §3.2: the current device is per thread: another thread still has none."""
+    assert raw.aclrtGetDevice() == 0
+    with pytest.raises(ContextNullError) as e:
+        in_fresh_thread(raw.aclrtGetDevice)
+    assert e.value.code == 107002
+    assert raw.aclrtGetDevice() == 0
+
+
+def test_spec_3_2_two_threads_have_different_current_devices(backend):
+    """spec §3.2: two threads that set different devices each see their own device."""
+    need_devices(2)
+    with Worker() as a, Worker() as b:
+        a.run(lambda: raw.aclrtSetDevice(0))
+        b.run(lambda: raw.aclrtSetDevice(1))
+        assert a.run(raw.aclrtGetDevice) == 0
+        assert b.run(raw.aclrtGetDevice) == 1
+        # The main thread set nothing.
+        with pytest.raises(ContextNullError):
+            raw.aclrtGetDevice()
+        a.run(lambda: raw.aclrtResetDevice(0))
+        b.run(lambda: raw.aclrtResetDevice(1))
+
+
+def test_spec_3_2_set_device_switches_the_current_device(backend):
+    """spec §3.2: a second aclrtSetDevice in the same thread makes that device current."""
+    need_devices(2)
+    raw.aclrtSetDevice(0)
+    raw.aclrtSetDevice(1)
+    assert raw.aclrtGetDevice() == 1
+    raw.aclrtSetDevice(0)
+    assert raw.aclrtGetDevice() == 0
+    raw.aclrtResetDevice(0)
+    raw.aclrtResetDevice(0)
+    raw.aclrtResetDevice(1)
+
+
+# -- §3.2 reference counting -------------------------------------------------------------
+
+
+def test_spec_3_2_set_twice_reset_once_keeps_the_context(backend):
+    """spec §3.2: each set adds a reference; one reset of two keeps context and memory."""
+    raw.aclrtSetDevice(0)
+    raw.aclrtSetDevice(0)
+    ptr = raw.aclrtMalloc(4096, MallocPolicy.HUGE_FIRST)
+    raw.aclrtMemset(ptr, 4096, 0x5A, 4096)
+    raw.aclrtResetDevice(0)
+    assert raw.aclrtGetDevice() == 0
+    # The block survives: its bytes are still there and it can still be freed.
+    out = bytearray(16)
+    raw.aclrtMemcpy(address_of(out), 16, ptr, 16, acl_mem.MemcpyKind.DEVICE_TO_HOST)
+    assert bytes(out) == b"\x5a" * 16
+    raw.aclrtFree(ptr)
+    # New allocations still work in the kept context.
+    raw.aclrtFree(raw.aclrtMalloc(64, MallocPolicy.HUGE_FIRST))
+    raw.aclrtResetDevice(0)
+
+
+def test_spec_3_2_final_reset_releases_the_device_memory(backend):
+    """spec §3.2: at zero references the device's memory is freed: after setting the
+    device again the pools show the bytes free again."""
+    raw.aclrtSetDevice(0)
+    normal0 = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0]
+    huge0 = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
+    pad = acl_mem.sizes.soc_padding(raw.aclrtGetSocName())
+    raw.aclrtMalloc(4 * MiB, MallocPolicy.HUGE_ONLY)     # 4 MiB + pad -> 6 MiB of huge pages
+    raw.aclrtMalloc(1, MallocPolicy.NORMAL_ONLY)         # 32 + pad -> one 4 KiB page
+    huge_taken = 6 * MiB if pad else 4 * MiB
+    assert huge0 - raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0] == huge_taken
+    assert normal0 - raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0] == NORMAL_PAGE
+    raw.aclrtResetDevice(0)
+    # The context died with the last reference.
+    with pytest.raises(ContextNullError) as e:
+        raw.aclrtGetDevice()
+    assert e.value.code == 107002
+    raw.aclrtSetDevice(0)
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0] == huge0
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0] == normal0
+    raw.aclrtResetDevice(0)
+
+
+def test_spec_3_2_references_are_per_process_and_final_reset_ends_other_threads(backend):
+    """spec §3.2: threads setting the same device share its context and its reference
+    count; when the count reaches 0 the other threads have no context (107002)."""
+    with Worker() as other:
+        other.run(lambda: raw.aclrtSetDevice(0))
+        raw.aclrtSetDevice(0)
+        assert other.run(raw.aclrtGetDevice) == 0
+        raw.aclrtResetDevice(0)               # two references -> one
+        assert other.run(raw.aclrtGetDevice) == 0
+        assert raw.aclrtGetDevice() == 0
+        raw.aclrtResetDevice(0)               # one -> zero: context released
+        assert other.run(lambda: error_code(raw.aclrtGetDevice)) == 107002
+        assert error_code(raw.aclrtGetDevice) == 107002
+        with pytest.raises(ContextReleaseError):
+            other.run(lambda: raw.aclrtResetDevice(0))
+
+
+def test_spec_3_2_memory_is_shared_by_threads_of_one_device(backend):
+    """spec §3.2: threads that set the same device share its context: memory allocated
+    in one thread is visible in the pools of the other."""
+    raw.aclrtSetDevice(0)
+    with Worker() as other:
+        other.run(lambda: raw.aclrtSetDevice(0))
+        huge0 = other.run(lambda: raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0])
+        ptr = raw.aclrtMallocAlign32(2 * MiB, MallocPolicy.HUGE_ONLY)
+        assert huge0 - other.run(lambda: raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]) == HUGE_PAGE
+        other.run(lambda: raw.aclrtFree(ptr))
+        assert other.run(lambda: raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]) == huge0
+        other.run(lambda: raw.aclrtResetDevice(0))
+    raw.aclrtResetDevice(0)
+
+
+# -- §3.2 aclrtGetDeviceCount and NULL outputs -------------------------------------------
+
+
+def test_spec_3_2_get_device_count_needs_no_context(backend):
+    """spec §3.2: aclrtGetDeviceCount returns the visible devices, with or without context."""
+    count = device_count()
+    assert isinstance(count, int)
+    assert count >= 1
+    assert in_fresh_thread(raw.aclrtGetDeviceCount) == count
+    raw.aclrtSetDevice(count - 1)
+    assert raw.aclrtGetDevice() == count - 1
+    raw.aclrtResetDevice(count - 1)
+
+
+@pytest.mark.fake_only("only the fake's device count can be chosen")
+def test_spec_3_2_get_device_count_follows_the_configured_count(fake):
+    """spec §3.2: aclrtGetDeviceCount reports the visible devices; ids stop at count."""
+    acl_mem.fake.configure(device_count=3)
+    assert raw.aclrtGetDeviceCount() == 3
+    raw.aclrtSetDevice(2)
+    raw.aclrtResetDevice(2)
+    with pytest.raises(InvalidDeviceIdError) as e:
+        raw.aclrtSetDevice(3)
+    assert e.value.code == 107001
+
+
+def test_spec_3_2_get_device_null_output_is_100000(backend):
+    """spec §3.2: aclrtGetDevice(NULL) -> 100000, before the context lookup."""
+    assert backend.aclrtGetDevice(null_outputs=1)[0] == 100000
+    assert in_fresh_thread(lambda: backend.aclrtGetDevice(null_outputs=1))[0] == 100000
+    raw.aclrtSetDevice(0)
+    assert backend.aclrtGetDevice(null_outputs=1)[0] == 100000
+    assert backend.aclrtGetDevice() == (0, 0)
+    raw.aclrtResetDevice(0)
+
+
+def test_spec_3_2_get_device_count_null_output_is_100000(backend):
+    """spec §3.2: aclrtGetDeviceCount(NULL) -> 100000."""
+    assert backend.aclrtGetDeviceCount(null_outputs=1)[0] == 100000
+    rc, count = backend.aclrtGetDeviceCount()
+    assert rc == 0
+    assert count == device_count()
+
