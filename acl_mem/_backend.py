@@ -83,13 +83,13 @@ def _load(name: str) -> Backend:
     return FakeBackend.from_environment()
 
 
-def _choose() -> tuple[Backend, str]:
-    requested = _requested or os.environ.get("ACL_MEM_BACKEND", "auto").strip().lower() or "auto"
+def _choose(requested: str | None) -> tuple[Backend, str]:
+    source = "use_backend()" if requested else "ACL_MEM_BACKEND"
+    requested = requested or os.environ.get("ACL_MEM_BACKEND", "auto").strip().lower() or "auto"
     if requested not in BACKEND_NAMES:
         raise BackendError(
             f"ACL_MEM_BACKEND={requested!r} is not one of {', '.join(BACKEND_NAMES)}"
         )
-    source = "use_backend()" if _requested else "ACL_MEM_BACKEND"
     if requested != "auto":
         return _load(requested), f"{requested}: requested by {source}"
     try:
@@ -113,7 +113,7 @@ def get() -> Backend:
         return backend
     with _lock:
         if _active is None:
-            _active, _reason = _choose()
+            _active, _reason = _choose(_requested)
         return _active
 
 
@@ -134,8 +134,9 @@ def use_backend(name: str) -> None:
                 f"use_backend({name!r}): backend {_active.name!r} is already in use "
                 f"({_reason}); choose before the first call"
             )
+        # Nothing is remembered when the requested backend fails to load.
+        _active, _reason = _choose(name)
         _requested = name
-        _active, _reason = _choose()
 
 
 def backend_name() -> str:

@@ -70,10 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (BackendError, AclError) as exc:
             print(f"acl-mem: {exc}", file=sys.stderr)
             return 1
-        if getattr(args, "json", False):
-            print(json.dumps(data, indent=2))
-        else:
-            _print_info(data)
+        try:
+            if getattr(args, "json", False):
+                print(json.dumps(data, indent=2))
+            else:
+                _print_info(data)
+        except BrokenPipeError:
+            # `acl-mem info | head` closed the pipe: not an error of ours.
+            sys.stderr.close()
         return 0
     parser.print_help()
     return 2
