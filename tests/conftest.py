@@ -8,7 +8,10 @@ failure). A test marked ``fake_only(reason)`` runs on the fake alone and says wh
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,25 +22,53 @@ from acl_mem._fake.config import current_profile, set_profile
 from acl_mem._lifecycle import state
 from acl_mem.errors import BackendError
 
+sys.path.insert(0, str(Path(__file__).parent))
+import stand_in
+from stand_in import StandIn
+
 _native_backend: object | None = None
 _native_reason = ""
+_native_source = ""
+#: Set when the native backend runs on the stand-in library (tests/stand_in.py).
+_stand_in: StandIn | None = None
 
 
 def _load_native() -> object | None:
-    global _native_backend, _native_reason
-    if _native_backend is None and not _native_reason:
-        try:
-            from acl_mem._native import load_native_backend
+    """The real libascendcl if it loads, else the stand-in built with the C compiler."""
+    global _native_backend, _native_reason, _native_source, _stand_in
+    if _native_backend is not None or _native_reason:
+        return _native_backend
+    from acl_mem._native import load_native_backend
 
-            _native_backend = load_native_backend()
-        except BackendError as exc:
-            _native_reason = str(exc).splitlines()[0]
+    try:
+        _native_backend = load_native_backend()
+        _native_source = "libascendcl.so"
+        return _native_backend
+    except BackendError as exc:
+        real_failure = str(exc).splitlines()[0]
+    if stand_in.compiler() is None:
+        _native_reason = f"{real_failure}; no C compiler to build the stand-in"
+        return None
+    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_stand_in_")))
+    _stand_in = stand_in.StandIn(root)
+    saved = os.environ.get("ASCEND_HOME_PATH")
+    os.environ["ASCEND_HOME_PATH"] = str(root)
+    try:
+        _native_backend = load_native_backend()
+    finally:
+        if saved is None:
+            del os.environ["ASCEND_HOME_PATH"]
+        else:
+            os.environ["ASCEND_HOME_PATH"] = saved
+    _native_source = f"stand-in library over the fake ({root})"
+    os.environ[stand_in.ROOT_VARIABLE] = str(root)
     return _native_backend
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     native = _load_native()
-    line = "native: loaded" if native is not None else f"native: unavailable ({_native_reason})"
+    line = (f"native: {_native_source}" if native is not None
+            else f"native: unavailable ({_native_reason})")
     return [f"acl_mem backends: fake, {line}"]
 
 
@@ -73,6 +104,10 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
                             f"{_native_reason}")
             pytest.skip(f"native backend unavailable: {_native_reason}")
         chosen: _backend.Backend = native  # type: ignore[assignment]
+        if _stand_in is not None:
+            set_profile(None)
+            _stand_in.target = FakeBackend(current_profile())
+            _stand_in.errors.clear()
     else:
         set_profile(None)
         chosen = FakeBackend(current_profile())
@@ -83,6 +118,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
     finally:
         _release_everything()
         _backend._install(previous)
+    if _stand_in is not None and _stand_in.errors:
+        raise AssertionError(f"stand-in callbacks raised: {_stand_in.errors!r}")
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stand_in import SUBPROCESS_PRELUDE
 
 import acl_mem
 from acl_mem import raw
@@ -95,6 +96,7 @@ def error_code(fn: Callable[[], Any]) -> int:
 _PRELUDE = """
 import json
 import acl_mem
+from stand_in import SUBPROCESS_PRELUDE
 from acl_mem import raw
 acl_mem.use_backend({name!r})
 codes = []
@@ -110,7 +112,7 @@ def rc(call, *args):
 
 def fresh_process(backend_name: str, body: str) -> list[int]:
     """Run ``body`` (which appends to ``codes`` via ``rc``) in a new interpreter."""
-    script = _PRELUDE.format(name=backend_name) + textwrap.dedent(body)
+    script = SUBPROCESS_PRELUDE + _PRELUDE.format(name=backend_name) + textwrap.dedent(body)
     script += "\nprint(json.dumps(codes))\n"
     root = str(Path(acl_mem.__file__).resolve().parents[1])
     env = dict(os.environ)
