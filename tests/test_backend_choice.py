@@ -12,60 +12,34 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, clean_env, native_is_installed
 
 import acl_mem
 from acl_mem import _backend, raw
 from acl_mem._fake.config import set_profile
 from acl_mem.enums import MemAttr
-from acl_mem.errors import BackendError, FreedBufferError, InvalidDeviceIdError
+from acl_mem.errors import FreedBufferError, InvalidDeviceIdError
 
 GiB = 1 << 30
-ROOT = Path(acl_mem.__file__).resolve().parent.parent
 
 _PRELUDE = "import json, os, sys\nimport acl_mem\nfrom acl_mem import _backend\n"
-
-
-def _env(**overrides: str | None) -> dict[str, str]:
-    """The test's environment without acl_mem / Ascend settings, plus ``overrides``."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACL_MEM_", "ASCEND_"))}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-    )
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 def _run(code: str, **env: str | None) -> dict[str, object]:
     """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line."""
     proc = subprocess.run(
         [sys.executable, "-c", _PRELUDE + textwrap.dedent(code)],
-        env=_env(**env), capture_output=True, text=True, timeout=60, cwd=str(ROOT),
+        env=clean_env(**env), capture_output=True, text=True, timeout=60, cwd=str(ROOT),
     )
     assert proc.returncode == 0, f"child failed:\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
-def _native_is_installed() -> bool:
-    from acl_mem._native import load_native_backend
-
-    try:
-        load_native_backend()
-    except BackendError:
-        return False
-    return True
-
-
 needs_no_native = pytest.mark.skipif(
-    _native_is_installed(), reason="libascendcl.so is installed on this machine"
+    native_is_installed(), reason="libascendcl.so is installed on this machine"
 )
 
 

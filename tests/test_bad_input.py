@@ -13,6 +13,7 @@ import inspect
 
 import numpy as np
 import pytest
+from helpers import need_two_devices
 
 import acl_mem
 from acl_mem import raw
@@ -76,11 +77,6 @@ def _call(name: str, **overrides: object) -> object:
     kwargs = {arg: value for arg, _, value in SIGNATURES[name]}
     kwargs.update(overrides)
     return getattr(raw, name)(**kwargs)
-
-
-def need_two_devices() -> None:
-    if raw.aclrtGetDeviceCount() < 2:
-        pytest.skip("needs at least two devices")
 
 
 # -- the table itself ------------------------------------------------------------------

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import gc
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers import in_fresh_thread, raise_from_fresh_thread
 
 import acl_mem
 from acl_mem import raw
@@ -34,24 +34,6 @@ H2H, H2D, D2H, D2D = 0, 1, 2, 3
 
 def _padding() -> int:
     return acl_mem.sizes.soc_padding(raw.aclrtGetSocName())
-
-
-def _in_fresh_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed back to the test thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _catch(fn: Callable[..., Any], *args: Any) -> BaseException | None:
@@ -96,7 +78,7 @@ def test_device_context_manager_sets_and_resets_for_calling_thread_spec_3_2(back
         second_reset = _catch(raw.aclrtResetDevice, 0)
         return before, entered is device, inside, current, after, second_reset
 
-    before, same, inside, current, after, second_reset = _in_fresh_thread(body)
+    before, same, inside, current, after, second_reset = raise_from_fresh_thread(body)
     assert isinstance(before, ContextNullError)
     assert before.code == 107002
     assert same
@@ -111,7 +93,7 @@ def test_device_context_manager_sets_and_resets_for_calling_thread_spec_3_2(back
 
 def test_device_context_manager_is_per_thread_spec_3_2(dev):
     """spec §3.2: a thread with no device of its own gets 107002 while another holds one."""
-    error = _in_fresh_thread(lambda: _catch(raw.aclrtGetDevice))
+    _, error = in_fresh_thread(raw.aclrtGetDevice)
     assert isinstance(error, ContextNullError)
     assert error.code == 107002
     assert raw.aclrtGetDevice() == 0
@@ -141,7 +123,7 @@ def test_allocating_on_a_device_that_is_not_current_raises(dev):
 
 def test_malloc_without_current_device_raises_context_null_spec_3_5(backend):
     """spec §3.5: a thread that never set a device gets 107002 from aclrtMalloc."""
-    error = _in_fresh_thread(lambda: _catch(acl_mem.Device(0).malloc, 100))
+    _, error = in_fresh_thread(lambda: acl_mem.Device(0).malloc(100))
     assert isinstance(error, ContextNullError)
     assert error.code == 107002
 

@@ -7,50 +7,28 @@ Pools are aclrtGetMemInfo per device (spec §3.12); the fake's atlas-a2 profile 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import ROOT, clean_env, native_is_installed
 
 import acl_mem
 from acl_mem import raw
 from acl_mem.cli import main
-from acl_mem.errors import BackendError, ContextReleaseError
+from acl_mem.errors import ContextReleaseError
 
 GiB = 1 << 30
-ROOT = Path(acl_mem.__file__).resolve().parent.parent
 _GIANT_POOLS = ("HBM_MEM_HUGE1G", "HBM_MEM_P2P_HUGE1G", "MEM_HUGE1G", "MEM_P2P_HUGE1G")
 # ``acl-mem`` is [project.scripts] acl-mem = "acl_mem.cli:main"; run it without installing.
 _ENTRY_POINT = ["-c", "import sys; from acl_mem.cli import main; sys.exit(main())"]
 
 
-def _env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACL_MEM_", "ASCEND_"))}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-    )
-    env.update(overrides)
-    return env
-
-
 def _cli(*args: str, entry: list[str] | None = None,
          **env: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, *(entry or ["-m", "acl_mem"]), *args]
-    return subprocess.run(command, env=_env(**env), capture_output=True, text=True,
+    return subprocess.run(command, env=clean_env(**env), capture_output=True, text=True,
                           timeout=60, cwd=str(ROOT))
-
-
-def _native_is_installed() -> bool:
-    from acl_mem._native import load_native_backend
-
-    try:
-        load_native_backend()
-    except BackendError:
-        return False
-    return True
 
 
 # -- subprocess -----------------------------------------------------------------------------
@@ -97,7 +75,7 @@ def test_info_json_on_fake_atlas_inference_has_no_giant_pools_spec_3_12():
             assert name not in pools
 
 
-@pytest.mark.skipif(_native_is_installed(), reason="libascendcl.so is installed here")
+@pytest.mark.skipif(native_is_installed(), reason="libascendcl.so is installed here")
 @pytest.mark.parametrize("entry", ["module", "script"])
 def test_info_backend_native_without_library_exits_one(tmp_path, entry):
     """`acl-mem info --backend native` with no libascendcl: exit 1, the paths on stderr."""

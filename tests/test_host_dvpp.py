@@ -8,16 +8,13 @@ DVPP memory is huge-page memory: its use is observed in the huge-page pool
 from __future__ import annotations
 
 import ctypes
-import queue
-import threading
-from collections.abc import Callable
-from typing import Any
 
 import pytest
+from helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 import acl_mem
 from acl_mem import raw
-from acl_mem.enums import MallocPolicy, MemAttr, MemLocationType
+from acl_mem.enums import MallocPolicy, MemLocationType
 from acl_mem.errors import (
     ContextNullError,
     FeatureNotSupportError,
@@ -38,39 +35,6 @@ DVPP_APIS = ["acldvppMalloc", "hi_mpi_dvpp_malloc"]
 # -- helpers ---------------------------------------------------------------------------
 
 
-def in_fresh_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
-    box: queue.Queue[tuple[bool, Any]] = queue.Queue()
-
-    def run() -> None:
-        try:
-            box.put((True, fn()))
-        except BaseException as exc:  # handed back to the caller
-            box.put((False, exc))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=30)
-    ok, value = box.get_nowait()
-    if not ok:
-        raise value
-    return value
-
-
-def free_pools() -> tuple[int, int]:
-    """(free bytes of normal pages, free bytes of huge pages) of the current device."""
-    return (raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0],
-            raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0])
-
-
-def taken(fn: Callable[[], int]) -> tuple[int, int, int]:
-    """Run an allocation; return (pointer, normal bytes taken, huge bytes taken)."""
-    normal0, huge0 = free_pools()
-    ptr = fn()
-    normal1, huge1 = free_pools()
-    return ptr, normal0 - normal1, huge0 - huge1
-
-
 def dvpp_malloc(api: str, size: int) -> int:
     if api == "acldvppMalloc":
         return raw.acldvppMalloc(size)
@@ -82,10 +46,6 @@ def dvpp_free(api: str, ptr: int) -> None:
         raw.acldvppFree(ptr)
     else:
         raw.hi_mpi_dvpp_free(ptr)
-
-
-def address_of(buf: bytearray) -> int:
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
 
 
 # -- §3.7 aclrtMallocHost / aclrtFreeHost -----------------------------------------------
@@ -101,13 +61,13 @@ def test_spec_3_7_malloc_host_size_zero_is_100000(dev):
 def test_spec_3_7_malloc_host_size_zero_is_100000_without_context(backend):
     """spec §3.7: size 0 is an ACL-layer check: 100000 wins over "no context"."""
     with pytest.raises(InvalidParamError) as e:
-        in_fresh_thread(lambda: raw.aclrtMallocHost(0))
+        raise_from_fresh_thread(lambda: raw.aclrtMallocHost(0))
     assert e.value.code == 100000
 
 
 def test_spec_3_7_malloc_host_null_output_is_100000(backend):
     """spec §3.7: hostPtr == NULL -> 100000, with or without a context."""
-    assert in_fresh_thread(lambda: backend.aclrtMallocHost(64, null_outputs=1))[0] == 100000
+    assert raise_from_fresh_thread(lambda: backend.aclrtMallocHost(64, null_outputs=1))[0] == 100000
     raw.aclrtSetDevice(0)
     try:
         assert backend.aclrtMallocHost(64, null_outputs=1) == (100000, 0)
@@ -118,7 +78,7 @@ def test_spec_3_7_malloc_host_null_output_is_100000(backend):
 def test_spec_3_7_malloc_host_without_context_is_107002(backend):
     """spec §3.7: aclrtMallocHost in a thread without context -> 107002."""
     with pytest.raises(ContextNullError) as e:
-        in_fresh_thread(lambda: raw.aclrtMallocHost(64))
+        raise_from_fresh_thread(lambda: raw.aclrtMallocHost(64))
     assert e.value.code == 107002
 
 

@@ -8,14 +8,11 @@ the spec's formulas; the SoC padding comes from the SoC name (spec §3.5 [PLAT])
 
 from __future__ import annotations
 
-import ctypes
 import itertools
-import queue
-import threading
 from collections.abc import Callable
-from typing import Any
 
 import pytest
+from helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 import acl_mem
 from acl_mem import raw
@@ -64,39 +61,6 @@ def spec_padded(api: str, size: int, policy: int) -> int:
     return (size + 32 + pad - 1) // 32 * 32
 
 
-def in_fresh_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
-    box: queue.Queue[tuple[bool, Any]] = queue.Queue()
-
-    def run() -> None:
-        try:
-            box.put((True, fn()))
-        except BaseException as exc:  # handed back to the caller
-            box.put((False, exc))
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=30)
-    ok, value = box.get_nowait()
-    if not ok:
-        raise value
-    return value
-
-
-def free_pools() -> tuple[int, int]:
-    """(free bytes of normal pages, free bytes of huge pages) of the current device."""
-    return (raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0],
-            raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0])
-
-
-def taken(fn: Callable[[], int]) -> tuple[int, int, int]:
-    """Run an allocation; return (pointer, normal bytes taken, huge bytes taken)."""
-    normal0, huge0 = free_pools()
-    ptr = fn()
-    normal1, huge1 = free_pools()
-    return ptr, normal0 - normal1, huge0 - huge1
-
-
 def giant_free() -> int | None:
     """Free bytes of the 1 GiB page pool, or None when the device has no 1 GiB pages."""
     try:
@@ -111,10 +75,6 @@ def no_p2p_soc() -> bool:
     return raw.aclrtGetSocName().startswith("Ascend310")
 
 
-def address_of(buf: bytearray) -> int:
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-
-
 # -- §3.5 check order ----------------------------------------------------------------------
 
 
@@ -122,7 +82,7 @@ def address_of(buf: bytearray) -> int:
 def test_spec_3_5_size_zero_is_100000_even_without_context(backend, api):
     """spec §3.5: size 0 -> 100000, decided in the ACL layer before the context lookup."""
     with pytest.raises(InvalidParamError) as e:
-        in_fresh_thread(lambda: alloc(api, 0))
+        raise_from_fresh_thread(lambda: alloc(api, 0))
     assert e.value.code == 100000
 
 
@@ -148,7 +108,7 @@ def test_spec_3_5_size_overflow_is_100000(dev, api):
 def test_spec_3_5_size_overflow_is_100000_without_context(backend, api):
     """spec §3.5: the overflow check is an ACL-layer check: it wins over "no context"."""
     with pytest.raises(InvalidParamError) as e:
-        in_fresh_thread(lambda: alloc(api, SIZE_T_MAX))
+        raise_from_fresh_thread(lambda: alloc(api, SIZE_T_MAX))
     assert e.value.code == 100000
 
 
@@ -167,7 +127,7 @@ def test_spec_3_5_no_context_is_107002(backend, api):
     """spec §3.5: a valid request in a thread without context -> 107002."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, 0x1000):
         with pytest.raises(ContextNullError) as e:
-            in_fresh_thread(lambda p=policy: alloc(api, 1, p))
+            raise_from_fresh_thread(lambda p=policy: alloc(api, 1, p))
         assert e.value.code == 107002
 
 
@@ -176,8 +136,8 @@ def test_spec_3_5_null_devptr_is_100000(backend, api):
     """spec §3.5: devPtr == NULL -> 100000, first of all checks (before size and context)."""
     call = getattr(backend, api)
     # Without a context, and with size 0 too: NULL is checked first.
-    assert in_fresh_thread(lambda: call(16, 0, null_outputs=1))[0] == 100000
-    assert in_fresh_thread(lambda: call(0, 0, null_outputs=1))[0] == 100000
+    assert raise_from_fresh_thread(lambda: call(16, 0, null_outputs=1))[0] == 100000
+    assert raise_from_fresh_thread(lambda: call(0, 0, null_outputs=1))[0] == 100000
     raw.aclrtSetDevice(0)
     try:
         normal0, huge0 = free_pools()
@@ -527,7 +487,7 @@ def test_spec_3_6_free_null_is_100000(dev):
 def test_spec_3_6_free_null_is_100000_without_context(backend):
     """spec §3.6: aclrtFree(NULL) -> 100000 also in a thread without context."""
     with pytest.raises(InvalidParamError) as e:
-        in_fresh_thread(lambda: raw.aclrtFree(0))
+        raise_from_fresh_thread(lambda: raw.aclrtFree(0))
     assert e.value.code == 100000
 
 
@@ -585,8 +545,8 @@ def test_spec_3_6_free_needs_no_context(dev):
     before = free_pools()
     small = raw.aclrtMalloc(100, MallocPolicy.HUGE_FIRST)
     large = raw.aclrtMallocAlign32(3 * MiB, MallocPolicy.HUGE_ONLY)
-    in_fresh_thread(lambda: raw.aclrtFree(small))
-    in_fresh_thread(lambda: raw.aclrtFree(large))
+    raise_from_fresh_thread(lambda: raw.aclrtFree(small))
+    raise_from_fresh_thread(lambda: raw.aclrtFree(large))
     assert free_pools() == before
 
 
@@ -654,7 +614,7 @@ def test_spec_3_5_atlas_inference_checks_before_the_driver(fake):
     """spec §1.2 / §3.5: parameter and context checks come before "not supported"."""
     acl_mem.fake.configure("atlas-inference")
     with pytest.raises(ContextNullError) as e:
-        in_fresh_thread(lambda: raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY))
+        raise_from_fresh_thread(lambda: raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY))
     assert e.value.code == 107002
     with acl_mem.Device(0):
         with pytest.raises(InvalidParamError) as e2:

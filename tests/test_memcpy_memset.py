@@ -8,12 +8,11 @@ count > destMax (107000) -> dst == src (success) -> context (107002) -> driver.
 from __future__ import annotations
 
 import ctypes
-import threading
-from collections.abc import Callable
 
 import cffi
 import numpy as np
 import pytest
+from helpers import in_fresh_thread, need_two_devices
 
 from acl_mem import raw
 from acl_mem.enums import MallocPolicy, MemcpyKind
@@ -41,24 +40,6 @@ def pattern(n: int, seed: int = 1) -> np.ndarray:
     return ((np.arange(n, dtype=np.uint32) * 7 + seed) % 251).astype(np.uint8)
 
 
-def in_fresh_thread(fn: Callable[[], object]) -> tuple[object, BaseException | None]:
-    """Run ``fn`` in a thread that never set a device; returns (result, exception)."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed back to the test
-            box["error"] = exc
-
-    worker = threading.Thread(target=target)
-    worker.start()
-    worker.join()
-    error = box.get("error")
-    assert error is None or isinstance(error, BaseException)
-    return box.get("value"), error
-
-
 def device_bytes(ptr: int, n: int) -> bytes:
     """Read ``n`` device bytes back through a D2H copy into a fresh numpy array."""
     out = np.zeros(n, dtype=np.uint8)
@@ -68,11 +49,6 @@ def device_bytes(ptr: int, n: int) -> bytes:
 
 def upload(ptr: int, data: np.ndarray) -> None:
     raw.aclrtMemcpy(ptr, data.nbytes, data.ctypes.data, data.nbytes, H2D)
-
-
-def need_two_devices() -> None:
-    if raw.aclrtGetDeviceCount() < 2:
-        pytest.skip("needs at least two devices")
 
 
 # -- §3.10 check order -----------------------------------------------------------------

@@ -8,11 +8,10 @@ small and huge blocks follow the fake's choice for open question 15.
 from __future__ import annotations
 
 import mmap
-import threading
-from collections.abc import Callable
 
 import numpy as np
 import pytest
+from helpers import in_fresh_thread, need_two_devices
 
 import acl_mem
 from acl_mem import raw
@@ -33,35 +32,12 @@ GiB = 1 << 30
 
 
 # -- helpers ---------------------------------------------------------------------------
-def in_fresh_thread(fn: Callable[[], object]) -> tuple[object, BaseException | None]:
-    """Run ``fn`` in a thread that never set a device; returns (result, exception)."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed back to the test
-            box["error"] = exc
-
-    worker = threading.Thread(target=target)
-    worker.start()
-    worker.join()
-    error = box.get("error")
-    assert error is None or isinstance(error, BaseException)
-    return box.get("value"), error
-
-
 def info_or_code(attr: int) -> tuple[int, int] | int:
     """``(free, total)`` of ``attr``, or the error code it raised."""
     try:
         return raw.aclrtGetMemInfo(attr)
     except AclError as exc:
         return exc.code
-
-
-def need_two_devices() -> None:
-    if raw.aclrtGetDeviceCount() < 2:
-        pytest.skip("needs at least two devices")
 
 
 def padded_malloc_size(size: int) -> int:

@@ -7,7 +7,6 @@ they mean the same on the fake and on real hardware.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import queue
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import address_of, raise_from_fresh_thread
 from stand_in import SUBPROCESS_PRELUDE
 
 import acl_mem
@@ -78,12 +78,6 @@ class Worker:
         self.close()
 
 
-def in_fresh_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a thread that never set a device; re-raise what it raised."""
-    with Worker() as worker:
-        return worker.run(fn)
-
-
 def error_code(fn: Callable[[], Any]) -> int:
     """0 if ``fn`` succeeds, else the aclError code it raised."""
     try:
@@ -122,10 +116,6 @@ def fresh_process(backend_name: str, body: str) -> list[int]:
     assert done.returncode == 0, done.stderr
     result: list[int] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
-
-
-def address_of(buf: bytearray) -> int:
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
 
 
 def device_count() -> int:
@@ -302,7 +292,7 @@ def test_spec_3_2_reset_out_of_range_is_107001(backend, which):
 def test_spec_3_2_get_device_without_set_is_107002(backend):
     """spec §3.2: aclrtGetDevice in a thread that never set a device -> 107002."""
     with pytest.raises(ContextNullError) as e:
-        in_fresh_thread(raw.aclrtGetDevice)
+        raise_from_fresh_thread(raw.aclrtGetDevice)
     assert e.value.code == 107002
 
 
@@ -310,7 +300,7 @@ def test_spec_3_2_get_device_in_other_thread_is_107002_while_main_has_one(dev):
     """spec §3.2: the current device is per thread: another thread still has none."""
     assert raw.aclrtGetDevice() == 0
     with pytest.raises(ContextNullError) as e:
-        in_fresh_thread(raw.aclrtGetDevice)
+        raise_from_fresh_thread(raw.aclrtGetDevice)
     assert e.value.code == 107002
     assert raw.aclrtGetDevice() == 0
 
@@ -427,7 +417,7 @@ def test_spec_3_2_get_device_count_needs_no_context(backend):
     count = device_count()
     assert isinstance(count, int)
     assert count >= 1
-    assert in_fresh_thread(raw.aclrtGetDeviceCount) == count
+    assert raise_from_fresh_thread(raw.aclrtGetDeviceCount) == count
     raw.aclrtSetDevice(count - 1)
     assert raw.aclrtGetDevice() == count - 1
     raw.aclrtResetDevice(count - 1)
@@ -448,7 +438,7 @@ def test_spec_3_2_get_device_count_follows_the_configured_count(fake):
 def test_spec_3_2_get_device_null_output_is_100000(backend):
     """spec §3.2: aclrtGetDevice(NULL) -> 100000, before the context lookup."""
     assert backend.aclrtGetDevice(null_outputs=1)[0] == 100000
-    assert in_fresh_thread(lambda: backend.aclrtGetDevice(null_outputs=1))[0] == 100000
+    assert raise_from_fresh_thread(lambda: backend.aclrtGetDevice(null_outputs=1))[0] == 100000
     raw.aclrtSetDevice(0)
     assert backend.aclrtGetDevice(null_outputs=1)[0] == 100000
     assert backend.aclrtGetDevice() == (0, 0)
