@@ -4,6 +4,8 @@
 Pythonic layer. Importing touches no driver: the backend is chosen on first use.
 """
 
+from typing import TYPE_CHECKING
+
 from . import raw, sizes
 from ._backend import backend_name, backend_reason, use_backend
 from .buffers import Buffer, DeviceBuffer, HostBuffer
@@ -33,6 +35,9 @@ from .errors import (
     UninitializeError,
 )
 from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
+
+if TYPE_CHECKING:
+    from . import fake as fake
 
 __version__ = "0.1.0.dev0"
 

@@ -12,7 +12,6 @@ import ctypes
 import cffi
 import numpy as np
 import pytest
-from helpers import in_fresh_thread, need_two_devices
 
 from acl_mem import raw
 from acl_mem.enums import MallocPolicy, MemcpyKind
@@ -21,6 +20,8 @@ from acl_mem.errors import (
     InvalidParamError,
     RtParamInvalidError,
 )
+
+from .helpers import in_fresh_thread, need_two_devices
 
 _ffi = cffi.FFI()
 

@@ -11,7 +11,6 @@ import mmap
 
 import numpy as np
 import pytest
-from helpers import in_fresh_thread, need_two_devices
 
 import acl_mem
 from acl_mem import raw
@@ -25,6 +24,8 @@ from acl_mem.errors import (
     RtParamInvalidError,
 )
 from acl_mem.sizes import soc_padding
+
+from .helpers import in_fresh_thread, need_two_devices
 
 KiB = 1 << 10
 MiB = 1 << 20

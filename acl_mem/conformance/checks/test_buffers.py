@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import in_fresh_thread, raise_from_fresh_thread
 
 import acl_mem
 from acl_mem import raw
@@ -27,6 +26,8 @@ from acl_mem.errors import (
     InvalidParamError,
 )
 from acl_mem.sizes import AllocApi
+
+from .helpers import in_fresh_thread, raise_from_fresh_thread
 
 MiB = 1 << 20
 H2H, H2D, D2H, D2D = 0, 1, 2, 3

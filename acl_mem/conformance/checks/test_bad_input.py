@@ -13,7 +13,6 @@ import inspect
 
 import numpy as np
 import pytest
-from helpers import need_two_devices
 
 import acl_mem
 from acl_mem import raw
@@ -26,6 +25,8 @@ from acl_mem.errors import (
     InvalidDeviceIdError,
     InvalidParamError,
 )
+
+from .helpers import need_two_devices
 
 # Each raw call: its arguments in C order as (name, C type, a harmless valid value).
 # The valid values make a call that fails cleanly or does nothing (NULL pointers, count 0),

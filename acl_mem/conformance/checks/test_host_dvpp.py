@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 
 import pytest
-from helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 import acl_mem
 from acl_mem import raw
@@ -23,6 +22,8 @@ from acl_mem.errors import (
     RtParamInvalidError,
 )
 from acl_mem.sizes import AllocApi
+
+from .helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 KiB = 1 << 10
 MiB = 1 << 20

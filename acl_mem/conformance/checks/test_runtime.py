@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import address_of, raise_from_fresh_thread
-from stand_in import SUBPROCESS_PRELUDE
 
 import acl_mem
 from acl_mem import raw
+from acl_mem.conformance.providers import native_provider
 from acl_mem.enums import MallocPolicy, MemAttr
 from acl_mem.errors import (
     ContextNullError,
@@ -32,6 +31,8 @@ from acl_mem.errors import (
     RepeatFinalizeError,
     RepeatInitializeError,
 )
+
+from .helpers import address_of, raise_from_fresh_thread
 
 MiB = 1 << 20
 HUGE_PAGE = 2 * MiB
@@ -90,7 +91,6 @@ def error_code(fn: Callable[[], Any]) -> int:
 _PRELUDE = """
 import json
 import acl_mem
-from stand_in import SUBPROCESS_PRELUDE
 from acl_mem import raw
 acl_mem.use_backend({name!r})
 codes = []
@@ -106,7 +106,8 @@ def rc(call, *args):
 
 def fresh_process(backend_name: str, body: str) -> list[int]:
     """Run ``body`` (which appends to ``codes`` via ``rc``) in a new interpreter."""
-    script = SUBPROCESS_PRELUDE + _PRELUDE.format(name=backend_name) + textwrap.dedent(body)
+    prelude = native_provider().subprocess_prelude if backend_name == "native" else ""
+    script = prelude + _PRELUDE.format(name=backend_name) + textwrap.dedent(body)
     script += "\nprint(json.dumps(codes))\n"
     root = str(Path(acl_mem.__file__).resolve().parents[1])
     env = dict(os.environ)

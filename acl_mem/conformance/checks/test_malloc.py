@@ -12,7 +12,6 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 import acl_mem
 from acl_mem import raw
@@ -25,6 +24,8 @@ from acl_mem.errors import (
     RtParamInvalidError,
 )
 from acl_mem.sizes import soc_padding
+
+from .helpers import address_of, free_pools, raise_from_fresh_thread, taken
 
 KiB = 1 << 10
 MiB = 1 << 20
