@@ -61,7 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.add_argument("--backend", choices=_backend.BACKEND_NAMES,
                       help="choose the backend (default: ACL_MEM_BACKEND or auto)")
+    check = sub.add_parser("conformance", help="run the shipped conformance checks and "
+                           "report, per behaviour, spec section, expected and observed outcome")
+    check.add_argument("--backend", choices=("native", "fake", "all"), default="all",
+                       help="backend to check (default: every available one)")
+    check.add_argument("--json", metavar="FILE", help="also write the outcomes as JSON")
+    check.add_argument("--differential", action="store_true",
+                       help="send the same random operation sequences to the fake and to "
+                       "native and report the first divergence as a minimal example")
+    check.add_argument("--examples", type=int, default=200,
+                       help="sequences tried by --differential (default 200)")
     args = parser.parse_args(argv)
+    if args.command == "conformance":
+        if args.differential:
+            from .conformance.differential import run_differential
+
+            return run_differential(max_examples=args.examples)
+        from .conformance.runner import run_checks
+
+        return run_checks(args.backend, args.json)
     if args.command in (None, "info"):
         try:
             if getattr(args, "backend", None):

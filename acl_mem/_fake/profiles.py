@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile", "resolve_profile"]
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile", "profile_for_soc", "resolve_profile"]
 
 GiB = 1 << 30
 
@@ -69,6 +69,14 @@ PROFILES: dict[str, Profile] = {
 }
 _ALIASES = {"ascend910b": "atlas-a2", "ascend310p": "atlas-inference", "950": "ascend950"}
 DEFAULT_PROFILE = "atlas-a2"
+
+
+def profile_for_soc(soc_name: str) -> Profile:
+    """The profile closest to a real SoC (for comparing the fake with that device)."""
+    for profile in PROFILES.values():
+        if soc_name.startswith(profile.soc_name[:9]):
+            return profile
+    return PROFILES[DEFAULT_PROFILE]
 
 
 def resolve_profile(name: str) -> Profile:
