@@ -23,8 +23,9 @@ def run_checks(backend: str = "all", json_path: str | None = None,
         return 2
     import pytest
 
+    checks = str(HERE / "checks")
     args = [
-        str(HERE / "checks"), "-c", str(HERE / "pytest.ini"), "--rootdir", str(HERE / "checks"),
+        checks, "-c", str(HERE / "conformance.ini"), "--rootdir", checks,
         "-p", "acl_mem.conformance.plugin", "-q", "--acl-report", f"--acl-backend={backend}",
     ]
     if json_path:

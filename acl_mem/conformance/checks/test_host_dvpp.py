@@ -8,6 +8,7 @@ DVPP memory is huge-page memory: its use is observed in the huge-page pool
 from __future__ import annotations
 
 import ctypes
+from functools import partial
 
 import pytest
 
@@ -316,7 +317,7 @@ def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
     """spec §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes from
     the current device whatever the id."""
     for dev_id in (0, 7, 12345, 2**32 - 1):
-        ptr, normal, huge = taken(lambda d=dev_id: raw.hi_mpi_dvpp_malloc(d, 100))
+        ptr, normal, huge = taken(partial(raw.hi_mpi_dvpp_malloc, dev_id, 100))
         assert (normal, huge) == (0, HUGE_PAGE)
         assert ptr % 128 == 0
         attrs = raw.aclrtPointerGetAttributes(ptr)

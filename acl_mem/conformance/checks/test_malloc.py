@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 
@@ -71,6 +72,13 @@ def giant_free() -> int | None:
         return None
 
 
+def giant_taken(giant0: int) -> int:
+    """Bytes of the 1 GiB page pool taken since it had ``giant0`` free (the pool must exist)."""
+    giant1 = giant_free()
+    assert giant1 is not None, "the 1 GiB page pool disappeared"
+    return giant0 - giant1
+
+
 def no_p2p_soc() -> bool:
     """P2P policies are not offered on Atlas inference / 200I/500 A2 (spec §3.5 Products)."""
     return raw.aclrtGetSocName().startswith("Ascend310")
@@ -128,7 +136,7 @@ def test_spec_3_5_no_context_is_107002(backend, api):
     """spec §3.5: a valid request in a thread without context -> 107002."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, 0x1000):
         with pytest.raises(ContextNullError) as e:
-            raise_from_fresh_thread(lambda p=policy: alloc(api, 1, p))
+            raise_from_fresh_thread(partial(alloc, api, 1, policy))
         assert e.value.code == 107002
 
 
@@ -216,7 +224,7 @@ def test_spec_3_5_huge_first_examples_a2(dev):
         ("aclrtMallocAlign32", 1 * MiB + 1, (0, 2 * MiB)),
     ]
     for api, size, expected in cases:
-        ptr, normal, huge = taken(lambda a=api, s=size: alloc(a, s))
+        ptr, normal, huge = taken(partial(alloc, api, size))
         assert (normal, huge) == expected, (api, size)
         raw.aclrtFree(ptr)
 
@@ -307,7 +315,7 @@ def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
         return
     normal0 = free_pools()[0]
     ptr = alloc(api, size, MallocPolicy.HUGE1G_ONLY)
-    assert giant0 - giant_free() == 2 * GiB
+    assert giant_taken(giant0) == 2 * GiB
     assert free_pools()[0] == normal0
     raw.aclrtFree(ptr)
     assert giant_free() == giant0
@@ -334,7 +342,7 @@ def test_spec_3_5_huge1g_has_no_padding(dev, api):
         assert e.value.code == 207000
         return
     ptr = alloc(api, 1 * GiB, MallocPolicy.HUGE1G_ONLY)
-    assert giant0 - giant_free() == 1 * GiB
+    assert giant_taken(giant0) == 1 * GiB
     raw.aclrtFree(ptr)
 
 
@@ -347,7 +355,7 @@ def test_spec_3_5_huge1g_p2p_has_no_padding(dev):
         assert e.value.code == 207000
         return
     ptr = raw.aclrtMalloc(1 * GiB, MallocPolicy.HUGE1G_ONLY_P2P)
-    assert giant0 - giant_free() == 1 * GiB
+    assert giant_taken(giant0) == 1 * GiB
     raw.aclrtFree(ptr)
 
 
@@ -631,7 +639,7 @@ def test_spec_3_5_atlas_inference_cached_p2p_is_default_not_an_error(fake):
     with acl_mem.Device(0):
         for policy in (MallocPolicy.HUGE_FIRST_P2P, MallocPolicy.HUGE_ONLY_P2P,
                        MallocPolicy.NORMAL_ONLY_P2P, MallocPolicy.HUGE1G_ONLY_P2P):
-            ptr, normal, huge = taken(lambda p=policy: raw.aclrtMallocCached(1, p))
+            ptr, normal, huge = taken(partial(raw.aclrtMallocCached, 1, policy))
             assert (normal, huge) == (NORMAL_PAGE, 0)
             raw.aclrtFree(ptr)
         with pytest.raises(FeatureNotSupportError) as e:
@@ -687,9 +695,9 @@ def test_spec_3_13_atlas_a2_1g_pool_takes_1_9gib_as_2gib(fake):
         assert giant0 is not None
         normal0 = free_pools()[0]
         a = raw.aclrtMalloc(int(1.9 * GiB), MallocPolicy.HUGE1G_ONLY)
-        assert giant0 - giant_free() == 2 * GiB
+        assert giant_taken(giant0) == 2 * GiB
         b = raw.aclrtMalloc(1 * GiB, MallocPolicy.HUGE1G_ONLY)
-        assert giant0 - giant_free() == 3 * GiB
+        assert giant_taken(giant0) == 3 * GiB
         assert a % 64 == 0
         assert b % 64 == 0
         assert free_pools()[0] == normal0

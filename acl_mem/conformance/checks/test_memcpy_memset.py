@@ -12,6 +12,7 @@ import ctypes
 import cffi
 import numpy as np
 import pytest
+from typing_extensions import Buffer
 
 from acl_mem import raw
 from acl_mem.enums import MallocPolicy, MemcpyKind
@@ -32,7 +33,7 @@ D2D = MemcpyKind.DEVICE_TO_DEVICE
 
 
 # -- helpers ---------------------------------------------------------------------------
-def addr_of(obj: object) -> int:
+def addr_of(obj: Buffer) -> int:
     """Raw address of a writable buffer-protocol object (bytearray, numpy array)."""
     return int(_ffi.cast("uintptr_t", _ffi.from_buffer(obj, require_writable=True)))
 
