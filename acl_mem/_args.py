@@ -21,6 +21,9 @@ def _as_int(value: object, call: str, name: str, ctype: str) -> int:
 
 def c_uint(value: object, call: str, name: str, bits: int = 64, ctype: str = "size_t") -> int:
     """``value`` as an unsigned C integer of ``bits`` bits, or TypeError / ValueError."""
+    # Plain ints in range are by far the common case: one type test, one comparison.
+    if type(value) is int and 0 <= value < (1 << bits):
+        return value
     number = _as_int(value, call, name, ctype)
     if not 0 <= number < (1 << bits):
         raise ValueError(f"{call}: {name}={number} is outside {ctype} [0, 2**{bits} - 1]")

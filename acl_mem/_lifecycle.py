@@ -20,10 +20,13 @@ class State:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
-        self.pid = os.getpid()
         self.global_epoch = 0
         self._device_epoch: Counter[int] = Counter()
         self._set_count: Counter[int] = Counter()
+        # A forked child shares no runtime with its parent: nothing allocated before the
+        # fork may be freed from the child, so every token goes stale there.
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.teardown)
 
     def current_device(self) -> int | None:
         device: int | None = getattr(self._local, "device", None)
@@ -33,7 +36,7 @@ class State:
         return (self.global_epoch, self._device_epoch[device] if device is not None else 0)
 
     def is_live(self, device: int | None, token: tuple[int, int]) -> bool:
-        return os.getpid() == self.pid and self.token(device) == token
+        return self.token(device) == token
 
     def device_set(self, device: int) -> None:
         with self._lock:

@@ -10,7 +10,6 @@ buffer raises :class:`~acl_mem.FreedBufferError`.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -19,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import HostSpan, ffi, host_span
-from ._lifecycle import state
+from ._lifecycle import State, state
 from .enums import MemcpyKind
 from .errors import FreedBufferError
-from .sizes import AllocApi
+from .sizes import AllocApi, allocation_size, soc_padding
 
 if TYPE_CHECKING:
     from .device import Device
@@ -39,14 +38,28 @@ _FREE_CALL = {
 }
 
 
+_RAW_FREE: dict[str, Callable[[int], None]] = {
+    name: getattr(raw, name) for name in set(_FREE_CALL.values())
+}
+_PADDING: dict[int, tuple[_backend.Backend, int]] = {}
+
+
+def _padding(backend: _backend.Backend) -> int:
+    """The SoC's padding size, asked once per backend object."""
+    cached = _PADDING.get(id(backend))
+    if cached is None or cached[0] is not backend:
+        cached = _PADDING[id(backend)] = (backend, soc_padding(backend.soc_name()))
+    return cached[1]
+
+
 def _release_later(
     backend: _backend.Backend, call: str, ptr: int, device_id: int | None,
-    token: tuple[int, int], pid: int,
+    token: tuple[int, int], lifecycle: State = state,
 ) -> Callable[[Any], None]:
     """The destructor of a forgotten buffer: holds values only, never module globals."""
 
     def release(_: Any) -> None:
-        if os.getpid() != pid or not state.is_live(device_id, token):
+        if not lifecycle.is_live(device_id, token):
             return
         # A destructor must never raise; the memory is lost to this process anyway.
         with contextlib.suppress(Exception):
@@ -58,22 +71,35 @@ def _release_later(
 class Buffer:
     """Memory from one allocation call. Use :class:`DeviceBuffer` or :class:`HostBuffer`."""
 
+    __slots__ = ("__weakref__", "_api", "_backend", "_device", "_free_name", "_policy", "_ptr",
+                 "_raw_free", "_size", "_token")
     is_device: bool = True
+    #: Kept on the class so that ``__del__`` needs no module global at interpreter exit.
+    _lifecycle: State = state
 
     def __init__(
-        self, ptr: int, size: int, allocated_size: int, api: AllocApi, device: Device
+        self, ptr: int, size: int, api: AllocApi, device: Device, policy: int = 0
     ) -> None:
         self._ptr = ptr
         self._size = size
-        self._allocated_size = allocated_size
         self._api = api
+        self._policy = policy
         self._device = device
         self._token = state.token(device.id if self.is_device else None)
-        call = _FREE_CALL[api]
-        self._free_call = call
-        release = _release_later(_backend.get(), call, ptr, self._owner_id, self._token,
-                                 os.getpid())
-        self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
+        self._free_name = call = _FREE_CALL[api]
+        self._raw_free: Callable[[int], None] = _RAW_FREE[call]
+        self._backend = _backend.get()
+
+    def __del__(self) -> None:
+        # The memory of a forgotten buffer goes back, unless the runtime already took it
+        # (device reset, aclFinalize) or this is a forked child (its tokens are stale).
+        ptr = getattr(self, "_ptr", 0)
+        if ptr and self._lifecycle.is_live(self._owner_id, self._token):
+            # contextlib.suppress would need a module global; a finalizer must never raise.
+            try:  # noqa: SIM105
+                getattr(self._backend, self._free_name)(ptr)
+            except Exception:
+                pass
 
     @property
     def _owner_id(self) -> int | None:
@@ -94,7 +120,9 @@ class Buffer:
     @property
     def allocated_size(self) -> int:
         """Bytes the runtime reserved: padding and 32-byte rounding included (spec §3.5, §7)."""
-        return self._allocated_size
+        # Computed on demand: allocation stays as cheap as possible.
+        return allocation_size(self._api, self._size, self._policy,
+                               padding=_padding(self._backend))
 
     @property
     def api(self) -> AllocApi:
@@ -114,21 +142,18 @@ class Buffer:
     def __repr__(self) -> str:
         where = "freed" if self.freed else f"ptr={self._ptr:#x}"
         return (f"<{type(self).__name__} {self._api.value} {where} size={self._size} "
-                f"allocated_size={self._allocated_size} device={self._device.id}>")
+                f"allocated_size={self.allocated_size} device={self._device.id}>")
 
     # -- lifetime --------------------------------------------------------------------
     def free(self) -> None:
         """Free now; a second call does nothing. Raises the runtime's AclError if it fails."""
         ptr, self._ptr = self._ptr, 0
-        if ptr == 0:
-            return
-        self._before_free(ptr)
-        ffi.gc(self._handle, None)
-        if state.is_live(self._owner_id, self._token):
-            getattr(raw, self._free_call)(ptr)
+        if ptr:
+            self._release(ptr)
 
-    def _before_free(self, ptr: int) -> None:
-        """Hook for subclasses that must refuse to free (HostBuffer with live views)."""
+    def _release(self, ptr: int) -> None:
+        if state.is_live(self._owner_id, self._token):
+            self._raw_free(ptr)
 
     def __enter__(self) -> Buffer:
         return self
@@ -198,6 +223,8 @@ class Buffer:
 class DeviceBuffer(Buffer):
     """Device memory from aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached or DVPP."""
 
+    __slots__ = ()
+
     is_device = True
 
 
@@ -210,7 +237,18 @@ class HostBuffer(Buffer):
     view dies if the buffer is simply dropped.
     """
 
+    __slots__ = ("_handle",)
     is_device = False
+
+    def __init__(self, ptr: int, size: int, api: AllocApi, device: Device) -> None:
+        super().__init__(ptr, size, api, device)
+        # Views hold this handle; the memory is released when the buffer and every view
+        # are gone, never under a live view.
+        release = _release_later(self._backend, self._free_name, ptr, None, self._token)
+        self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
+
+    def __del__(self) -> None:
+        return None
 
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
@@ -223,7 +261,7 @@ class HostBuffer(Buffer):
 
         return numpy.frombuffer(self.view(), dtype=dtype)
 
-    def _before_free(self, ptr: int) -> None:
+    def _release(self, ptr: int) -> None:
         views = sys.getrefcount(self._handle) - 2
         if views > 0:
             self._ptr = ptr
@@ -231,6 +269,8 @@ class HostBuffer(Buffer):
                 f"HostBuffer.free: {views} view(s) of this memory are still alive; "
                 "delete them (or call memoryview.release()) before freeing"
             )
+        ffi.gc(self._handle, None)
+        super()._release(ptr)
 
 
 def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from types import TracebackType
 from typing import NamedTuple
 
-from . import _backend, raw
-from ._args import c_int, c_uint
+from . import raw
+from ._args import c_int
 from ._lifecycle import state
 from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
 from .errors import DeviceNotCurrentError, FeatureNotSupportError
-from .sizes import AllocApi, allocation_size, soc_padding
+from .sizes import AllocApi
 
 __all__ = ["Device", "MemInfo"]
 
@@ -25,17 +27,6 @@ class MemInfo(NamedTuple):
     @property
     def used(self) -> int:
         return self.total - self.free
-
-
-_PADDING: dict[int, tuple[_backend.Backend, int]] = {}
-
-
-def _padding(backend: _backend.Backend) -> int:
-    """The SoC's padding size, asked once per backend object."""
-    cached = _PADDING.get(id(backend))
-    if cached is None or cached[0] is not backend:
-        cached = _PADDING[id(backend)] = (backend, soc_padding(backend.soc_name()))
-    return cached[1]
 
 
 class Device:
@@ -103,34 +94,33 @@ class Device:
             )
 
     # -- allocation --------------------------------------------------------------------
-    def _device_alloc(self, api: AllocApi, size: int, policy: int) -> DeviceBuffer:
-        call = api.value
-        self._require_current(call)
-        nbytes = c_uint(size, call, "size")
-        pol = c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
-        ptr: int = getattr(raw, call)(nbytes, pol)
-        padded = allocation_size(api, nbytes, pol, padding=_padding(_backend.get()))
-        return DeviceBuffer(ptr, nbytes, padded, api, self)
+    def _device_alloc(
+        self, api: AllocApi, allocate: Callable[[int, int], int], size: int, policy: int
+    ) -> DeviceBuffer:
+        if state.current_device() not in (self._id, None):
+            self._require_current(api.value)
+        ptr = allocate(size, policy)
+        # The raw call has validated both as C integers.
+        return DeviceBuffer(ptr, operator.index(size), api, self, operator.index(policy))
 
     def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC, size, policy)
+        return self._device_alloc(AllocApi.MALLOC, raw.aclrtMalloc, size, policy)
 
     def malloc_align32(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMallocAlign32: ``ALIGN_UP(size,32)`` bytes, for carving up (spec §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC_ALIGN32, size, policy)
+        return self._device_alloc(AllocApi.MALLOC_ALIGN32, raw.aclrtMallocAlign32, size, policy)
 
     def malloc_cached(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMallocCached: cacheable memory sized like aclrtMalloc (spec §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC_CACHED, size, policy)
+        return self._device_alloc(AllocApi.MALLOC_CACHED, raw.aclrtMallocCached, size, policy)
 
     def malloc_host(self, size: int) -> HostBuffer:
         """aclrtMallocHost: page-locked host memory, viewable without copying (spec §3.7)."""
         self._require_current("aclrtMallocHost")
         ptr = raw.aclrtMallocHost(size)
         nbytes = int(size)
-        return HostBuffer(ptr, nbytes, allocation_size(AllocApi.MALLOC_HOST, nbytes),
-                          AllocApi.MALLOC_HOST, self)
+        return HostBuffer(ptr, nbytes, AllocApi.MALLOC_HOST, self)
 
     def dvpp_malloc(
         self, size: int, *, api: AllocApi | str = AllocApi.DVPP_MALLOC
@@ -146,7 +136,7 @@ class Device:
         else:
             ptr = raw.hi_mpi_dvpp_malloc(self._id, size)
         nbytes = int(size)
-        return DeviceBuffer(ptr, nbytes, allocation_size(chosen, nbytes), chosen, self)
+        return DeviceBuffer(ptr, nbytes, chosen, self)
 
     # -- queries -----------------------------------------------------------------------
     def mem_info(self, attr: int = MemAttr.HBM_MEM) -> MemInfo:

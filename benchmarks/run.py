@@ -8,6 +8,9 @@ of several repeats.
 (b) peak RSS after 60 x 1 GiB allocations on a 64 GiB profile, 1 MiB written to each
     (goal < 1 GiB), measured in a fresh process
 (c) raw fake aclrtMalloc + aclrtFree pair vs a Python dict insert + delete (reported)
+(d) through the native backend on the stand-in libascendcl (tests/stand_in.py, needs a C
+    compiler): DeviceBuffer allocate + free, and the raw-layer pair, vs the bare cffi
+    sequence the wrapper performs (ffi.new, lib.aclrtMalloc, lib.aclrtFree); goal <= 1.5
 """
 
 from __future__ import annotations
@@ -119,6 +122,52 @@ def bench_malloc_pair(loops: int, repeats: int) -> dict[str, float]:
             "ratio_malloc_pair_over_dict": acl_s / dict_s}
 
 
+def bench_native_overhead(loops: int, repeats: int) -> dict[str, float]:
+    import tempfile
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import stand_in
+
+    import acl_mem
+    from acl_mem import _backend, raw
+    from acl_mem._fake import FakeBackend
+
+    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_bench_")))
+    shim = stand_in.StandIn(root)
+    shim.target = FakeBackend.for_profile()
+    os.environ["ASCEND_HOME_PATH"] = str(root)
+    from acl_mem._native import load_native_backend
+
+    native = load_native_backend()
+    _backend._install(native, "native: stand-in for the benchmark")
+    ffi, lib = native.ffi, native.lib
+
+    def bare() -> None:
+        for _ in range(loops):
+            out = ffi.new("void **")
+            lib.aclrtMalloc(out, 4096, 0)
+            lib.aclrtFree(out[0])
+
+    def raw_pair() -> None:
+        for _ in range(loops):
+            raw.aclrtFree(raw.aclrtMalloc(4096, 0))
+
+    with acl_mem.Device(0) as dev:
+        def buffer_pair() -> None:
+            for _ in range(loops):
+                dev.malloc(4096).free()
+
+        # Interleaved repeats, so that load on the machine hits all three alike.
+        times: dict[str, list[float]] = {"bare": [], "raw": [], "buffer": []}
+        for _ in range(repeats):
+            for name, fn in (("bare", bare), ("raw", raw_pair), ("buffer", buffer_pair)):
+                times[name].append(_median_seconds(fn, 1) / loops)
+    b, r, d = (statistics.median(times[k]) for k in ("bare", "raw", "buffer"))
+    return {"bare_cffi_pair_us": b * 1e6, "raw_pair_us": r * 1e6, "device_buffer_pair_us": d * 1e6,
+            "ratio_raw_over_bare": r / b, "ratio_device_buffer_over_bare": d / b}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,6 +180,7 @@ def main() -> int:
         "b_sparse_rss": bench_rss(),
         "c_malloc_pair": bench_malloc_pair(args.loops, args.repeats),
     }
+    results["d_native_overhead"] = bench_native_overhead(args.loops // 4, args.repeats)
     for name, figures in results.items():
         print(name)
         for key, value in figures.items():

@@ -31,3 +31,43 @@ def test_every_row_is_unconfirmed_or_says_how():
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert len(cells) == 5, row
         assert cells[4] in ("no", "yes"), row
+
+
+def _function_rows() -> dict[str, list[str]]:
+    rows = {}
+    for line in TABLE.read_text().splitlines():
+        match = re.match(r"\|\s*`(\w+)`\s*\|", line)
+        if match:
+            rows[match.group(1)] = [cell.strip() for cell in line.strip("|").split("|")]
+    return rows
+
+
+def _backend_method(function: str) -> str:
+    return "soc_name" if function == "aclrtGetSocName" else function
+
+
+def test_every_bound_function_is_modelled_and_listed():
+    """A C function the native backend binds must be modelled by the fake and in the table."""
+    from acl_mem._fake import FakeBackend
+    from acl_mem._native.backend import NativeBackend
+    from acl_mem._native.loader import make_ffi
+
+    ffi = make_ffi()
+    bound = {key.split(" ", 1)[1] for key in ffi._parser._declarations
+             if key.startswith("function ")}
+    rows = _function_rows()
+    assert set(rows) == bound
+    for function in bound:
+        assert callable(getattr(FakeBackend, _backend_method(function), None)), function
+        assert callable(getattr(NativeBackend, _backend_method(function), None)), function
+        assert rows[function][2:4] == ["yes", "yes"], function
+        assert rows[function][5] in ("no", "yes"), function
+
+
+def test_every_modelled_function_is_bound_and_listed():
+    """Whatever C function the fake answers is declared for native and in the table."""
+    from acl_mem._fake import FakeBackend
+
+    modelled = {name for name in vars(FakeBackend)
+                if re.match(r"(acl|hi_mpi_)\w+$", name) and callable(getattr(FakeBackend, name))}
+    assert modelled | {"aclrtGetSocName"} == set(_function_rows())

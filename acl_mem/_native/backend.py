@@ -28,6 +28,12 @@ class NativeBackend:
         self._mpi: Any = None
         self._lock = threading.Lock()
         self._null = self.ffi.NULL
+        # Parsed once: allocation and free are the calls users make most often.
+        self._new = self.ffi.new
+        self._cast = self.ffi.cast
+        self._void_pp = self.ffi.typeof("void **")
+        self._void_p = self.ffi.typeof("void *")
+        self._uintptr = self.ffi.typeof("uintptr_t")
 
     def describe(self) -> dict[str, object]:
         return {"library": self.path, "soc": self.soc_name()}
@@ -52,7 +58,7 @@ class NativeBackend:
         return self._null if null else self.ffi.new(ctype)
 
     def _ptr(self, value: int) -> Any:
-        return self.ffi.cast("void *", value)
+        return self._cast(self._void_p, value)
 
     def _addr(self, cdata: Any) -> int:
         return int(self.ffi.cast("uintptr_t", cdata))
@@ -83,9 +89,11 @@ class NativeBackend:
 
     # -- allocation -------------------------------------------------------------------
     def _alloc(self, fn: Any, null_outputs: int, *args: Any) -> tuple[int, int]:
-        out = self._out("void **", bool(null_outputs & 1))
-        rc = int(fn(out, *args))
-        return rc, self._addr(out[0]) if rc == 0 and out != self._null else 0
+        if null_outputs & 1:
+            return int(fn(self._null, *args)), 0
+        out = self._new(self._void_pp)
+        rc: int = fn(out, *args)
+        return rc, int(self._cast(self._uintptr, out[0])) if rc == 0 else 0
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
         return self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
@@ -101,7 +109,8 @@ class NativeBackend:
         return self._alloc(self.lib.aclrtMallocCached, null_outputs, size, policy)
 
     def aclrtFree(self, devPtr: int) -> int:
-        return int(self.lib.aclrtFree(self._ptr(devPtr)))
+        rc: int = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+        return rc
 
     def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
         return self._alloc(self.lib.aclrtMallocHost, null_outputs, size)
