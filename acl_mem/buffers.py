@@ -71,8 +71,8 @@ def _release_later(
 class Buffer:
     """Memory from one allocation call. Use :class:`DeviceBuffer` or :class:`HostBuffer`."""
 
-    __slots__ = ("__weakref__", "_api", "_backend", "_device", "_free_name", "_policy", "_ptr",
-                 "_raw_free", "_size", "_token")
+    __slots__ = ("__weakref__", "_api", "_backend", "_device", "_free_name", "_owner",
+                 "_policy", "_ptr", "_raw_free", "_size", "_token")
     is_device: bool = True
     #: Kept on the class so that ``__del__`` needs no module global at interpreter exit.
     _lifecycle: State = state
@@ -85,7 +85,8 @@ class Buffer:
         self._api = api
         self._policy = policy
         self._device = device
-        self._token = state.token(device.id if self.is_device else None)
+        self._owner = owner = device.id if self.is_device else None
+        self._token = state.token(owner)
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
         self._backend = _backend.get()
@@ -94,16 +95,12 @@ class Buffer:
         # The memory of a forgotten buffer goes back, unless the runtime already took it
         # (device reset, aclFinalize) or this is a forked child (its tokens are stale).
         ptr = getattr(self, "_ptr", 0)
-        if ptr and self._lifecycle.is_live(self._owner_id, self._token):
+        if ptr and self._lifecycle.is_live(self._owner, self._token):
             # contextlib.suppress would need a module global; a finalizer must never raise.
             try:  # noqa: SIM105
                 getattr(self._backend, self._free_name)(ptr)
             except Exception:
                 pass
-
-    @property
-    def _owner_id(self) -> int | None:
-        return self._device.id if self.is_device else None
 
     # -- identity ------------------------------------------------------------------
     @property
@@ -137,7 +134,7 @@ class Buffer:
     @property
     def freed(self) -> bool:
         """True once freed, or once the runtime released the memory (device reset)."""
-        return self._ptr == 0 or not state.is_live(self._owner_id, self._token)
+        return self._ptr == 0 or not state.is_live(self._owner, self._token)
 
     def __repr__(self) -> str:
         where = "freed" if self.freed else f"ptr={self._ptr:#x}"
@@ -152,7 +149,7 @@ class Buffer:
             self._release(ptr)
 
     def _release(self, ptr: int) -> None:
-        if state.is_live(self._owner_id, self._token):
+        if state.is_live(self._owner, self._token):
             self._raw_free(ptr)
 
     def __enter__(self) -> Buffer:
@@ -167,7 +164,7 @@ class Buffer:
     def _check_live(self, what: str) -> None:
         if self._ptr == 0:
             raise FreedBufferError(f"{type(self).__name__}.{what}: the buffer was freed")
-        if not state.is_live(self._owner_id, self._token):
+        if not state.is_live(self._owner, self._token):
             raise FreedBufferError(
                 f"{type(self).__name__}.{what}: the runtime released this memory "
                 f"(device {self._device.id} reset, aclFinalize, fork or fake reconfigured)"
