@@ -18,6 +18,8 @@ __all__ = [
     "DrvInternalError",
     "FeatureNotSupportError",
     "FreedBufferError",
+    "HazardError",
+    "HazardWarning",
     "InternalError",
     "InvalidDeviceIdError",
     "InvalidHandleError",
@@ -26,6 +28,7 @@ __all__ = [
     "MemoryAllocationError",
     "MemoryFreeError",
     "NoDeviceError",
+    "NoStreamResourceError",
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
@@ -160,6 +163,13 @@ class MemoryFreeError(AclError):
     NAME = "ACL_ERROR_RT_MEMORY_FREE"
 
 
+class NoStreamResourceError(AclError):
+    """207008: no stream resource left (the per-device stream limit, spec §3.4)."""
+
+    CODE = 207008
+    NAME = "ACL_ERROR_RT_NO_STREAM_RESOURCE"
+
+
 class NoDeviceError(AclError):
     """207004: no device."""
 
@@ -215,3 +225,11 @@ class DeviceNotCurrentError(RuntimeError):
 
 class BackendError(RuntimeError):
     """A backend could not be loaded or chosen; the message lists every attempt."""
+
+
+class HazardWarning(RuntimeWarning):
+    """The fake saw a use that races with queued asynchronous work (spec §3.4, §3.6)."""
+
+
+class HazardError(RuntimeError):
+    """A hazard, raised instead of warned when the fake runs in strict mode."""

@@ -23,6 +23,8 @@ __all__ = [
     "aclInit",
     "acldvppFree",
     "acldvppMalloc",
+    "aclrtCreateStream",
+    "aclrtDestroyStream",
     "aclrtFree",
     "aclrtFreeHost",
     "aclrtGetDevice",
@@ -35,10 +37,14 @@ __all__ = [
     "aclrtMallocHost",
     "aclrtMemGetAddressRange",
     "aclrtMemcpy",
+    "aclrtMemcpyAsync",
     "aclrtMemset",
+    "aclrtMemsetAsync",
     "aclrtPointerGetAttributes",
     "aclrtResetDevice",
     "aclrtSetDevice",
+    "aclrtSynchronizeDevice",
+    "aclrtSynchronizeStream",
     "hi_mpi_dvpp_free",
     "hi_mpi_dvpp_malloc",
 ]
@@ -241,3 +247,68 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
     if rc:
         raise _fail(rc, f"aclrtPointerGetAttributes(ptr={p:#x})")
     return PtrAttributes(MemLocationType(loc_type), loc_id, page)
+
+
+# -- streams and asynchronous copies (spec §3.4, §3.10, §3.11) ---------------------------
+
+
+def aclrtCreateStream() -> int:
+    """A new stream in the calling thread's context (spec §3.4)."""
+    rc, stream = _backend.get().aclrtCreateStream()
+    if rc:
+        raise _fail(rc, "aclrtCreateStream()")
+    return stream
+
+
+def aclrtDestroyStream(stream: int) -> None:
+    """Destroy ``stream`` after its queued work ran; NULL -> 100000 (spec §3.4)."""
+    handle = c_uint(stream, "aclrtDestroyStream", "stream", 64, "aclrtStream")
+    rc = _backend.get().aclrtDestroyStream(handle)
+    if rc:
+        raise _fail(rc, f"aclrtDestroyStream(stream={handle:#x})")
+
+
+def aclrtSynchronizeStream(stream: int = 0) -> None:
+    """Wait for ``stream``'s queued work; 0 (NULL) is the default stream (spec §3.4)."""
+    handle = c_uint(stream, "aclrtSynchronizeStream", "stream", 64, "aclrtStream")
+    rc = _backend.get().aclrtSynchronizeStream(handle)
+    if rc:
+        raise _fail(rc, f"aclrtSynchronizeStream(stream={handle:#x})")
+
+
+def aclrtSynchronizeDevice() -> None:
+    """Wait for every stream of the current context (spec §3.4)."""
+    rc = _backend.get().aclrtSynchronizeDevice()
+    if rc:
+        raise _fail(rc, "aclrtSynchronizeDevice()")
+
+
+def aclrtMemcpyAsync(dst: int, destMax: int, src: int, count: int, kind: int,
+                     stream: int = 0) -> None:
+    """Queue a copy on ``stream``; the runtime corrects ``kind`` from the addresses (§3.10)."""
+    call = "aclrtMemcpyAsync"
+    d = c_uint(dst, call, "dst", 64, "void *")
+    dm = c_uint(destMax, call, "destMax")
+    s = c_uint(src, call, "src", 64, "const void *")
+    n = c_uint(count, call, "count")
+    k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
+    h = c_uint(stream, call, "stream", 64, "aclrtStream")
+    rc = _backend.get().aclrtMemcpyAsync(d, dm, s, n, k, h)
+    if rc:
+        raise _fail(rc, f"{call}(dst={d:#x}, destMax={dm}, src={s:#x}, count={n}, kind={k}, "
+                        f"stream={h:#x})")
+
+
+def aclrtMemsetAsync(devPtr: int, maxCount: int, value: int, count: int,
+                     stream: int = 0) -> None:
+    """Queue a memset of the low byte of ``value`` on ``stream`` (spec §3.11)."""
+    call = "aclrtMemsetAsync"
+    p = c_uint(devPtr, call, "devPtr", 64, "void *")
+    mc = c_uint(maxCount, call, "maxCount")
+    v = c_int(value, call, "value")
+    n = c_uint(count, call, "count")
+    h = c_uint(stream, call, "stream", 64, "aclrtStream")
+    rc = _backend.get().aclrtMemsetAsync(p, mc, v, n, h)
+    if rc:
+        raise _fail(rc, f"{call}(devPtr={p:#x}, maxCount={mc}, value={v}, count={n}, "
+                        f"stream={h:#x})")

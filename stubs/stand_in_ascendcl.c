@@ -94,6 +94,12 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtGetMemInfo)(aclrtMemAttr attr, size_t *free, size_t *total);
     aclError (*aclrtMemGetAddressRange)(void *ptr, void **pbase, size_t *psize);
     aclError (*aclrtPointerGetAttributes)(const void *ptr, aclrtPtrAttributes *attributes);
+    aclError (*aclrtCreateStream)(aclrtStream *stream);
+    aclError (*aclrtDestroyStream)(aclrtStream stream);
+    aclError (*aclrtSynchronizeStream)(aclrtStream stream);
+    aclError (*aclrtSynchronizeDevice)(void);
+    aclError (*aclrtMemcpyAsync)(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
+    aclError (*aclrtMemsetAsync)(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
     aclError (*acldvppMalloc)(void **devPtr, size_t size);
     aclError (*acldvppFree)(void *devPtr);
     hi_s32 (*hi_mpi_dvpp_malloc)(hi_u32 dev_id, hi_void **dev_ptr, hi_u64 size);
@@ -179,6 +185,30 @@ aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
 {
     return stand_in.aclrtPointerGetAttributes ? stand_in.aclrtPointerGetAttributes(ptr, attributes) : 507000;
+}
+aclError aclrtCreateStream(aclrtStream *stream)
+{
+    return stand_in.aclrtCreateStream ? stand_in.aclrtCreateStream(stream) : 507000;
+}
+aclError aclrtDestroyStream(aclrtStream stream)
+{
+    return stand_in.aclrtDestroyStream ? stand_in.aclrtDestroyStream(stream) : 507000;
+}
+aclError aclrtSynchronizeStream(aclrtStream stream)
+{
+    return stand_in.aclrtSynchronizeStream ? stand_in.aclrtSynchronizeStream(stream) : 507000;
+}
+aclError aclrtSynchronizeDevice(void)
+{
+    return stand_in.aclrtSynchronizeDevice ? stand_in.aclrtSynchronizeDevice() : 507000;
+}
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream)
+{
+    return stand_in.aclrtMemcpyAsync ? stand_in.aclrtMemcpyAsync(dst, destMax, src, count, kind, stream) : 507000;
+}
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
+{
+    return stand_in.aclrtMemsetAsync ? stand_in.aclrtMemsetAsync(devPtr, maxCount, value, count, stream) : 507000;
 }
 #endif
 

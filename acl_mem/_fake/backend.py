@@ -28,6 +28,8 @@ from .extents import Block, BlockIndex
 from .hostmem import HOST_PAGE, address_of, ffi, host_range_mapped, reserve_address_space
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
+from .stream_calls import StreamCalls
+from .streams import Hazards, StreamTable
 
 __all__ = ["FakeBackend"]
 
@@ -50,14 +52,16 @@ def _reserve_device_space() -> bool:
     return _address_space_reserved
 
 
-class FakeBackend:
+class FakeBackend(StreamCalls):
     """Implements :class:`acl_mem._backend.Backend` against a simulated device."""
 
     name = "fake"
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, *, hazards: str = "warn") -> None:
         self.profile = profile
         self.address_space_reserved = _reserve_device_space()
+        self.streams = StreamTable()
+        self.hazards = Hazards(hazards)
         self.runtime = FakeRuntime(profile, self._release_device)
         self._lock = self.runtime.lock
         self._host = BlockIndex()
@@ -65,9 +69,9 @@ class FakeBackend:
 
     @classmethod
     def from_environment(cls) -> FakeBackend:
-        from .config import current_profile
+        from .config import current_hazard_mode, current_profile
 
-        return cls(current_profile())
+        return cls(current_profile(), hazards=current_hazard_mode())
 
     @classmethod
     def for_profile(
@@ -116,6 +120,11 @@ class FakeBackend:
         return codes.SUCCESS, len(self.runtime.devices)
 
     def _release_device(self, device: FakeDevice) -> None:
+        lost = self.streams.drop_device(device.id)
+        if lost:
+            self.hazards.report("reset-with-pending-work",
+                                f"device {device.id} released with {len(lost)} queued "
+                                "operation(s) never synchronised; they never ran")
         device.release_all()
 
     # -- device allocation (spec §3.5, §3.6) -------------------------------------
@@ -163,6 +172,9 @@ class FakeBackend:
             block = device.blocks.at(ptr) if device is not None else None
             if device is None or block is None or block.api not in apis:
                 return codes.RT_PARAM_INVALID
+            if self.streams.any_pending():
+                self.check_pending(block.start, block.extent, freeing=True,
+                                   what=f"{block.api} block {ptr:#x} freed")
             device.release(block)
             return codes.SUCCESS
 
@@ -254,6 +266,9 @@ class FakeBackend:
                 return codes.RT_PARAM_INVALID
             if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
                 return codes.RT_PARAM_INVALID
+            if self.streams.any_pending():
+                self.check_pending(dst, count, freeing=False, what="aclrtMemcpy writes")
+                self.check_pending(src, count, freeing=False, what="aclrtMemcpy reads")
             ffi.memmove(ffi.cast("void *", dst_host), ffi.cast("void *", src_host), count)
             return codes.SUCCESS
 
@@ -270,6 +285,8 @@ class FakeBackend:
             target = self._locate(devPtr, count)
             if target is None or (target[1] is None and not target[2]):
                 return codes.RT_PARAM_INVALID
+            if self.streams.any_pending():
+                self.check_pending(devPtr, count, freeing=False, what="aclrtMemset writes")
             ctypes.memset(target[0], value & 0xFF, count)
             return codes.SUCCESS
 

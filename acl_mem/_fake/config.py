@@ -7,7 +7,7 @@ import threading
 
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 
-__all__ = ["current_profile", "set_profile"]
+__all__ = ["current_hazard_mode", "current_profile", "set_hazard_mode", "set_profile"]
 
 _lock = threading.Lock()
 _configured: Profile | None = None
@@ -25,3 +25,16 @@ def set_profile(profile: Profile | None) -> None:
     global _configured
     with _lock:
         _configured = profile
+
+
+_hazard_mode: str | None = None
+
+
+def current_hazard_mode() -> str:
+    """How the fake reports hazards: ``ACL_MEM_HAZARDS`` or configure(), else "warn"."""
+    return _hazard_mode or os.environ.get("ACL_MEM_HAZARDS", "warn")
+
+
+def set_hazard_mode(mode: str | None) -> None:
+    global _hazard_mode
+    _hazard_mode = mode

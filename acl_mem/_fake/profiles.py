@@ -32,6 +32,8 @@ class Profile:
     p2p_policies: bool
     dvpp: bool
     device_count: int
+    #: Streams per device, the default stream included (spec §3.4).
+    max_streams: int = 1984
 
     def with_overrides(self, *, device_count: int | None, capacity: int | None) -> Profile:
         return replace(
@@ -56,7 +58,7 @@ PROFILES: dict[str, Profile] = {
             soc_name="Ascend310P3",
             description="Atlas inference (Ascend310P): 24 GiB DDR, no 1 GiB pages, no P2P",
             padding=32, memory="DDR", capacity=24 * GiB, normal_fraction=1 / 16,
-            giant_pages=False, p2p_policies=False, dvpp=True, device_count=4,
+            giant_pages=False, p2p_policies=False, dvpp=True, device_count=4, max_streams=1024,
         ),
         Profile(
             name="ascend950",

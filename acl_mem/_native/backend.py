@@ -169,3 +169,28 @@ class NativeBackend:
         if rc or attrs == self._null:
             return rc, 0, 0, 0
         return rc, int(attrs.location.type), int(attrs.location.id), int(attrs.pageSize)
+
+    # -- streams (spec §3.4) ----------------------------------------------------------
+    def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
+        return self._alloc(self.lib.aclrtCreateStream, null_outputs)
+
+    def aclrtDestroyStream(self, stream: int) -> int:
+        return int(self.lib.aclrtDestroyStream(self._ptr(stream)))
+
+    def aclrtSynchronizeStream(self, stream: int) -> int:
+        return int(self.lib.aclrtSynchronizeStream(self._ptr(stream)))
+
+    def aclrtSynchronizeDevice(self) -> int:
+        return int(self.lib.aclrtSynchronizeDevice())
+
+    def aclrtMemcpyAsync(
+        self, dst: int, destMax: int, src: int, count: int, kind: int, stream: int
+    ) -> int:
+        return int(self.lib.aclrtMemcpyAsync(self._ptr(dst), destMax, self._ptr(src), count,
+                                             kind, self._ptr(stream)))
+
+    def aclrtMemsetAsync(
+        self, devPtr: int, maxCount: int, value: int, count: int, stream: int
+    ) -> int:
+        return int(self.lib.aclrtMemsetAsync(self._ptr(devPtr), maxCount, value, count,
+                                             self._ptr(stream)))

@@ -100,6 +100,14 @@ aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
 aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);
+aclError aclrtCreateStream(aclrtStream *stream);
+aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtSynchronizeDevice(void);
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+                          aclrtMemcpyKind kind, aclrtStream stream);
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+                          aclrtStream stream);
 """
 
 #: libacl_dvpp.so (spec §3.8).

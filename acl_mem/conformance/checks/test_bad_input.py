@@ -57,6 +57,14 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclrtGetMemInfo": [("attr", U32, 1)],
     "aclrtMemGetAddressRange": [("ptr", PTR, 0)],
     "aclrtPointerGetAttributes": [("ptr", PTR, 0)],
+    "aclrtCreateStream": [],
+    "aclrtDestroyStream": [("stream", PTR, 0)],
+    "aclrtSynchronizeStream": [("stream", PTR, 0)],
+    "aclrtSynchronizeDevice": [],
+    "aclrtMemcpyAsync": [("dst", PTR, 0), ("destMax", SIZE, 0), ("src", PTR, 0),
+                         ("count", SIZE, 0), ("kind", U32, 0), ("stream", PTR, 0)],
+    "aclrtMemsetAsync": [("devPtr", PTR, 0), ("maxCount", SIZE, 0), ("value", I32, 0),
+                         ("count", SIZE, 0), ("stream", PTR, 0)],
 }
 
 #: Calls whose harmless valid arguments can be run as a control (no init/finalize/reset).
