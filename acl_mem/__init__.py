@@ -16,10 +16,13 @@ from .errors import (
     BackendError,
     ContextNullError,
     ContextReleaseError,
+    DestroyedStreamError,
     DeviceNotCurrentError,
     DrvInternalError,
     FeatureNotSupportError,
     FreedBufferError,
+    HazardError,
+    HazardWarning,
     InternalError,
     InvalidDeviceIdError,
     InvalidHandleError,
@@ -28,6 +31,7 @@ from .errors import (
     MemoryAllocationError,
     MemoryFreeError,
     NoDeviceError,
+    NoStreamResourceError,
     RepeatFinalizeError,
     RepeatInitializeError,
     RtParamInvalidError,
@@ -35,6 +39,7 @@ from .errors import (
     UninitializeError,
 )
 from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
+from .stream import Stream
 
 if TYPE_CHECKING:
     from . import fake as fake
@@ -58,12 +63,15 @@ __all__ = [
     "Buffer",
     "ContextNullError",
     "ContextReleaseError",
+    "DestroyedStreamError",
     "Device",
     "DeviceBuffer",
     "DeviceNotCurrentError",
     "DrvInternalError",
     "FeatureNotSupportError",
     "FreedBufferError",
+    "HazardError",
+    "HazardWarning",
     "HostBuffer",
     "InternalError",
     "InvalidDeviceIdError",
@@ -78,10 +86,12 @@ __all__ = [
     "MemoryAllocationError",
     "MemoryFreeError",
     "NoDeviceError",
+    "NoStreamResourceError",
     "PageKind",
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
+    "Stream",
     "StreamContextError",
     "UninitializeError",
     "align_up",

@@ -22,6 +22,7 @@ from ._lifecycle import State, state
 from .enums import MemcpyKind
 from .errors import FreedBufferError
 from .sizes import AllocApi, allocation_size, soc_padding
+from .stream import Stream
 
 if TYPE_CHECKING:
     from .device import Device
@@ -188,6 +189,34 @@ class Buffer:
         """Copy ``count`` bytes from ``offset`` of this buffer into ``dst`` at ``dst_offset``."""
         _copy(dst, dst_offset, self, offset, count, "copy_to")
 
+    def copy_from_async(
+        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
+        stream: Stream | None = None,
+    ) -> None:
+        """:meth:`copy_from` queued on ``stream`` (default: the default stream), spec §3.10.
+
+        The copy is done only after ``stream.synchronize()``. With pageable host memory
+        (bytes, numpy) the runtime copies at once instead; with :class:`HostBuffer`
+        memory it really is queued, so keep that buffer alive until then.
+        """
+        _copy(self, offset, src, src_offset, count, "copy_from_async",
+              self._stream(stream))
+
+    def copy_to_async(
+        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
+        stream: Stream | None = None,
+    ) -> None:
+        """:meth:`copy_to` queued on ``stream`` (default: the default stream), spec §3.10."""
+        _copy(dst, dst_offset, self, offset, count, "copy_to_async", self._stream(stream))
+
+    def _stream(self, stream: Stream | None) -> Stream:
+        if stream is None:
+            return self._device.default_stream
+        if not isinstance(stream, Stream):
+            raise TypeError(f"stream must be an acl_mem.Stream or None, got "
+                            f"{type(stream).__name__}")
+        return stream
+
     def read(self, count: int | None = None, offset: int = 0) -> bytes:
         """A bytes copy of ``count`` bytes from ``offset`` (default: to the end)."""
         self._check_live("read")
@@ -200,13 +229,25 @@ class Buffer:
 
     def memset(self, value: int, count: int | None = None, *, offset: int = 0) -> None:
         """Set ``count`` bytes from ``offset`` (default: the rest) to ``value`` (0-255)."""
-        call = f"{type(self).__name__}.memset"
-        self._check_live("memset")
+        start, n, byte = self._memset_args("memset", value, count, offset)
+        raw.aclrtMemset(self._ptr + start, self._size - start, byte, n)
+
+    def memset_async(self, value: int, count: int | None = None, *, offset: int = 0,
+                     stream: Stream | None = None) -> None:
+        """:meth:`memset` queued on ``stream`` (default: the default stream), spec §3.11."""
+        start, n, byte = self._memset_args("memset_async", value, count, offset)
+        handle = self._stream(stream).handle
+        raw.aclrtMemsetAsync(self._ptr + start, self._size - start, byte, n, handle)
+
+    def _memset_args(self, what: str, value: int, count: int | None,
+                     offset: int) -> tuple[int, int, int]:
+        call = f"{type(self).__name__}.{what}"
+        self._check_live(what)
         byte = c_uint(value, call, "value", 8, "a byte 0-255")
         start = c_uint(offset, call, "offset")
         n = self._size - start if count is None else c_uint(count, call, "count")
         _check_range(call, "offset + count", start, n, self._size)
-        raw.aclrtMemset(self._ptr + start, self._size - start, byte, n)
+        return start, n, byte
 
     def address_range(self) -> tuple[int, int]:
         """``(base, size)`` the runtime reports for this block (spec §4.8)."""
@@ -250,6 +291,10 @@ class HostBuffer(Buffer):
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
         self._check_live("view")
+        # The fake reports a view taken while queued work will still write here.
+        check_pending = getattr(self._backend, "check_pending", None)
+        if check_pending is not None:
+            check_pending(self._ptr, self._size, freeing=False, what="HostBuffer.view()")
         return memoryview(ffi.buffer(self._handle, self._size))
 
     def numpy(self, dtype: Any = "uint8") -> Any:
@@ -295,7 +340,7 @@ def _kind(dst: Buffer | None, src: Buffer | None) -> MemcpyKind:
 
 
 def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int | None,
-          call: str) -> None:
+          call: str, stream: Stream | None = None) -> None:
     dst_addr, dst_size, dst_buf, dst_keep = _endpoint(dst, True, call, "dst")
     src_addr, src_size, src_buf, src_keep = _endpoint(src, False, call, "src")
     d_off = c_uint(dst_offset, call, "dst offset")
@@ -314,8 +359,12 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
     if n == 0:
         return
     try:
-        raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
-                        _kind(dst_buf, src_buf))
+        if stream is None:
+            raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
+                            _kind(dst_buf, src_buf))
+        else:
+            raw.aclrtMemcpyAsync(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
+                                 _kind(dst_buf, src_buf), stream.handle)
     finally:
         del dst_keep, src_keep
 

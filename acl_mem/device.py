@@ -14,6 +14,7 @@ from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
 from .errors import DeviceNotCurrentError, FeatureNotSupportError
 from .sizes import AllocApi
+from .stream import Stream
 
 __all__ = ["Device", "MemInfo"]
 
@@ -137,6 +138,22 @@ class Device:
             ptr = raw.hi_mpi_dvpp_malloc(self._id, size)
         nbytes = int(size)
         return DeviceBuffer(ptr, nbytes, chosen, self)
+
+    # -- streams -----------------------------------------------------------------------
+    def stream(self) -> Stream:
+        """aclrtCreateStream in this device's context (spec §3.4)."""
+        self._require_current("stream")
+        return Stream(raw.aclrtCreateStream(), self)
+
+    @property
+    def default_stream(self) -> Stream:
+        """The context's default stream (the NULL handle)."""
+        return Stream(0, self)
+
+    def synchronize(self) -> None:
+        """aclrtSynchronizeDevice: wait for every stream of this context (spec §3.4)."""
+        self._require_current("synchronize")
+        raw.aclrtSynchronizeDevice()
 
     # -- queries -----------------------------------------------------------------------
     def mem_info(self, attr: int = MemAttr.HBM_MEM) -> MemInfo:

@@ -14,6 +14,7 @@ __all__ = [
     "BackendError",
     "ContextNullError",
     "ContextReleaseError",
+    "DestroyedStreamError",
     "DeviceNotCurrentError",
     "DrvInternalError",
     "FeatureNotSupportError",
@@ -217,6 +218,10 @@ def check(rc: int, what: str) -> None:
 
 class FreedBufferError(ValueError):
     """A buffer was used after :meth:`free` (or after its device was reset)."""
+
+
+class DestroyedStreamError(ValueError):
+    """A :class:`~acl_mem.Stream` was used after destroy() (or after its device was reset)."""
 
 
 class DeviceNotCurrentError(RuntimeError):

@@ -10,20 +10,23 @@ from __future__ import annotations
 from . import _backend
 from ._args import c_uint
 from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
-from ._fake.config import current_profile, set_profile
+from ._fake.config import current_hazard_mode, current_profile, set_hazard_mode, set_profile
 from ._lifecycle import state
 
-__all__ = ["PROFILES", "Profile", "configure", "profile", "reset"]
+__all__ = ["PROFILES", "Profile", "configure", "hazards", "profile", "reset"]
 
 
 def configure(
-    profile: str | None = None, *, device_count: int | None = None, hbm_bytes: int | None = None
+    profile: str | None = None, *, device_count: int | None = None,
+    hbm_bytes: int | None = None, hazards: str | None = None,
 ) -> Profile:
     """Choose the fake's profile and size; returns the profile now in effect.
 
     ``profile`` is a profile name (``atlas-a2``, ``atlas-inference``, ``ascend950``) or
     a SoC family (``Ascend910B``); ``device_count`` and ``hbm_bytes`` (per device)
-    override the profile's values.
+    override the profile's values. ``hazards`` is how races with queued work are
+    reported: ``"warn"`` (default, HazardWarning), ``"raise"`` (HazardError) or
+    ``"count"`` (only :func:`hazards` shows them).
     """
     base = resolve_profile(profile) if profile is not None else current_profile()
     count = None if device_count is None else c_uint(device_count, "configure", "device_count",
@@ -32,8 +35,10 @@ def configure(
     if capacity is not None and capacity < (1 << 21):
         raise ValueError(f"configure: hbm_bytes must be at least 2 MiB, got {capacity}")
     chosen = base.with_overrides(device_count=count, capacity=capacity)
-    fresh = FakeBackend(chosen)
+    mode = hazards or current_hazard_mode()
+    fresh = FakeBackend(chosen, hazards=mode)
     set_profile(chosen)
+    set_hazard_mode(hazards)
     _replace_active(fresh)
     return chosen
 
@@ -41,12 +46,21 @@ def configure(
 def reset() -> None:
     """Back to ``ACL_MEM_FAKE_PROFILE`` (or atlas-a2) with a fresh device."""
     set_profile(None)
-    _replace_active(FakeBackend(current_profile()))
+    set_hazard_mode(None)
+    _replace_active(FakeBackend(current_profile(), hazards=current_hazard_mode()))
 
 
 def profile() -> Profile:
     """The profile the fake uses now."""
     return current_profile()
+
+
+def hazards() -> dict[str, int]:
+    """Hazards the active fake has seen so far, counted by kind."""
+    active = _backend.get()
+    if not isinstance(active, FakeBackend):
+        raise RuntimeError(f"acl_mem.fake.hazards: the active backend is {active.name!r}")
+    return active.hazards.counts()
 
 
 def _replace_active(fresh: FakeBackend) -> None:

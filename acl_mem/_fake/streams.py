@@ -10,6 +10,8 @@ recognisable (107017).
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -65,13 +67,24 @@ class Hazards:
         if self.mode == "raise":
             raise HazardError(f"{kind}: {message}")
         if self.mode == "warn":
-            warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=4)
+            warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=_user_stacklevel())
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
         for kind, _ in self.seen:
             found[kind] = found.get(kind, 0) + 1
         return found
+
+
+def _user_stacklevel() -> int:
+    """Stack level of the first caller outside acl_mem, so the warning points at user code."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 class StreamTable:

@@ -1,0 +1,85 @@
+"""``Stream``: an ordered queue of device work (spec §3.4).
+
+Work queued on one stream runs in order; streams are unordered with respect to each
+other; nothing queued is guaranteed done before :meth:`Stream.synchronize`. On the
+fake this is literal: queued copies run only at synchronisation, so a missing
+synchronise shows up as stale data (and as a hazard warning).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from . import raw
+from ._lifecycle import state
+from .errors import DestroyedStreamError
+
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["Stream"]
+
+
+class Stream:
+    """A stream of one device's context; ``Device.stream()`` creates one.
+
+    ``with dev.stream() as s:`` destroys it at exit (after its queued work ran, as
+    aclrtDestroyStream waits). The default stream (``Device.default_stream``, handle 0)
+    is never destroyed.
+    """
+
+    __slots__ = ("_device", "_handle", "_token")
+
+    def __init__(self, handle: int, device: Device) -> None:
+        self._handle = handle
+        self._device = device
+        self._token = state.token(device.id)
+
+    @property
+    def handle(self) -> int:
+        """The aclrtStream value (0 is the default stream)."""
+        self._check_live("handle")
+        return self._handle
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def destroyed(self) -> bool:
+        return self._handle == -1 or not state.is_live(self._device.id, self._token)
+
+    def __repr__(self) -> str:
+        where = "destroyed" if self.destroyed else f"handle={self._handle:#x}"
+        return f"<Stream {where} device={self._device.id}>"
+
+    def synchronize(self) -> None:
+        """Wait until everything queued on this stream ran (spec §3.4)."""
+        raw.aclrtSynchronizeStream(self.handle)
+
+    def destroy(self) -> None:
+        """aclrtDestroyStream; a second call (or the default stream) does nothing."""
+        handle, self._handle = self._handle, -1
+        if handle in (-1, 0):
+            self._handle = handle if handle == 0 else -1
+            return
+        if state.is_live(self._device.id, self._token):
+            raw.aclrtDestroyStream(handle)
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.destroy()
+
+    def _check_live(self, what: str) -> None:
+        if self._handle == -1:
+            raise DestroyedStreamError(f"Stream.{what}: the stream was destroyed")
+        if not state.is_live(self._device.id, self._token):
+            raise DestroyedStreamError(
+                f"Stream.{what}: device {self._device.id} was reset, which destroyed the stream"
+            )
