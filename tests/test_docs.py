@@ -16,10 +16,11 @@ def _readme_python_blocks():
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("script", ["readme", "tour"])
+@pytest.mark.parametrize("script", ["readme", "readme-streams", "tour"])
 def test_example_runs(script):
-    code = (_readme_python_blocks()[0] if script == "readme"
-            else (ROOT / "examples" / "tour.py").read_text())
+    blocks = _readme_python_blocks()
+    code = {"readme": blocks[0], "readme-streams": blocks[1],
+            "tour": (ROOT / "examples" / "tour.py").read_text()}[script]
     env = {**os.environ, "ACL_MEM_BACKEND": "fake"}
     env.pop("ACL_MEM_FAKE_PROFILE", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -28,3 +29,6 @@ def test_example_runs(script):
     if script == "readme":
         assert "4194304 4194336" in done.stdout
         assert "100000 ACL_ERROR_INVALID_PARAM" in done.stdout
+    if script == "readme-streams":
+        assert "caught: access-before-synchronize" in done.stdout
+        assert "b'data'" in done.stdout
