@@ -18,6 +18,8 @@ __all__ = ["State", "state"]
 
 class State:
     def __init__(self) -> None:
+        #: Held by the raw layer around a device set/reset and its mirror update.
+        self.lock = threading.RLock()
         self._lock = threading.Lock()
         self._local = threading.local()
         self.global_epoch = 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -42,15 +43,19 @@ _FREE_CALL = {
 _RAW_FREE: dict[str, Callable[[int], None]] = {
     name: getattr(raw, name) for name in set(_FREE_CALL.values())
 }
-_PADDING: dict[int, tuple[_backend.Backend, int]] = {}
+#: Weak: a cached padding must not keep a replaced backend (and its memory) alive.
+_PADDING: weakref.WeakKeyDictionary[_backend.Backend, int] = weakref.WeakKeyDictionary()
 
 
 def _padding(backend: _backend.Backend) -> int:
-    """The SoC's padding size, asked once per backend object."""
-    cached = _PADDING.get(id(backend))
-    if cached is None or cached[0] is not backend:
-        cached = _PADDING[id(backend)] = (backend, soc_padding(backend.soc_name()))
-    return cached[1]
+    """The SoC's padding size, asked once per backend object (once the SoC is known)."""
+    padding = _PADDING.get(backend)
+    if padding is None:
+        soc = backend.soc_name()
+        padding = soc_padding(soc)
+        if soc:
+            _PADDING[backend] = padding
+    return padding
 
 
 def _release_later(
@@ -221,6 +226,7 @@ class Buffer:
         """A bytes copy of ``count`` bytes from ``offset`` (default: to the end)."""
         self._check_live("read")
         start = c_uint(offset, "Buffer.read", "offset")
+        _check_range("Buffer.read", "offset", start, 0, self._size)
         n = self._size - start if count is None else c_uint(count, "Buffer.read", "count")
         _check_range("Buffer.read", "offset + count", start, n, self._size)
         out = bytearray(n)
@@ -245,6 +251,7 @@ class Buffer:
         self._check_live(what)
         byte = c_uint(value, call, "value", 8, "a byte 0-255")
         start = c_uint(offset, call, "offset")
+        _check_range(call, "offset", start, 0, self._size)
         n = self._size - start if count is None else c_uint(count, call, "count")
         _check_range(call, "offset + count", start, n, self._size)
         return start, n, byte

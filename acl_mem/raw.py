@@ -51,9 +51,13 @@ __all__ = [
 
 
 class PtrAttributes(NamedTuple):
-    """``aclrtPtrAttributes`` without its reserved words (spec §4.9)."""
+    """``aclrtPtrAttributes`` without its reserved words (spec §4.9).
 
-    type: MemLocationType
+    ``type`` is a :class:`MemLocationType`, or the plain int when a newer runtime
+    reports a value the ACL 1.17 header does not name (e.g. 3, MANAGED).
+    """
+
+    type: MemLocationType | int
     id: int
     pageSize: int
 
@@ -72,28 +76,33 @@ def aclInit(configPath: object = None) -> None:
 
 def aclFinalize() -> None:
     """Tear ACL down (resets every device); a repeat raises 100037, spec §3.1."""
-    rc = _backend.get().aclFinalize()
-    if rc:
-        raise _fail(rc, "aclFinalize()")
-    state.teardown()
+    with state.lock:
+        rc = _backend.get().aclFinalize()
+        if rc:
+            raise _fail(rc, "aclFinalize()")
+        state.teardown()
 
 
 def aclrtSetDevice(deviceId: int) -> None:
     """Make ``deviceId`` current for this thread, adding one reference (spec §3.2)."""
     dev = c_int(deviceId, "aclrtSetDevice", "deviceId")
-    rc = _backend.get().aclrtSetDevice(dev)
-    if rc:
-        raise _fail(rc, f"aclrtSetDevice(deviceId={dev})")
-    state.device_set(dev)
+    # The runtime call and its mirror move together, or a reset racing with a set on
+    # another thread could leave live tokens on released memory.
+    with state.lock:
+        rc = _backend.get().aclrtSetDevice(dev)
+        if rc:
+            raise _fail(rc, f"aclrtSetDevice(deviceId={dev})")
+        state.device_set(dev)
 
 
 def aclrtResetDevice(deviceId: int) -> None:
     """Drop one reference; at zero the device's memory is released (spec §3.2)."""
     dev = c_int(deviceId, "aclrtResetDevice", "deviceId")
-    rc = _backend.get().aclrtResetDevice(dev)
-    if rc:
-        raise _fail(rc, f"aclrtResetDevice(deviceId={dev})")
-    state.device_reset(dev)
+    with state.lock:
+        rc = _backend.get().aclrtResetDevice(dev)
+        if rc:
+            raise _fail(rc, f"aclrtResetDevice(deviceId={dev})")
+        state.device_reset(dev)
 
 
 def aclrtGetDevice() -> int:
@@ -246,7 +255,8 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
     rc, loc_type, loc_id, page = _backend.get().aclrtPointerGetAttributes(p)
     if rc:
         raise _fail(rc, f"aclrtPointerGetAttributes(ptr={p:#x})")
-    return PtrAttributes(MemLocationType(loc_type), loc_id, page)
+    known = loc_type in MemLocationType._value2member_map_
+    return PtrAttributes(MemLocationType(loc_type) if known else loc_type, loc_id, page)
 
 
 # -- streams and asynchronous copies (spec §3.4, §3.10, §3.11) ---------------------------

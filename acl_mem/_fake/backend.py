@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import threading
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
@@ -25,7 +26,7 @@ from ..sizes import (
 from . import codes
 from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
 from .extents import Block, BlockIndex
-from .hostmem import HOST_PAGE, address_of, ffi, host_range_mapped, reserve_address_space
+from .hostmem import HOST_PAGE, address_of, copy_host, host_range_mapped, reserve_address_space
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
 from .stream_calls import StreamCalls
@@ -41,15 +42,17 @@ _HUGE_ATTRS = frozenset({2, 4, 6, 8, 13, 16})
 _GIANT_ATTRS = frozenset({10, 11, 14, 17})
 _DEVICE_SPACE_END = DEVICE_SPACE_BASE + MAX_DEVICES * DEVICE_SLOT
 _address_space_reserved: bool | None = None
+_reserve_lock = threading.Lock()
 
 
 def _reserve_device_space() -> bool:
     global _address_space_reserved
-    if _address_space_reserved is None:
-        _address_space_reserved = reserve_address_space(
-            DEVICE_SPACE_BASE, _DEVICE_SPACE_END - DEVICE_SPACE_BASE
-        )
-    return _address_space_reserved
+    with _reserve_lock:
+        if _address_space_reserved is None:
+            _address_space_reserved = reserve_address_space(
+                DEVICE_SPACE_BASE, _DEVICE_SPACE_END - DEVICE_SPACE_BASE
+            )
+        return _address_space_reserved
 
 
 class FakeBackend(StreamCalls):
@@ -134,7 +137,8 @@ class FakeBackend(StreamCalls):
         pad = self.profile.padding if api is not AllocApi.MALLOC_ALIGN32 else 0
         if policy in _GIANT:
             pad = 0
-        if size + 32 + pad - 1 > SIZE_T_MAX:
+        # The ACL layer computes size + 32 + pad first and rejects a wrap (spec §3.5 step 3).
+        if size + 32 + pad > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
         with self._lock:
             device = self.runtime.current()
@@ -269,7 +273,10 @@ class FakeBackend(StreamCalls):
             if self.streams.any_pending():
                 self.check_pending(dst, count, freeing=False, what="aclrtMemcpy writes")
                 self.check_pending(src, count, freeing=False, what="aclrtMemcpy reads")
-            ffi.memmove(ffi.cast("void *", dst_host), ffi.cast("void *", src_host), count)
+            untrusted = ("dst" if dst_dev is None and not dst_pinned else
+                         "src" if src_dev is None and not src_pinned else None)
+            if not copy_host(dst_host, src_host, count, untrusted=untrusted):
+                return codes.RT_PARAM_INVALID
             return codes.SUCCESS
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:

@@ -709,3 +709,14 @@ def test_memcpy_kind_values_match_the_header_spec_2():
     """spec §2: the kinds the layer passes are the header's values."""
     assert (MemcpyKind.HOST_TO_HOST, MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST,
             MemcpyKind.DEVICE_TO_DEVICE) == (H2H, H2D, D2H, D2D)
+
+
+@pytest.mark.parametrize("method", ["read", "memset"])
+def test_offset_beyond_the_buffer_is_value_error(dev, method):
+    """An offset past the requested size is refused before any runtime call."""
+    buf = dev.malloc(64)
+    call = buf.read if method == "read" else (lambda offset: buf.memset(1, offset=offset))
+    with pytest.raises(ValueError) as e:
+        call(offset=100)
+    assert not isinstance(e.value, acl_mem.AclError)
+    buf.free()

@@ -132,6 +132,20 @@ def test_spec_3_5_padded_size_overflow_is_100000(dev, api):
 
 
 @pytest.mark.parametrize("api", APIS)
+def test_spec_3_5_overflow_boundary_is_where_size_plus_append_wraps(backend, api):
+    """spec §3.5 step 3: 100000 exactly when size + 32 + pad exceeds size_t, before the
+    context lookup; one byte less is a valid size (then no context -> 107002)."""
+    pad = 0 if api == "aclrtMallocAlign32" else padding()
+    first_wrapping = 2**64 - 32 - pad
+    with pytest.raises(InvalidParamError) as e:
+        raise_from_fresh_thread(partial(alloc, api, first_wrapping))
+    assert e.value.code == 100000
+    with pytest.raises(ContextNullError) as e2:
+        raise_from_fresh_thread(partial(alloc, api, first_wrapping - 1))
+    assert e2.value.code == 107002
+
+
+@pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_no_context_is_107002(backend, api):
     """spec §3.5: a valid request in a thread without context -> 107002."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, 0x1000):

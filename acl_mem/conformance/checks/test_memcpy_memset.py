@@ -557,3 +557,24 @@ def test_memcpy_and_memset_size_max_count_is_107000(fake, dev):
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemset(ptr, size_max, 0, size_max)
     assert e.value.code == 107000
+
+
+@pytest.mark.fake_only("a pointer to read-only or inaccessible host pages may crash the driver "
+                       "on hardware")
+@pytest.mark.parametrize("count", [64, 4 << 20])
+def test_spec_8_10_unwritable_or_inaccessible_host_memory_is_107000(dev, count):
+    """spec §8.10 (fake choice): a mapped but read-only or PROT_NONE host range is not a
+    copy target or source: 107000, never a crash, for small and large copies alike."""
+    from acl_mem._fake.hostmem import _libc, ffi
+
+    device = raw.aclrtMalloc(count)
+    inaccessible = int(ffi.cast("uintptr_t", _libc.mmap(ffi.NULL, count, 0, 0x22, -1, 0)))
+    read_only_code = ctypes.cast(ctypes.pythonapi.Py_Initialize, ctypes.c_void_p).value
+    assert read_only_code is not None
+    attempts = [(inaccessible, count, device, count, 2), (device, count, inaccessible, count, 1),
+                (read_only_code, 64, device, 64, 2)]
+    for args in attempts:
+        with pytest.raises(RtParamInvalidError) as e:
+            raw.aclrtMemcpy(*args)
+        assert e.value.code == 107000
+    raw.aclrtFree(device)

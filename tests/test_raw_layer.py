@@ -1,0 +1,73 @@
+"""Raw-layer behaviour that no spec rule pins: values a newer runtime may return, caches."""
+
+import gc
+import weakref
+
+import pytest
+
+import acl_mem
+from acl_mem import _backend, raw
+from acl_mem._fake import FakeBackend
+
+
+class ManagedMemoryFake(FakeBackend):
+    """A runtime newer than the header: reports location type 3 (MANAGED, spec §2 HEAD)."""
+
+    def aclrtPointerGetAttributes(self, ptr, null_outputs=0):
+        return 0, 3, 0, 4096
+
+
+def test_unknown_location_type_is_returned_as_int_not_an_error():
+    previous = _backend._install(ManagedMemoryFake.for_profile())
+    try:
+        attributes = raw.aclrtPointerGetAttributes(0x1000)
+        assert attributes.type == 3
+        assert not isinstance(attributes.type, acl_mem.MemLocationType)
+    finally:
+        _backend._install(previous)
+
+
+def test_padding_cache_does_not_keep_a_replaced_backend_alive():
+    """allocated_size caches the SoC padding per backend, weakly."""
+    fake = FakeBackend.for_profile()
+    previous = _backend._install(fake)
+    try:
+        with acl_mem.Device(0) as dev:
+            buf = dev.malloc(100)
+            assert buf.allocated_size == 160
+            buf.free()
+            del buf
+    finally:
+        _backend._install(previous)
+    ref = weakref.ref(fake)
+    del fake
+    gc.collect()
+    assert ref() is None
+
+
+def test_set_and_reset_keep_the_mirror_in_step_under_threads():
+    """Concurrent set/reset on one device leave no live token on released memory."""
+    import threading
+
+    previous = _backend._install(FakeBackend.for_profile())
+    try:
+        errors: list[BaseException] = []
+
+        def churn() -> None:
+            try:
+                for _ in range(200):
+                    with acl_mem.Device(0) as dev:
+                        dev.malloc(64).free()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=churn) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        with pytest.raises(acl_mem.ContextNullError):
+            raw.aclrtGetDevice()
+    finally:
+        _backend._install(previous)
