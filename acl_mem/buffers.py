@@ -301,7 +301,7 @@ class HostBuffer(Buffer):
         # The fake reports a view taken while queued work will still write here.
         check_pending = getattr(self._backend, "check_pending", None)
         if check_pending is not None:
-            check_pending(self._ptr, self._size, freeing=False, what="HostBuffer.view()")
+            check_pending(self._ptr, self._size, access="read", what="HostBuffer.view()")
         return memoryview(ffi.buffer(self._handle, self._size))
 
     def numpy(self, dtype: Any = "uint8") -> Any:

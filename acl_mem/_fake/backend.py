@@ -177,7 +177,7 @@ class FakeBackend(StreamCalls):
             if device is None or block is None or block.api not in apis:
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
-                self.check_pending(block.start, block.extent, freeing=True,
+                self.check_pending(block.start, block.extent, access="free",
                                    what=f"{block.api} block {ptr:#x} freed")
             device.release(block)
             return codes.SUCCESS
@@ -239,6 +239,9 @@ class FakeBackend(StreamCalls):
             block = self._host.at(hostPtr)
             if block is None:
                 return codes.RT_PARAM_INVALID
+            if self.streams.any_pending():
+                self.check_pending(block.start, block.extent, access="free",
+                                   what=f"aclrtMallocHost block {hostPtr:#x} freed")
             self._host.remove(block)
             host_map = self._host_maps.pop(hostPtr)
             # If something still exports the mapping, it goes with the last view.
@@ -271,8 +274,8 @@ class FakeBackend(StreamCalls):
             if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
-                self.check_pending(dst, count, freeing=False, what="aclrtMemcpy writes")
-                self.check_pending(src, count, freeing=False, what="aclrtMemcpy reads")
+                self.check_pending(dst, count, access="write", what="aclrtMemcpy writes")
+                self.check_pending(src, count, access="read", what="aclrtMemcpy reads")
             untrusted = ("dst" if dst_dev is None and not dst_pinned else
                          "src" if src_dev is None and not src_pinned else None)
             if not copy_host(dst_host, src_host, count, untrusted=untrusted):
@@ -293,7 +296,7 @@ class FakeBackend(StreamCalls):
             if target is None or (target[1] is None and not target[2]):
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
-                self.check_pending(devPtr, count, freeing=False, what="aclrtMemset writes")
+                self.check_pending(devPtr, count, access="write", what="aclrtMemset writes")
             ctypes.memset(target[0], value & 0xFF, count)
             return codes.SUCCESS
 

@@ -218,17 +218,17 @@ class StreamCalls:
             return
         ctypes.memset(target[0], value & 0xFF, count)
 
-    def check_pending(self, start: int, size: int, *, freeing: bool,
-                      what: str) -> None:
+    def check_pending(self, start: int, size: int, *, access: str, what: str) -> None:
         """Report a hazard if queued work races with ``what`` on ``[start, start+size)``.
 
-        Freeing races with any queued access (aclrtFree does not wait, spec §3.6);
-        synchronous access races with queued writes.
+        ``access`` is "free" (races with any queued access: the free calls do not wait,
+        spec §3.6-§3.7), "write" (races with queued reads and writes) or "read" (races
+        with queued writes).
         """
         end = start + size
         for op in self.streams.pending_ops():
-            if op.touches(start, end) if freeing else op.writes_into(start, end):
-                kind = "free-while-queued" if freeing else "access-before-synchronize"
+            if op.writes_into(start, end) if access == "read" else op.touches(start, end):
+                kind = "free-while-queued" if access == "free" else "access-before-synchronize"
                 self.hazards.report(kind, f"{what} while queued {op.describe} is pending; "
                                     "synchronise the stream first")
                 return
