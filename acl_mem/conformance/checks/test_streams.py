@@ -1169,3 +1169,19 @@ def test_spec_3_4_buffer_with_a_stream_of_another_device_is_107003(dev):
     assert buf.read() == bytes(N)
     buf.free()
     staging.free()
+
+
+@pytest.mark.fake_only("on hardware timing decides whether the queued copy already read it")
+def test_spec_3_4_fake_overwriting_the_source_of_a_queued_copy_is_reported(hazard_mode):
+    """spec §3.4: a synchronous write into memory a queued copy still reads (write after
+    read) is an access-before-synchronize hazard; the queued copy then sees the new bytes."""
+    hazard_mode("count")
+    with acl_mem.Device(0) as dev, dev.stream() as stream:
+        source = dev.malloc(N)
+        source.memset(0x11)
+        landing = dev.malloc_host(N)
+        source.copy_to_async(landing, stream=stream)
+        source.memset(0x22)
+        assert acl_mem.fake.hazards() == {"access-before-synchronize": 1}
+        stream.synchronize()
+        assert bytes(landing.view()) == b"\x22" * N
