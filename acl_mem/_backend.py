@@ -15,6 +15,7 @@ import os
 import threading
 from typing import Protocol
 
+from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from .errors import BackendError
 
 __all__ = ["BACKEND_NAMES", "Backend", "backend_name", "backend_reason", "get", "use_backend"]
@@ -76,6 +77,39 @@ class Backend(Protocol):
     def aclrtMemsetAsync(
         self, devPtr: int, maxCount: int, value: int, count: int, stream: int
     ) -> int: ...
+
+    # -- virtual memory (spec §4); structs are acl_mem._structs objects, None is NULL ---
+    def aclrtReserveMemAddress(
+        self, size: int, alignment: int, expectPtr: int, flags: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtReleaseMemAddress(self, virPtr: int) -> int: ...
+    def aclrtMallocPhysical(
+        self, size: int, prop: aclrtPhysicalMemProp | None, flags: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtFreePhysical(self, handle: int) -> int: ...
+    def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int: ...
+    def aclrtUnmapMem(self, virPtr: int) -> int: ...
+    def aclrtMemGetAllocationGranularity(
+        self, prop: aclrtPhysicalMemProp | None, option: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtMemSetAccess(
+        self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None, count: int
+    ) -> int: ...
+    def aclrtMemExportToShareableHandle(
+        self, handle: int, handleType: int, flags: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtMemImportFromShareableHandle(
+        self, shareableHandle: int, deviceId: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtMemSetPidToShareableHandle(
+        self, shareableHandle: int, pid: list[int] | None, pidNum: int
+    ) -> int: ...
+    def aclrtMemRetainAllocationHandle(
+        self, virPtr: int, null_outputs: int = 0
+    ) -> tuple[int, int]: ...
+    def aclrtMemGetAllocationPropertiesFromHandle(
+        self, handle: int, null_outputs: int = 0
+    ) -> tuple[int, aclrtPhysicalMemProp | None]: ...
 
 
 _lock = threading.RLock()

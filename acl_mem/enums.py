@@ -5,8 +5,14 @@ from __future__ import annotations
 from enum import IntEnum
 
 __all__ = [
+    "VMM_EXPORT_FLAG_DEFAULT",
+    "VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION",
     "MallocPolicy",
+    "MemAccessFlags",
+    "MemAllocationType",
     "MemAttr",
+    "MemGranularityOptions",
+    "MemHandleType",
     "MemLocationType",
     "MemcpyKind",
 ]
@@ -99,3 +105,37 @@ class MemLocationType(IntEnum):
     #: Plain host memory the runtime does not know (malloc, numpy, bytes).
     UNREGISTERED = 2
     HOST_NUMA = 4
+
+
+class MemHandleType(IntEnum):
+    """``aclrtMemHandleType`` (spec §2): only NONE is accepted by the VMM calls (§4.3)."""
+
+    NONE = 0
+    POSIX = 2
+
+
+class MemAllocationType(IntEnum):
+    """``aclrtMemAllocationType`` (spec §2)."""
+
+    PINNED = 0
+
+
+class MemGranularityOptions(IntEnum):
+    """``aclrtMemGranularityOptions`` (spec §2, §4.5)."""
+
+    MINIMUM = 0
+    RECOMMENDED = 1
+    UNDEF = 0xFFFF
+
+
+class MemAccessFlags(IntEnum):
+    """``aclrtMemAccessFlags`` (spec §2, §4.7): only READWRITE is supported."""
+
+    NONE = 0
+    READ = 1
+    READWRITE = 3
+
+
+#: aclrtMemExportToShareableHandle flags (spec §2, §4.6).
+VMM_EXPORT_FLAG_DEFAULT = 0x0
+VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION = 0x1

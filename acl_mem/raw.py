@@ -14,6 +14,22 @@ from typing import NamedTuple
 from . import _backend
 from ._args import c_int, c_uint, path_or_none
 from ._lifecycle import state
+from ._raw_vmm import (
+    aclrtFreePhysical,
+    aclrtMallocPhysical,
+    aclrtMapMem,
+    aclrtMemExportToShareableHandle,
+    aclrtMemGetAllocationGranularity,
+    aclrtMemGetAllocationPropertiesFromHandle,
+    aclrtMemImportFromShareableHandle,
+    aclrtMemRetainAllocationHandle,
+    aclrtMemSetAccess,
+    aclrtMemSetPidToShareableHandle,
+    aclrtReleaseMemAddress,
+    aclrtReserveMemAddress,
+    aclrtUnmapMem,
+)
+from ._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MallocPolicy, MemLocationType
 from .errors import AclError
 
@@ -27,6 +43,7 @@ __all__ = [
     "aclrtDestroyStream",
     "aclrtFree",
     "aclrtFreeHost",
+    "aclrtFreePhysical",
     "aclrtGetDevice",
     "aclrtGetDeviceCount",
     "aclrtGetMemInfo",
@@ -35,16 +52,31 @@ __all__ = [
     "aclrtMallocAlign32",
     "aclrtMallocCached",
     "aclrtMallocHost",
+    "aclrtMallocPhysical",
+    "aclrtMapMem",
+    "aclrtMemAccessDesc",
+    "aclrtMemExportToShareableHandle",
     "aclrtMemGetAddressRange",
+    "aclrtMemGetAllocationGranularity",
+    "aclrtMemGetAllocationPropertiesFromHandle",
+    "aclrtMemImportFromShareableHandle",
+    "aclrtMemLocation",
+    "aclrtMemRetainAllocationHandle",
+    "aclrtMemSetAccess",
+    "aclrtMemSetPidToShareableHandle",
     "aclrtMemcpy",
     "aclrtMemcpyAsync",
     "aclrtMemset",
     "aclrtMemsetAsync",
+    "aclrtPhysicalMemProp",
     "aclrtPointerGetAttributes",
+    "aclrtReleaseMemAddress",
+    "aclrtReserveMemAddress",
     "aclrtResetDevice",
     "aclrtSetDevice",
     "aclrtSynchronizeDevice",
     "aclrtSynchronizeStream",
+    "aclrtUnmapMem",
     "hi_mpi_dvpp_free",
     "hi_mpi_dvpp_malloc",
 ]

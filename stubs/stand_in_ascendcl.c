@@ -70,6 +70,43 @@ typedef struct aclrtPtrAttributes {
     uint32_t pageSize;
     uint32_t rsv[4];
 } aclrtPtrAttributes;
+
+typedef enum aclrtMemAllocationType {
+    ACL_MEM_ALLOCATION_TYPE_PINNED = 0,
+} aclrtMemAllocationType;
+
+typedef enum aclrtMemHandleType {
+    ACL_MEM_HANDLE_TYPE_NONE = 0,
+    ACL_MEM_HANDLE_TYPE_POSIX = 2,
+} aclrtMemHandleType;
+
+typedef struct aclrtPhysicalMemProp {
+    aclrtMemHandleType handleType;
+    aclrtMemAllocationType allocationType;
+    aclrtMemAttr memAttr;
+    aclrtMemLocation location;
+    uint64_t reserve;
+} aclrtPhysicalMemProp;
+
+typedef enum aclrtMemGranularityOptions {
+    ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+    ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+    ACL_RT_MEM_ALLOC_GRANULARITY_UNDEF = 0xFFFF,
+} aclrtMemGranularityOptions;
+
+typedef void* aclrtDrvMemHandle;
+
+typedef enum {
+    ACL_RT_MEM_ACCESS_FLAGS_NONE = 0x0,
+    ACL_RT_MEM_ACCESS_FLAGS_READ = 0x1,
+    ACL_RT_MEM_ACCESS_FLAGS_READWRITE = 0x3,
+} aclrtMemAccessFlags;
+
+typedef struct {
+    aclrtMemAccessFlags flags;
+    aclrtMemLocation location;
+    uint8_t rsv[12];
+} aclrtMemAccessDesc;
 typedef int hi_s32;
 typedef unsigned int hi_u32;
 typedef unsigned long long hi_u64;
@@ -100,6 +137,19 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtSynchronizeDevice)(void);
     aclError (*aclrtMemcpyAsync)(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
     aclError (*aclrtMemsetAsync)(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
+    aclError (*aclrtReserveMemAddress)(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags);
+    aclError (*aclrtReleaseMemAddress)(void *virPtr);
+    aclError (*aclrtMallocPhysical)(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags);
+    aclError (*aclrtFreePhysical)(aclrtDrvMemHandle handle);
+    aclError (*aclrtMapMem)(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags);
+    aclError (*aclrtUnmapMem)(void *virPtr);
+    aclError (*aclrtMemGetAllocationGranularity)(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option, size_t *granularity);
+    aclError (*aclrtMemSetAccess)(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count);
+    aclError (*aclrtMemExportToShareableHandle)(aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle);
+    aclError (*aclrtMemImportFromShareableHandle)(uint64_t shareableHandle, int32_t deviceId, aclrtDrvMemHandle *handle);
+    aclError (*aclrtMemSetPidToShareableHandle)(uint64_t shareableHandle, int32_t *pid, size_t pidNum);
+    aclError (*aclrtMemRetainAllocationHandle)(void* virPtr, aclrtDrvMemHandle *handle);
+    aclError (*aclrtMemGetAllocationPropertiesFromHandle)(aclrtDrvMemHandle handle, aclrtPhysicalMemProp* prop);
     aclError (*acldvppMalloc)(void **devPtr, size_t size);
     aclError (*acldvppFree)(void *devPtr);
     hi_s32 (*hi_mpi_dvpp_malloc)(hi_u32 dev_id, hi_void **dev_ptr, hi_u64 size);
@@ -209,6 +259,58 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
 aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
 {
     return stand_in.aclrtMemsetAsync ? stand_in.aclrtMemsetAsync(devPtr, maxCount, value, count, stream) : 507000;
+}
+aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags)
+{
+    return stand_in.aclrtReserveMemAddress ? stand_in.aclrtReserveMemAddress(virPtr, size, alignment, expectPtr, flags) : 507000;
+}
+aclError aclrtReleaseMemAddress(void *virPtr)
+{
+    return stand_in.aclrtReleaseMemAddress ? stand_in.aclrtReleaseMemAddress(virPtr) : 507000;
+}
+aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags)
+{
+    return stand_in.aclrtMallocPhysical ? stand_in.aclrtMallocPhysical(handle, size, prop, flags) : 507000;
+}
+aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
+{
+    return stand_in.aclrtFreePhysical ? stand_in.aclrtFreePhysical(handle) : 507000;
+}
+aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags)
+{
+    return stand_in.aclrtMapMem ? stand_in.aclrtMapMem(virPtr, size, offset, handle, flags) : 507000;
+}
+aclError aclrtUnmapMem(void *virPtr)
+{
+    return stand_in.aclrtUnmapMem ? stand_in.aclrtUnmapMem(virPtr) : 507000;
+}
+aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option, size_t *granularity)
+{
+    return stand_in.aclrtMemGetAllocationGranularity ? stand_in.aclrtMemGetAllocationGranularity(prop, option, granularity) : 507000;
+}
+aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count)
+{
+    return stand_in.aclrtMemSetAccess ? stand_in.aclrtMemSetAccess(virPtr, size, desc, count) : 507000;
+}
+aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle)
+{
+    return stand_in.aclrtMemExportToShareableHandle ? stand_in.aclrtMemExportToShareableHandle(handle, handleType, flags, shareableHandle) : 507000;
+}
+aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId, aclrtDrvMemHandle *handle)
+{
+    return stand_in.aclrtMemImportFromShareableHandle ? stand_in.aclrtMemImportFromShareableHandle(shareableHandle, deviceId, handle) : 507000;
+}
+aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum)
+{
+    return stand_in.aclrtMemSetPidToShareableHandle ? stand_in.aclrtMemSetPidToShareableHandle(shareableHandle, pid, pidNum) : 507000;
+}
+aclError aclrtMemRetainAllocationHandle(void* virPtr, aclrtDrvMemHandle *handle)
+{
+    return stand_in.aclrtMemRetainAllocationHandle ? stand_in.aclrtMemRetainAllocationHandle(virPtr, handle) : 507000;
+}
+aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle, aclrtPhysicalMemProp* prop)
+{
+    return stand_in.aclrtMemGetAllocationPropertiesFromHandle ? stand_in.aclrtMemGetAllocationPropertiesFromHandle(handle, prop) : 507000;
 }
 #endif
 

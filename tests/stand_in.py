@@ -21,6 +21,7 @@ from typing import Any
 import cffi
 
 from acl_mem._native.loader import make_ffi
+from acl_mem._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "stubs" / "stand_in_ascendcl.c"
@@ -71,12 +72,47 @@ def _role(ffi: cffi.FFI, ctype: Any) -> str:
     return "out_int"
 
 
-def _write_struct(ffi: cffi.FFI, target: Any, values: list[int]) -> int:
-    """Fill an output struct from the backend's flat outputs; returns how many it used."""
+#: Pointer arguments that are inputs although C gives them no const (or cffi drops it).
+_INPUT_POINTERS = {
+    ("aclrtMallocPhysical", 2): "in_prop",
+    ("aclrtMemGetAllocationGranularity", 0): "in_prop",
+    ("aclrtMemSetAccess", 2): "in_desc",
+    ("aclrtMemSetPidToShareableHandle", 1): "in_pids",
+}
+
+
+def _read_prop(value: Any) -> aclrtPhysicalMemProp:
+    return aclrtPhysicalMemProp(
+        int(value.handleType), int(value.allocationType), int(value.memAttr),
+        aclrtMemLocation(int(value.location.id), int(value.location.type)), int(value.reserve))
+
+
+def _read_input(ffi: cffi.FFI, role: str, value: Any, count: int) -> Any:
+    if value == ffi.NULL:
+        return None
+    if role == "in_prop":
+        return _read_prop(value)
+    if role == "in_pids":
+        return [int(value[i]) for i in range(count)]
+    return [aclrtMemAccessDesc(int(value[i].flags),
+                               aclrtMemLocation(int(value[i].location.id),
+                                                int(value[i].location.type)),
+                               bytes(ffi.buffer(value[i].rsv)))
+            for i in range(count)]
+
+
+def _write_struct(ffi: cffi.FFI, target: Any, values: list[Any]) -> int:
+    """Fill an output struct from the backend's outputs; returns how many it used."""
     cname = ffi.typeof(target).item.cname
     if cname == "aclrtPtrAttributes":
         target.location.type, target.location.id, target.pageSize = values[:3]
         return 3
+    if cname == "aclrtPhysicalMemProp":
+        prop = values[0]
+        target.handleType, target.allocationType = prop.handleType, prop.allocationType
+        target.memAttr, target.reserve = prop.memAttr, prop.reserve
+        target.location.id, target.location.type = prop.location.id, prop.location.type
+        return 1
     raise TypeError(f"stand-in: no writer for output struct {cname}")
 
 
@@ -105,7 +141,8 @@ class StandIn:
 
     def _callback(self, name: str, fntype: Any) -> Any:
         ffi = self.ffi
-        roles = [_role(ffi, arg) for arg in fntype.args]
+        roles = [_INPUT_POINTERS.get((name, i)) or _role(ffi, arg)
+                 for i, arg in enumerate(fntype.args)]
         returns_pointer = fntype.result.kind == "pointer"
 
         def entry(*cargs: Any) -> Any:
@@ -121,8 +158,11 @@ class StandIn:
             inputs: list[Any] = []
             outputs: list[tuple[str, Any]] = []
             mask = 0
-            for role, value in zip(roles, cargs, strict=True):
-                if role == "int":
+            for index, (role, value) in enumerate(zip(roles, cargs, strict=True)):
+                if role.startswith("in_"):
+                    count = int(cargs[index + 1]) if index + 1 < len(cargs) else 0
+                    inputs.append(_read_input(ffi, role, value, count))
+                elif role == "int":
                     inputs.append(int(value))
                 elif role == "ptr":
                     inputs.append(int(ffi.cast("uintptr_t", value)))
@@ -139,8 +179,8 @@ class StandIn:
             if rc == 0:
                 for role, pointer in outputs:
                     if role == "out_struct":
-                        used = _write_struct(ffi, pointer, values) if pointer != ffi.NULL else 3
-                        values = values[used:]
+                        if pointer != ffi.NULL:
+                            values = values[_write_struct(ffi, pointer, values):]
                         continue
                     value = values.pop(0)
                     if pointer != ffi.NULL:

@@ -85,12 +85,14 @@ def _enum_and_struct_facts() -> dict[str, int]:
     ffi = make_ffi()
     facts: dict[str, int] = {}
     for enum in ("aclrtMemMallocPolicy", "aclrtMemcpyKind", "aclrtMemAttr",
-                 "aclrtMemLocationType"):
+                 "aclrtMemLocationType", "aclrtMemAllocationType", "aclrtMemHandleType",
+                 "aclrtMemGranularityOptions", "aclrtMemAccessFlags"):
         ctype = ffi.typeof(enum)
         facts[f"sizeof({enum})"] = ffi.sizeof(ctype)
         for name, value in ctype.relements.items():
             facts[name] = value
-    for struct in ("aclrtMemLocation", "aclrtPtrAttributes"):
+    for struct in ("aclrtMemLocation", "aclrtPtrAttributes", "aclrtPhysicalMemProp",
+                   "aclrtMemAccessDesc"):
         facts[f"sizeof({struct})"] = ffi.sizeof(struct)
         for field, _ in ffi.typeof(struct).fields:
             facts[f"offsetof({struct}, {field})"] = ffi.offsetof(struct, field)
@@ -122,7 +124,11 @@ def test_python_enums_carry_the_cdef_values():
 
     ffi = make_ffi()
     pairs = [(enums.MallocPolicy, "aclrtMemMallocPolicy"), (enums.MemcpyKind, "aclrtMemcpyKind"),
-             (enums.MemAttr, "aclrtMemAttr"), (enums.MemLocationType, "aclrtMemLocationType")]
+             (enums.MemAttr, "aclrtMemAttr"), (enums.MemLocationType, "aclrtMemLocationType"),
+             (enums.MemHandleType, "aclrtMemHandleType"),
+             (enums.MemAllocationType, "aclrtMemAllocationType"),
+             (enums.MemGranularityOptions, "aclrtMemGranularityOptions"),
+             (enums.MemAccessFlags, "aclrtMemAccessFlags")]
     for python_enum, c_enum in pairs:
         c_values = sorted(ffi.typeof(c_enum).elements)
         assert sorted(int(member) for member in python_enum) == c_values, c_enum

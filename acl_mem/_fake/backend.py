@@ -15,6 +15,8 @@ import threading
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
+    GIANT_PAGE,
+    HUGE_PAGE,
     SIZE_T_MAX,
     AllocApi,
     PageKind,
@@ -31,6 +33,8 @@ from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
 from .stream_calls import StreamCalls
 from .streams import Hazards, StreamTable
+from .vmm_calls import VmmCalls
+from .vmm_space import MIRROR_OFFSET, VMM_WINDOW
 
 __all__ = ["FakeBackend"]
 
@@ -49,13 +53,15 @@ def _reserve_device_space() -> bool:
     global _address_space_reserved
     with _reserve_lock:
         if _address_space_reserved is None:
-            _address_space_reserved = reserve_address_space(
-                DEVICE_SPACE_BASE, _DEVICE_SPACE_END - DEVICE_SPACE_BASE
-            )
+            # The VMM window, the device ranges and the VMM mirror, in one reservation.
+            low = VMM_WINDOW[0]
+            high = VMM_WINDOW[1] + MIRROR_OFFSET
+            assert low < DEVICE_SPACE_BASE and VMM_WINDOW[0] + MIRROR_OFFSET >= _DEVICE_SPACE_END
+            _address_space_reserved = reserve_address_space(low, high - low)
         return _address_space_reserved
 
 
-class FakeBackend(StreamCalls):
+class FakeBackend(StreamCalls, VmmCalls):
     """Implements :class:`acl_mem._backend.Backend` against a simulated device."""
 
     name = "fake"
@@ -66,6 +72,7 @@ class FakeBackend(StreamCalls):
         self.streams = StreamTable()
         self.hazards = Hazards(hazards)
         self.runtime = FakeRuntime(profile, self._release_device)
+        self._vmm_init()
         self._lock = self.runtime.lock
         self._host = BlockIndex()
         self._host_maps: dict[int, mmap.mmap] = {}
@@ -313,6 +320,12 @@ class FakeBackend(StreamCalls):
             if device is None or device.blocks.covers(address, count) is None:
                 return None
             return device.region_of(address).host_address(address), device.id, False
+        if VMM_WINDOW[0] <= address < VMM_WINDOW[1]:
+            mapping = self.vmm_covers(address, count)
+            if mapping is None:
+                return None
+            device_id = mapping.physical.device
+            return address + MIRROR_OFFSET, device_id, device_id is None
         pinned = self._host.containing(address)
         if pinned is not None:
             return (address, None, True) if address + count <= pinned.end else None
@@ -357,11 +370,16 @@ class FakeBackend(StreamCalls):
         if null_outputs & 3 == 3:
             return codes.RT_PARAM_INVALID, 0, 0
         with self._lock:
+            mapping = self.vmm_mapping_at(ptr)
             block = self._block_at(ptr)
-            if block is None:
+            if mapping is not None:
+                start, extent = mapping.va, mapping.size
+            elif block is not None:
+                start, extent = block.start, block.extent
+            else:
                 return codes.RT_PARAM_INVALID, 0, 0
-            base = 0 if null_outputs & 1 else block.start
-            size = 0 if null_outputs & 2 else block.extent
+            base = 0 if null_outputs & 1 else start
+            size = 0 if null_outputs & 2 else extent
             return codes.SUCCESS, base, size
 
     def aclrtPointerGetAttributes(
@@ -370,6 +388,16 @@ class FakeBackend(StreamCalls):
         if ptr == 0 or null_outputs & 1:
             return codes.INVALID_PARAM, 0, 0, 0
         with self._lock:
+            mapping = self.vmm_mapping_at(ptr)
+            if mapping is not None:
+                physical = mapping.physical
+                page = GIANT_PAGE if physical.size % GIANT_PAGE == 0 and \
+                    physical.prop.memAttr in (10, 14, 17) else HUGE_PAGE
+                if physical.device is None:
+                    return codes.SUCCESS, MemLocationType.HOST, 0, page
+                return codes.SUCCESS, MemLocationType.DEVICE, physical.device, page
+            if VMM_WINDOW[0] <= ptr < VMM_WINDOW[1]:
+                return codes.RT_PARAM_INVALID, 0, 0, 0
             block = self._block_at(ptr)
             if block is not None and block.device is not None:
                 return codes.SUCCESS, MemLocationType.DEVICE, block.device, block.page_size

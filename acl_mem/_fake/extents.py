@@ -38,6 +38,23 @@ class ExtentAllocator:
             return aligned
         return None
 
+    def take(self, start: int, size: int) -> bool:
+        """Carve exactly ``[start, start+size)``; False when any of it is not free."""
+        i = bisect.bisect_right(self._starts, start) - 1
+        if i < 0:
+            return False
+        free_start = self._starts[i]
+        free_end = free_start + self._lengths[free_start]
+        if start + size > free_end:
+            return False
+        del self._starts[i]
+        del self._lengths[free_start]
+        if start > free_start:
+            self._insert(free_start, start - free_start)
+        if free_end > start + size:
+            self._insert(start + size, free_end - start - size)
+        return True
+
     def release(self, start: int, size: int) -> None:
         i = bisect.bisect_left(self._starts, start)
         if i < len(self._starts) and self._starts[i] == start + size:

@@ -12,11 +12,12 @@ import threading
 from typing import Any
 
 from .loader import load_library, make_ffi
+from .vmm import NativeVmm
 
 __all__ = ["NativeBackend"]
 
 
-class NativeBackend:
+class NativeBackend(NativeVmm):
     """Implements :class:`acl_mem._backend.Backend` with the real library."""
 
     name = "native"

@@ -31,7 +31,8 @@ from .helpers import need_two_devices
 # Each raw call: its arguments in C order as (name, C type, a harmless valid value).
 # The valid values make a call that fails cleanly or does nothing (NULL pointers, count 0),
 # so even a value that slipped past the checks could not touch memory.
-SIZE, PTR, U32, I32 = "size_t", "void *", "uint32_t", "int32_t"
+SIZE, PTR, U32, I32, U64 = "size_t", "void *", "uint32_t", "int32_t", "uint64_t"
+STRUCT = "struct"
 SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclInit": [],  # configPath is a path, tested on its own
     "aclFinalize": [],
@@ -65,7 +66,28 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
                          ("count", SIZE, 0), ("kind", U32, 0), ("stream", PTR, 0)],
     "aclrtMemsetAsync": [("devPtr", PTR, 0), ("maxCount", SIZE, 0), ("value", I32, 0),
                          ("count", SIZE, 0), ("stream", PTR, 0)],
+    # Virtual memory (spec §4); struct arguments are NULL (None) in the control call.
+    "aclrtReserveMemAddress": [("size", SIZE, 0), ("alignment", SIZE, 0), ("expectPtr", PTR, 0),
+                               ("flags", U64, 0)],
+    "aclrtReleaseMemAddress": [("virPtr", PTR, 0)],
+    "aclrtMallocPhysical": [("size", SIZE, 0), ("prop", STRUCT, None), ("flags", U64, 0)],
+    "aclrtFreePhysical": [("handle", PTR, 0)],
+    "aclrtMapMem": [("virPtr", PTR, 0), ("size", SIZE, 0), ("offset", SIZE, 0),
+                    ("handle", PTR, 0), ("flags", U64, 0)],
+    "aclrtUnmapMem": [("virPtr", PTR, 0)],
+    "aclrtMemGetAllocationGranularity": [("prop", STRUCT, None), ("option", U32, 0)],
+    "aclrtMemSetAccess": [("virPtr", PTR, 0), ("size", SIZE, 0), ("desc", STRUCT, None),
+                          ("count", SIZE, 0)],
+    "aclrtMemExportToShareableHandle": [("handle", PTR, 0), ("handleType", U32, 0),
+                                        ("flags", U64, 0)],
+    "aclrtMemImportFromShareableHandle": [("shareableHandle", U64, 0), ("deviceId", I32, 0)],
+    "aclrtMemSetPidToShareableHandle": [("shareableHandle", U64, 0), ("pid", STRUCT, None),
+                                        ("pidNum", SIZE, 0)],
+    "aclrtMemRetainAllocationHandle": [("virPtr", PTR, 0)],
+    "aclrtMemGetAllocationPropertiesFromHandle": [("handle", PTR, 0)],
 }
+#: The struct classes themselves, not calls.
+_STRUCTS = {"aclrtPhysicalMemProp", "aclrtMemLocation", "aclrtMemAccessDesc"}
 
 #: Calls whose harmless valid arguments can be run as a control (no init/finalize/reset).
 _CONTROL_SKIP = {"aclInit", "aclFinalize", "aclrtResetDevice"}
@@ -77,9 +99,11 @@ _OUT_OF_RANGE = {
     PTR: [-1, 2**64, 2**70],
     U32: [-1, 2**32, 2**64],
     I32: [2**31, 2**31 + 5, -(2**31) - 1, 2**32, 2**64],
+    U64: [-1, 2**64],
 }
 
-INT_ARGS = [(name, arg, ctype) for name, args in SIGNATURES.items() for arg, ctype, _ in args]
+INT_ARGS = [(name, arg, ctype) for name, args in SIGNATURES.items() for arg, ctype, _ in args
+            if ctype != STRUCT]
 
 
 def _call(name: str, **overrides: object) -> object:
@@ -91,7 +115,7 @@ def _call(name: str, **overrides: object) -> object:
 # -- the table itself ------------------------------------------------------------------
 def test_table_covers_every_public_raw_function():
     """Every function in acl_mem.raw.__all__ (PtrAttributes is a struct) is exercised here."""
-    public = set(raw.__all__) - {"PtrAttributes"}
+    public = set(raw.__all__) - {"PtrAttributes"} - _STRUCTS
     assert set(SIGNATURES) == public
 
 

@@ -1,0 +1,426 @@
+"""Virtual memory of the fake backend: reservations, physical handles, mappings (spec §4).
+
+Mixed into :class:`~acl_mem._fake.backend.FakeBackend`. Every check of spec §4 runs in
+the order the spec lists; driver-only checks use the spec's suggested codes (spec §8
+questions 2-8 and 12, see docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from .._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
+from ..enums import MemLocationType
+from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, align_up
+from . import codes
+from .extents import ExtentAllocator
+from .vmm_share import ShareRegistry
+from .vmm_space import VMM_WINDOW, PhysicalPool, map_mirror, unmap_mirror
+
+if TYPE_CHECKING:
+    from .profiles import Profile
+    from .runtime import FakeRuntime
+
+__all__ = ["VmmCalls"]
+
+GiB = 1 << 30
+MAX_RESERVATION = 128 * GiB
+#: memAttr values aclrtMallocPhysical accepts (spec §4.3 step 9).
+_SUPPORTED_ATTRS = frozenset({2, 3, 4, 5, 6, 7, 10, 12, 13, 14, 15, 16, 17})
+_HOST_ONLY_ATTRS = frozenset({2, 3, 6, 7})
+_GIANT_ATTRS = frozenset({10, 14, 17})
+#: Attributes taken from the normal-page pool; every other device attribute takes huge
+#: pages (ACL_HBM_MEM_NORMAL is allocated as 2 MiB pages, spec §4.3).
+_NORMAL_POOL_ATTRS = frozenset({12, 15})
+_HANDLE_BASE, _HANDLE_STEP = 0x4A00_0000_0000, 0x40
+_HOST_POOL_SIZE = 1 << 40
+_MAX_PIDS = 65535
+
+
+@dataclass
+class Physical:
+    handle: int
+    size: int
+    prop: aclrtPhysicalMemProp
+    device: int | None
+    pool: PhysicalPool
+    offset: int
+    imported_from: int = 0
+    mappings: int = 0
+    freed: bool = False
+    exported: int = 0
+
+
+@dataclass
+class Mapping:
+    va: int
+    size: int
+    physical: Physical
+
+
+@dataclass
+class Reservation:
+    base: int
+    size: int
+    span: int
+    mappings: dict[int, Mapping] = field(default_factory=dict)
+
+
+class VmmCalls:
+    """aclrtReserveMemAddress ... aclrtMemGetAllocationPropertiesFromHandle for the fake."""
+
+    profile: Profile
+    runtime: FakeRuntime
+    _lock: threading.RLock
+
+    def _vmm_init(self) -> None:
+        self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0])
+        self.reservations: dict[int, Reservation] = {}
+        self.physicals: dict[int, Physical] = {}
+        self._next_handle = _HANDLE_BASE
+        self._pools: dict[int | None, PhysicalPool] = {}
+        self._pool_space: dict[int | None, ExtentAllocator] = {}
+        self._exports = 0
+        self._registry: ShareRegistry | None = None
+
+    # -- reservations (spec §4.2) ------------------------------------------------------
+    def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
+                               null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1 or size == 0 or flags not in (0, 1):
+            return codes.INVALID_PARAM, 0
+        if alignment != 0:
+            return codes.RT_PARAM_INVALID, 0
+        if size > MAX_RESERVATION:
+            return codes.MEMORY_ALLOCATION, 0
+        span = align_up(size, HUGE_PAGE)
+        with self._lock:
+            if expectPtr:
+                if not self.profile.dvpp and self.profile.padding == 0:
+                    return codes.FEATURE_NOT_SUPPORT, 0  # Ascend950: only NULL (spec §4.2)
+                if expectPtr % _fixed_alignment(size):
+                    return codes.RT_PARAM_INVALID, 0
+                if not VMM_WINDOW[0] <= expectPtr or expectPtr + size > VMM_WINDOW[1]:
+                    return codes.MEMORY_ALLOCATION, 0
+                if not self._va_space.take(expectPtr, span):
+                    return codes.MEMORY_ALLOCATION, 0
+                base = expectPtr
+            else:
+                align = GIANT_PAGE if size >= GIANT_PAGE else HUGE_PAGE
+                found = self._va_space.allocate(span, align)
+                if found is None:
+                    return codes.MEMORY_ALLOCATION, 0
+                base = found
+            self.reservations[base] = Reservation(base, size, span)
+            return codes.SUCCESS, base
+
+    def aclrtReleaseMemAddress(self, virPtr: int) -> int:
+        if virPtr == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            reservation = self.reservations.get(virPtr)
+            if reservation is None or reservation.mappings:
+                return codes.RT_PARAM_INVALID
+            del self.reservations[virPtr]
+            self._va_space.release(reservation.base, reservation.span)
+            return codes.SUCCESS
+
+    # -- physical memory (spec §4.3, §4.5) --------------------------------------------
+    def _check_prop(self, prop: aclrtPhysicalMemProp) -> int:
+        """Steps 7-9 of spec §4.3 (ACL layer) then the device id (runtime)."""
+        location = prop.location.type
+        if location == MemLocationType.UNREGISTERED:
+            return codes.INVALID_PARAM
+        if location == MemLocationType.DEVICE and prop.memAttr in _HOST_ONLY_ATTRS:
+            return codes.INVALID_PARAM
+        if prop.memAttr not in _SUPPORTED_ATTRS:
+            return codes.INVALID_PARAM
+        if location == MemLocationType.DEVICE and not self.runtime.valid_device(
+                prop.location.id):
+            return codes.INVALID_DEVICEID
+        return codes.SUCCESS
+
+    def aclrtMallocPhysical(self, size: int, prop: aclrtPhysicalMemProp | None, flags: int,
+                            null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1 or prop is None or size == 0 or flags != 0:
+            return codes.INVALID_PARAM, 0
+        if prop.handleType != 0 or prop.allocationType != 0:
+            return codes.INVALID_PARAM, 0
+        rc = self._check_prop(prop)
+        if rc:
+            return rc, 0
+        location = prop.location.type
+        with self._lock:
+            if location == MemLocationType.HOST_NUMA:
+                rc = codes.CONTEXT_NULL if self.runtime.current() is None else \
+                    codes.FEATURE_NOT_SUPPORT
+                return rc, 0
+            if location not in (MemLocationType.HOST, MemLocationType.DEVICE):
+                return codes.RT_PARAM_INVALID, 0
+            giant = prop.memAttr in _GIANT_ATTRS
+            if giant and not self.profile.giant_pages:
+                return codes.FEATURE_NOT_SUPPORT, 0
+            granularity = GIANT_PAGE if giant else HUGE_PAGE
+            if size % granularity:
+                return codes.RT_PARAM_INVALID, 0
+            device = prop.location.id if location == MemLocationType.DEVICE else None
+            kind = PageKind.GIANT if giant else (
+                PageKind.NORMAL if prop.memAttr in _NORMAL_POOL_ATTRS else PageKind.HUGE)
+            if device is not None and not self.runtime.devices[device].pools.take(kind, size):
+                return codes.MEMORY_ALLOCATION, 0
+            offset = self._pool_space_for(device).allocate(size, granularity)
+            if offset is None:
+                if device is not None:
+                    self.runtime.devices[device].pools.give_back(kind, size)
+                return codes.MEMORY_ALLOCATION, 0
+            stored = replace(prop, location=replace(prop.location,
+                                                    id=prop.location.id if device is not None
+                                                    else 0))
+            return codes.SUCCESS, self._new_handle(size, stored, device, self._pool_for(device),
+                                                   offset)
+
+    def _new_handle(self, size: int, prop: aclrtPhysicalMemProp, device: int | None,
+                    pool: PhysicalPool, offset: int, imported_from: int = 0) -> int:
+        self._next_handle += _HANDLE_STEP
+        self.physicals[self._next_handle] = Physical(self._next_handle, size, prop, device,
+                                                     pool, offset, imported_from)
+        return self._next_handle
+
+    def _pool_for(self, device: int | None) -> PhysicalPool:
+        if device not in self._pools:
+            size = self.profile.capacity if device is not None else _HOST_POOL_SIZE
+            self._pools[device] = PhysicalPool(f"dev{device}" if device is not None
+                                               else "host", size)
+        return self._pools[device]
+
+    def _pool_space_for(self, device: int | None) -> ExtentAllocator:
+        if device not in self._pool_space:
+            self._pool_space[device] = ExtentAllocator(0, self._pool_for(device).size)
+        return self._pool_space[device]
+
+    def aclrtFreePhysical(self, handle: int) -> int:
+        if handle == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            physical = self.physicals.get(handle)
+            if physical is None or physical.freed:
+                return codes.RT_PARAM_INVALID
+            physical.freed = True
+            if physical.mappings == 0:
+                self._release_physical(physical)
+            return codes.SUCCESS
+
+    def _release_physical(self, physical: Physical) -> None:
+        del self.physicals[physical.handle]
+        if physical.imported_from:
+            if self._share().release(physical.imported_from):
+                physical.pool.discard(physical.offset, physical.size)
+            physical.pool.close()
+            return
+        last_holder = True
+        if physical.exported:
+            self._share().update(physical.exported, owner_freed=True)
+            last_holder = self._share().release(physical.exported)
+        if last_holder:
+            physical.pool.discard(physical.offset, physical.size)
+        self._pool_space_for(physical.device).release(physical.offset, physical.size)
+        if physical.device is not None:
+            giant = physical.prop.memAttr in _GIANT_ATTRS
+            kind = PageKind.GIANT if giant else (
+                PageKind.NORMAL if physical.prop.memAttr in _NORMAL_POOL_ATTRS else
+                PageKind.HUGE)
+            self.runtime.devices[physical.device].pools.give_back(kind, physical.size)
+
+    def aclrtMemGetAllocationGranularity(self, prop: aclrtPhysicalMemProp | None, option: int,
+                                         null_outputs: int = 0) -> tuple[int, int]:
+        if prop is None or null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        rc = self._check_prop(prop)
+        if rc:
+            return rc, 0
+        return codes.SUCCESS, GIANT_PAGE if prop.memAttr in _GIANT_ATTRS else HUGE_PAGE
+
+    # -- mappings (spec §4.4) ----------------------------------------------------------
+    def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int:
+        if virPtr == 0 or handle == 0 or size == 0 or flags != 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            physical = self.physicals.get(handle)
+            reservation = self._reservation_of(virPtr)
+            if physical is None or physical.freed or offset != 0 or size != physical.size:
+                return codes.RT_PARAM_INVALID
+            alignment = GIANT_PAGE if physical.prop.memAttr in _GIANT_ATTRS else HUGE_PAGE
+            if reservation is None or virPtr % alignment or \
+                    virPtr + size > reservation.base + reservation.span:
+                return codes.RT_PARAM_INVALID
+            for mapping in reservation.mappings.values():
+                if mapping.va < virPtr + size and virPtr < mapping.va + mapping.size:
+                    return codes.RT_PARAM_INVALID
+                other = mapping.physical
+                if other.device != physical.device or \
+                        bool(other.imported_from) != bool(physical.imported_from):
+                    return codes.RT_PARAM_INVALID  # spec §4.4, §8 question 5
+            if not map_mirror(virPtr, size, physical.pool.fd, physical.offset):
+                return codes.MEMORY_ALLOCATION
+            reservation.mappings[virPtr] = Mapping(virPtr, size, physical)
+            physical.mappings += 1
+            return codes.SUCCESS
+
+    def aclrtUnmapMem(self, virPtr: int) -> int:
+        if virPtr == 0:
+            return codes.INVALID_PARAM
+        with self._lock:
+            reservation = self._reservation_of(virPtr)
+            mapping = reservation.mappings.get(virPtr) if reservation is not None else None
+            if reservation is None or mapping is None:
+                return codes.RT_PARAM_INVALID
+            check = getattr(self, "check_pending", None)
+            if check is not None and self.streams.any_pending():  # type: ignore[attr-defined]
+                check(virPtr, mapping.size, access="free", what=f"mapping {virPtr:#x} unmapped")
+            del reservation.mappings[virPtr]
+            unmap_mirror(virPtr, mapping.size)
+            mapping.physical.mappings -= 1
+            if mapping.physical.freed and mapping.physical.mappings == 0:
+                self._release_physical(mapping.physical)
+            return codes.SUCCESS
+
+    def _reservation_of(self, address: int) -> Reservation | None:
+        for reservation in self.reservations.values():
+            if reservation.base <= address < reservation.base + reservation.span:
+                return reservation
+        return None
+
+    def vmm_mapping_at(self, address: int) -> Mapping | None:
+        reservation = self._reservation_of(address)
+        if reservation is None:
+            return None
+        for mapping in reservation.mappings.values():
+            if mapping.va <= address < mapping.va + mapping.size:
+                return mapping
+        return None
+
+    def vmm_covers(self, address: int, count: int) -> Mapping | None:
+        """The first mapping if ``[address, address+count)`` is mapped end to end."""
+        first = mapping = self.vmm_mapping_at(address)
+        end = address + count
+        while mapping is not None and mapping.va + mapping.size < end:
+            mapping = self.vmm_mapping_at(mapping.va + mapping.size)
+        return first if mapping is not None else None
+
+    # -- access (spec §4.7) -----------------------------------------------------------
+    def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,
+                          count: int) -> int:
+        if virPtr == 0 or desc is None:
+            return codes.RT_PARAM_INVALID
+        with self._lock:
+            mapping = self.vmm_mapping_at(virPtr)
+            if mapping is None or mapping.va != virPtr or mapping.size != size:
+                return codes.RT_PARAM_INVALID
+            for entry in desc[:count]:
+                if entry.flags != 3 or entry.location.type not in (0, 1) or any(entry.rsv):
+                    return codes.RT_PARAM_INVALID
+                if entry.location.type == 1 and not self.runtime.valid_device(
+                        entry.location.id):
+                    return codes.INVALID_DEVICEID
+            return codes.SUCCESS
+
+    # -- sharing (spec §4.6) ----------------------------------------------------------
+    def _share(self) -> ShareRegistry:
+        if self._registry is None:
+            self._registry = ShareRegistry()
+        return self._registry
+
+    def aclrtMemExportToShareableHandle(self, handle: int, handleType: int, flags: int,
+                                        null_outputs: int = 0) -> tuple[int, int]:
+        if handle == 0 or handleType != 0 or null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        if flags > 1:
+            return codes.RT_PARAM_INVALID, 0
+        with self._lock:
+            physical = self.physicals.get(handle)
+            if physical is None or physical.freed or physical.exported or \
+                    physical.imported_from or physical.device is None:
+                return codes.RT_PARAM_INVALID, 0
+            self._exports += 1
+            shareable = (os.getpid() << 24) | self._exports
+            self._share().publish(shareable, {
+                "pid": os.getpid(), "fd": physical.pool.fd, "offset": physical.offset,
+                "size": physical.size, "device": physical.device, "flags": flags,
+                "memAttr": physical.prop.memAttr, "pids": [], "holders": 1,
+                "owner_freed": False,
+            })
+            physical.exported = shareable
+            return codes.SUCCESS, shareable
+
+    def aclrtMemSetPidToShareableHandle(self, shareableHandle: int, pid: list[int] | None,
+                                        pidNum: int) -> int:
+        if pid is None or pidNum == 0:
+            return codes.INVALID_PARAM
+        if pidNum > _MAX_PIDS:
+            return codes.RT_PARAM_INVALID
+        record = self._share().read(shareableHandle)
+        if record is None or record["pid"] != os.getpid():
+            return codes.RT_PARAM_INVALID
+        self._share().update(shareableHandle, pids=sorted(set(record["pids"]) |
+                                                           set(pid[:pidNum])))
+        return codes.SUCCESS
+
+    def aclrtMemImportFromShareableHandle(self, shareableHandle: int, deviceId: int,
+                                          null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        if not self.runtime.valid_device(deviceId):
+            return codes.INVALID_DEVICEID, 0
+        record = self._share().read(shareableHandle)
+        if record is None or record.get("owner_freed"):
+            return codes.RT_PARAM_INVALID, 0
+        if record["pid"] == os.getpid():
+            return codes.FEATURE_NOT_SUPPORT, 0  # same-process import (spec §4.6)
+        if record["flags"] == 0 and os.getpid() not in record["pids"]:
+            return codes.RT_PARAM_INVALID, 0
+        try:
+            fd = os.open(f"/proc/{record['pid']}/fd/{record['fd']}", os.O_RDWR)
+        except OSError:
+            return codes.RT_PARAM_INVALID, 0
+        if self._share().acquire(shareableHandle) is None:
+            os.close(fd)
+            return codes.RT_PARAM_INVALID, 0
+        pool = PhysicalPool.__new__(PhysicalPool)
+        pool.fd, pool.size = fd, record["offset"] + record["size"]
+        prop = aclrtPhysicalMemProp(memAttr=record["memAttr"])
+        prop.location.id = deviceId
+        with self._lock:
+            return codes.SUCCESS, self._new_handle(record["size"], prop, deviceId, pool,
+                                                   record["offset"], shareableHandle)
+
+    # -- handles (spec §4) ------------------------------------------------------------
+    def aclrtMemRetainAllocationHandle(self, virPtr: int,
+                                       null_outputs: int = 0) -> tuple[int, int]:
+        if virPtr == 0 or null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        with self._lock:
+            mapping = self.vmm_mapping_at(virPtr)
+            if mapping is None:
+                return codes.RT_PARAM_INVALID, 0
+            return codes.SUCCESS, mapping.physical.handle
+
+    def aclrtMemGetAllocationPropertiesFromHandle(
+        self, handle: int, null_outputs: int = 0
+    ) -> tuple[int, aclrtPhysicalMemProp | None]:
+        if handle == 0 or null_outputs & 1:
+            return codes.INVALID_PARAM, None
+        with self._lock:
+            physical = self.physicals.get(handle)
+            if physical is None:
+                return codes.RT_PARAM_INVALID, None
+            return codes.SUCCESS, replace(physical.prop,
+                                          location=replace(physical.prop.location))
+
+
+def _fixed_alignment(size: int) -> int:
+    """Alignment a fixed reservation address needs (spec §4.2 fake recommendation)."""
+    if size > 512 * (1 << 20):
+        return GIANT_PAGE
+    return max(HUGE_PAGE, 1 << (size - 1).bit_length())

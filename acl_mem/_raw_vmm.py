@@ -1,0 +1,197 @@
+"""Virtual-memory calls of :mod:`acl_mem.raw` (spec §4), re-exported there."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import _backend
+from ._args import c_int, c_uint
+from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
+from .errors import AclError
+
+__all__ = [
+    "aclrtFreePhysical",
+    "aclrtMallocPhysical",
+    "aclrtMapMem",
+    "aclrtMemExportToShareableHandle",
+    "aclrtMemGetAllocationGranularity",
+    "aclrtMemGetAllocationPropertiesFromHandle",
+    "aclrtMemImportFromShareableHandle",
+    "aclrtMemRetainAllocationHandle",
+    "aclrtMemSetAccess",
+    "aclrtMemSetPidToShareableHandle",
+    "aclrtReleaseMemAddress",
+    "aclrtReserveMemAddress",
+    "aclrtUnmapMem",
+]
+
+
+def _prop(prop: object, call: str) -> aclrtPhysicalMemProp | None:
+    if prop is None:
+        return None
+    if not isinstance(prop, aclrtPhysicalMemProp):
+        raise TypeError(f"{call}: prop must be an aclrtPhysicalMemProp or None, got "
+                        f"{type(prop).__name__}")
+    return prop.checked(call)
+
+
+def _ptr(value: object, call: str, name: str) -> int:
+    return c_uint(value, call, name, 64, "void *")
+
+
+def aclrtReserveMemAddress(size: int, alignment: int = 0, expectPtr: int = 0,
+                           flags: int = 0) -> int:
+    """Reserve virtual addresses; expectPtr 0 lets the driver choose (spec §4.2)."""
+    call = "aclrtReserveMemAddress"
+    n = c_uint(size, call, "size")
+    a = c_uint(alignment, call, "alignment")
+    e = _ptr(expectPtr, call, "expectPtr")
+    f = c_uint(flags, call, "flags", 64, "uint64_t")
+    rc, ptr = _backend.get().aclrtReserveMemAddress(n, a, e, f)
+    if rc:
+        raise AclError(rc, f"{call}(size={n}, alignment={a}, expectPtr={e:#x}, flags={f})")
+    return ptr
+
+
+def aclrtReleaseMemAddress(virPtr: int) -> None:
+    """Release a reservation; it must be unmapped first (spec §4.2)."""
+    p = _ptr(virPtr, "aclrtReleaseMemAddress", "virPtr")
+    rc = _backend.get().aclrtReleaseMemAddress(p)
+    if rc:
+        raise AclError(rc, f"aclrtReleaseMemAddress(virPtr={p:#x})")
+
+
+def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
+                        flags: int = 0) -> int:
+    """Physical memory of ``size`` bytes (a multiple of the granularity), spec §4.3."""
+    call = "aclrtMallocPhysical"
+    n = c_uint(size, call, "size")
+    checked = _prop(prop, call)
+    f = c_uint(flags, call, "flags", 64, "uint64_t")
+    rc, handle = _backend.get().aclrtMallocPhysical(n, checked, f)
+    if rc:
+        raise AclError(rc, f"{call}(size={n}, prop={checked!r}, flags={f})")
+    return handle
+
+
+def aclrtFreePhysical(handle: int) -> None:
+    """Free a physical handle; while mapped, released at the last unmap (spec §4.3)."""
+    h = _ptr(handle, "aclrtFreePhysical", "handle")
+    rc = _backend.get().aclrtFreePhysical(h)
+    if rc:
+        raise AclError(rc, f"aclrtFreePhysical(handle={h:#x})")
+
+
+def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0) -> None:
+    """Map a whole physical handle at ``virPtr`` inside a reservation (spec §4.4)."""
+    call = "aclrtMapMem"
+    p = _ptr(virPtr, call, "virPtr")
+    n = c_uint(size, call, "size")
+    o = c_uint(offset, call, "offset")
+    h = _ptr(handle, call, "handle")
+    f = c_uint(flags, call, "flags", 64, "uint64_t")
+    rc = _backend.get().aclrtMapMem(p, n, o, h, f)
+    if rc:
+        raise AclError(rc, f"{call}(virPtr={p:#x}, size={n}, offset={o}, handle={h:#x}, "
+                           f"flags={f})")
+
+
+def aclrtUnmapMem(virPtr: int) -> None:
+    """Unmap the mapping made at ``virPtr`` (spec §4.4); no implicit synchronisation."""
+    p = _ptr(virPtr, "aclrtUnmapMem", "virPtr")
+    rc = _backend.get().aclrtUnmapMem(p)
+    if rc:
+        raise AclError(rc, f"aclrtUnmapMem(virPtr={p:#x})")
+
+
+def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
+                                     option: int = 0) -> int:
+    """The granularity physical sizes must be a multiple of (spec §4.5)."""
+    call = "aclrtMemGetAllocationGranularity"
+    checked = _prop(prop, call)
+    o = c_uint(option, call, "option", 32, "aclrtMemGranularityOptions")
+    rc, granularity = _backend.get().aclrtMemGetAllocationGranularity(checked, o)
+    if rc:
+        raise AclError(rc, f"{call}(prop={checked!r}, option={o})")
+    return granularity
+
+
+def aclrtMemSetAccess(virPtr: int, size: int, desc: Sequence[aclrtMemAccessDesc] | None,
+                      count: int) -> None:
+    """Set access of a mapped range for the locations in ``desc`` (spec §4.7)."""
+    call = "aclrtMemSetAccess"
+    p = _ptr(virPtr, call, "virPtr")
+    n = c_uint(size, call, "size")
+    entries = None
+    if desc is not None:
+        if isinstance(desc, aclrtMemAccessDesc):
+            desc = [desc]
+        entries = [d.checked(call, f"desc[{i}]") if isinstance(d, aclrtMemAccessDesc)
+                   else _bad_desc(call, i, d) for i, d in enumerate(desc)]
+    k = c_uint(count, call, "count")
+    if entries is not None and k > len(entries):
+        raise ValueError(f"{call}: count={k} exceeds the {len(entries)} desc entries given")
+    rc = _backend.get().aclrtMemSetAccess(p, n, entries, k)
+    if rc:
+        raise AclError(rc, f"{call}(virPtr={p:#x}, size={n}, count={k})")
+
+
+def _bad_desc(call: str, index: int, value: object) -> aclrtMemAccessDesc:
+    raise TypeError(f"{call}: desc[{index}] must be an aclrtMemAccessDesc, got "
+                    f"{type(value).__name__}")
+
+
+def aclrtMemExportToShareableHandle(handle: int, handleType: int = 0, flags: int = 0) -> int:
+    """A shareable handle another process can import (spec §4.6)."""
+    call = "aclrtMemExportToShareableHandle"
+    h = _ptr(handle, call, "handle")
+    t = c_uint(handleType, call, "handleType", 32, "aclrtMemHandleType")
+    f = c_uint(flags, call, "flags", 64, "uint64_t")
+    rc, shareable = _backend.get().aclrtMemExportToShareableHandle(h, t, f)
+    if rc:
+        raise AclError(rc, f"{call}(handle={h:#x}, handleType={t}, flags={f})")
+    return shareable
+
+
+def aclrtMemImportFromShareableHandle(shareableHandle: int, deviceId: int) -> int:
+    """Import memory exported by another process, onto ``deviceId`` (spec §4.6)."""
+    call = "aclrtMemImportFromShareableHandle"
+    s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
+    d = c_int(deviceId, call, "deviceId")
+    rc, handle = _backend.get().aclrtMemImportFromShareableHandle(s, d)
+    if rc:
+        raise AclError(rc, f"{call}(shareableHandle={s:#x}, deviceId={d})")
+    return handle
+
+
+def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | None,
+                                    pidNum: int) -> None:
+    """Allow the processes ``pid`` to import ``shareableHandle`` (spec §4.6)."""
+    call = "aclrtMemSetPidToShareableHandle"
+    s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
+    pids = None if pid is None else [c_int(p, call, f"pid[{i}]") for i, p in enumerate(pid)]
+    n = c_uint(pidNum, call, "pidNum")
+    if pids is not None and n > len(pids):
+        raise ValueError(f"{call}: pidNum={n} exceeds the {len(pids)} pids given")
+    rc = _backend.get().aclrtMemSetPidToShareableHandle(s, pids, n)
+    if rc:
+        raise AclError(rc, f"{call}(shareableHandle={s:#x}, pidNum={n})")
+
+
+def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
+    """The physical handle mapped at ``virPtr`` (spec §4)."""
+    p = _ptr(virPtr, "aclrtMemRetainAllocationHandle", "virPtr")
+    rc, handle = _backend.get().aclrtMemRetainAllocationHandle(p)
+    if rc:
+        raise AclError(rc, f"aclrtMemRetainAllocationHandle(virPtr={p:#x})")
+    return handle
+
+
+def aclrtMemGetAllocationPropertiesFromHandle(handle: int) -> aclrtPhysicalMemProp:
+    """The properties ``handle`` was allocated with (spec §4)."""
+    h = _ptr(handle, "aclrtMemGetAllocationPropertiesFromHandle", "handle")
+    rc, prop = _backend.get().aclrtMemGetAllocationPropertiesFromHandle(h)
+    if rc:
+        raise AclError(rc, f"aclrtMemGetAllocationPropertiesFromHandle(handle={h:#x})")
+    assert prop is not None
+    return prop
