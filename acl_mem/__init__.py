@@ -40,6 +40,14 @@ from .errors import (
 )
 from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
 from .stream import Stream
+from .vmm import (
+    ExpandableSegment,
+    MappedMemory,
+    Mapping,
+    PhysicalMemory,
+    VirtualRange,
+    reserve_and_map,
+)
 
 if TYPE_CHECKING:
     from . import fake as fake
@@ -68,6 +76,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceNotCurrentError",
     "DrvInternalError",
+    "ExpandableSegment",
     "FeatureNotSupportError",
     "FreedBufferError",
     "HazardError",
@@ -79,6 +88,8 @@ __all__ = [
     "InvalidMemoryTypeError",
     "InvalidParamError",
     "MallocPolicy",
+    "MappedMemory",
+    "Mapping",
     "MemAttr",
     "MemInfo",
     "MemLocationType",
@@ -88,17 +99,20 @@ __all__ = [
     "NoDeviceError",
     "NoStreamResourceError",
     "PageKind",
+    "PhysicalMemory",
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
     "Stream",
     "StreamContextError",
     "UninitializeError",
+    "VirtualRange",
     "align_up",
     "allocation_size",
     "backend_name",
     "backend_reason",
     "raw",
+    "reserve_and_map",
     "segment_alignment",
     "segment_size",
     "sizes",

@@ -13,7 +13,7 @@ from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
 from ._fake.config import current_hazard_mode, current_profile, set_hazard_mode, set_profile
 from ._lifecycle import state
 
-__all__ = ["PROFILES", "Profile", "configure", "hazards", "profile", "reset"]
+__all__ = ["PROFILES", "Profile", "configure", "hazards", "inject_fault", "profile", "reset"]
 
 
 def configure(
@@ -55,12 +55,23 @@ def profile() -> Profile:
     return current_profile()
 
 
-def hazards() -> dict[str, int]:
-    """Hazards the active fake has seen so far, counted by kind."""
+def inject_fault(call: str, nth: int = 1, code: int = 207001) -> None:
+    """Make the ``nth`` next ``call`` (aclrtMalloc*, aclrtMallocHost,
+    aclrtReserveMemAddress, aclrtMallocPhysical, aclrtMapMem) of the active fake fail
+    with ``code`` once, after its parameter checks passed (default 207001, out of memory)."""
+    _active_fake("inject_fault").inject_fault(call, nth, code)
+
+
+def _active_fake(what: str) -> FakeBackend:
     active = _backend.get()
     if not isinstance(active, FakeBackend):
-        raise RuntimeError(f"acl_mem.fake.hazards: the active backend is {active.name!r}")
-    return active.hazards.counts()
+        raise RuntimeError(f"acl_mem.fake.{what}: the active backend is {active.name!r}")
+    return active
+
+
+def hazards() -> dict[str, int]:
+    """Hazards the active fake has seen so far, counted by kind."""
+    return _active_fake("hazards").hazards.counts()
 
 
 def _replace_active(fresh: FakeBackend) -> None:

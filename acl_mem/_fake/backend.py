@@ -73,6 +73,7 @@ class FakeBackend(StreamCalls, VmmCalls):
         self.hazards = Hazards(hazards)
         self.runtime = FakeRuntime(profile, self._release_device)
         self._vmm_init()
+        self._faults: dict[str, list[int]] = {}
         self._lock = self.runtime.lock
         self._host = BlockIndex()
         self._host_maps: dict[int, mmap.mmap] = {}
@@ -104,6 +105,30 @@ class FakeBackend(StreamCalls, VmmCalls):
 
     def soc_name(self) -> str:
         return self.profile.soc_name
+
+    # -- fault injection ---------------------------------------------------------------
+    INJECTABLE = ("aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtMallocHost",
+                  "aclrtReserveMemAddress", "aclrtMallocPhysical", "aclrtMapMem")
+
+    def inject_fault(self, call: str, nth: int = 1, code: int = codes.MEMORY_ALLOCATION) -> None:
+        """Make the ``nth`` next call of ``call`` that passes its parameter checks fail
+        with ``code`` (as the driver would), once."""
+        if call not in self.INJECTABLE:
+            raise ValueError(f"inject_fault: call must be one of {self.INJECTABLE}, got {call!r}")
+        if nth < 1:
+            raise ValueError(f"inject_fault: nth must be >= 1, got {nth}")
+        with self._lock:
+            self._faults[call] = [nth, code]
+
+    def _fault(self, call: str) -> int:
+        plan = self._faults.get(call)
+        if plan is None:
+            return 0
+        plan[0] -= 1
+        if plan[0] > 0:
+            return 0
+        del self._faults[call]
+        return plan[1]
 
     # -- runtime (spec §3.1, §3.2) -----------------------------------------------
     def aclInit(self, config_path: str | None) -> int:
@@ -151,6 +176,9 @@ class FakeBackend(StreamCalls, VmmCalls):
             device = self.runtime.current()
             if device is None:
                 return codes.CONTEXT_NULL, 0
+            fault = self._fault(api.value)
+            if fault:
+                return fault, 0
             chosen = effective_policy(api, policy)
             if chosen in _GIANT and not self.profile.giant_pages:
                 return codes.FEATURE_NOT_SUPPORT, 0
@@ -227,6 +255,9 @@ class FakeBackend(StreamCalls, VmmCalls):
         with self._lock:
             if self.runtime.current() is None:
                 return codes.CONTEXT_NULL, 0
+            fault = self._fault("aclrtMallocHost")
+            if fault:
+                return fault, 0
             padded = align_up(size, 32)
             extent = align_up(padded, HOST_PAGE)
             try:

@@ -76,6 +76,9 @@ class VmmCalls:
     runtime: FakeRuntime
     _lock: threading.RLock
 
+    if TYPE_CHECKING:  # provided by FakeBackend
+        def _fault(self, call: str) -> int: ...
+
     def _vmm_init(self) -> None:
         self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0])
         self.reservations: dict[int, Reservation] = {}
@@ -97,6 +100,9 @@ class VmmCalls:
             return codes.MEMORY_ALLOCATION, 0
         span = align_up(size, HUGE_PAGE)
         with self._lock:
+            fault = self._fault("aclrtReserveMemAddress")
+            if fault:
+                return fault, 0
             if expectPtr:
                 if not self.profile.dvpp and self.profile.padding == 0:
                     return codes.FEATURE_NOT_SUPPORT, 0  # Ascend950: only NULL (spec §4.2)
@@ -159,6 +165,9 @@ class VmmCalls:
                 return rc, 0
             if location not in (MemLocationType.HOST, MemLocationType.DEVICE):
                 return codes.RT_PARAM_INVALID, 0
+            fault = self._fault("aclrtMallocPhysical")
+            if fault:
+                return fault, 0
             giant = prop.memAttr in _GIANT_ATTRS
             if giant and not self.profile.giant_pages:
                 return codes.FEATURE_NOT_SUPPORT, 0
@@ -262,6 +271,9 @@ class VmmCalls:
                 if other.device != physical.device or \
                         bool(other.imported_from) != bool(physical.imported_from):
                     return codes.RT_PARAM_INVALID  # spec §4.4, §8 question 5
+            fault = self._fault("aclrtMapMem")
+            if fault:
+                return fault
             if not map_mirror(virPtr, size, physical.pool.fd, physical.offset):
                 return codes.MEMORY_ALLOCATION
             reservation.mappings[virPtr] = Mapping(virPtr, size, physical)
