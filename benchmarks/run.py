@@ -15,6 +15,9 @@ of several repeats.
     synchronously (reported)
 (f) fake: async H2D of 256 MiB from pinned memory, enqueue + synchronise, vs numpy.copyto
     of the same bytes (goal >= 0.8)
+(g) fake: grow an ExpandableSegment to 16 GiB in 2 MiB steps and shrink it back; time per
+    map (MallocPhysical + MapMem) and unmap (UnmapMem + FreePhysical) vs one raw
+    aclrtMalloc + aclrtFree pair, and peak RSS in a fresh process (goal < 256 MiB)
 """
 
 from __future__ import annotations
@@ -225,6 +228,51 @@ def bench_async(repeats: int) -> dict[str, float]:
             "throughput_ratio_async_over_numpy": numpy_s / async_s}
 
 
+_SEGMENT_CHILD = """
+import json, time, acl_mem
+from acl_mem import raw
+from acl_mem.vmm import ExpandableSegment
+
+def peak_rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+acl_mem.use_backend("fake")
+step, total = 2 << 20, 16 << 30
+with acl_mem.Device(0):
+    segment = ExpandableSegment(total)
+    start = time.perf_counter()
+    for size in range(step, total + 1, step):
+        segment.grow(size)
+    grown = time.perf_counter()
+    for size in range(total - step, -1, -step):
+        segment.shrink(size)
+    shrunk = time.perf_counter()
+    segment.close()
+    loops = 2000
+    pair_start = time.perf_counter()
+    for _ in range(loops):
+        raw.aclrtFree(raw.aclrtMalloc(step, 0))
+    pair = (time.perf_counter() - pair_start) / loops
+steps = total // step
+print(json.dumps({"map_us": (grown - start) / steps * 1e6,
+                  "unmap_us": (shrunk - grown) / steps * 1e6,
+                  "raw_malloc_free_pair_us": pair * 1e6,
+                  "ratio_map_over_pair": (grown - start) / steps / pair,
+                  "ratio_unmap_over_pair": (shrunk - grown) / steps / pair,
+                  "peak_rss_MiB": peak_rss() / (1 << 20)}))
+"""
+
+
+def bench_segment() -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", _SEGMENT_CHILD], check=True,
+                         capture_output=True, text=True,
+                         env={**os.environ, "ACL_MEM_BACKEND": "fake"})
+    result: dict[str, float] = json.loads(out.stdout)
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,6 +287,7 @@ def main() -> int:
     }
     results["d_native_overhead"] = bench_native_overhead(args.loops // 4, args.repeats)
     results["e_f_async"] = bench_async(args.repeats)
+    results["g_expandable_segment"] = bench_segment()
     for name, figures in results.items():
         print(name)
         for key, value in figures.items():

@@ -7,6 +7,7 @@ questions 2-8 and 12, see docs/fidelity.md).
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -67,6 +68,33 @@ class Reservation:
     size: int
     span: int
     mappings: dict[int, Mapping] = field(default_factory=dict)
+    #: Mapping addresses, sorted: lookups and overlap checks by bisection.
+    starts: list[int] = field(default_factory=list)
+    #: What the mapped handles are bound to: (device, imported?) of the first mapping.
+    binding: tuple[int | None, bool] | None = None
+
+    def mapping_at(self, address: int) -> Mapping | None:
+        i = bisect.bisect_right(self.starts, address) - 1
+        if i < 0:
+            return None
+        mapping = self.mappings[self.starts[i]]
+        return mapping if address < mapping.va + mapping.size else None
+
+    def overlaps(self, va: int, size: int) -> bool:
+        i = bisect.bisect_left(self.starts, va + size) - 1
+        return i >= 0 and self.mappings[self.starts[i]].va + \
+            self.mappings[self.starts[i]].size > va
+
+    def add(self, mapping: Mapping) -> None:
+        bisect.insort(self.starts, mapping.va)
+        self.mappings[mapping.va] = mapping
+
+    def remove(self, va: int) -> Mapping:
+        del self.starts[bisect.bisect_left(self.starts, va)]
+        mapping = self.mappings.pop(va)
+        if not self.mappings:
+            self.binding = None
+        return mapping
 
 
 class VmmCalls:
@@ -82,6 +110,7 @@ class VmmCalls:
     def _vmm_init(self) -> None:
         self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0])
         self.reservations: dict[int, Reservation] = {}
+        self._reservation_starts: list[int] = []
         self.physicals: dict[int, Physical] = {}
         self._next_handle = _HANDLE_BASE
         self._pools: dict[int | None, PhysicalPool] = {}
@@ -120,6 +149,7 @@ class VmmCalls:
                     return codes.MEMORY_ALLOCATION, 0
                 base = found
             self.reservations[base] = Reservation(base, size, span)
+            bisect.insort(self._reservation_starts, base)
             return codes.SUCCESS, base
 
     def aclrtReleaseMemAddress(self, virPtr: int) -> int:
@@ -130,6 +160,7 @@ class VmmCalls:
             if reservation is None or reservation.mappings:
                 return codes.RT_PARAM_INVALID
             del self.reservations[virPtr]
+            del self._reservation_starts[bisect.bisect_left(self._reservation_starts, virPtr)]
             self._va_space.release(reservation.base, reservation.span)
             return codes.SUCCESS
 
@@ -264,19 +295,18 @@ class VmmCalls:
             if reservation is None or virPtr % alignment or \
                     virPtr + size > reservation.base + reservation.span:
                 return codes.RT_PARAM_INVALID
-            for mapping in reservation.mappings.values():
-                if mapping.va < virPtr + size and virPtr < mapping.va + mapping.size:
-                    return codes.RT_PARAM_INVALID
-                other = mapping.physical
-                if other.device != physical.device or \
-                        bool(other.imported_from) != bool(physical.imported_from):
-                    return codes.RT_PARAM_INVALID  # spec §4.4, §8 question 5
+            if reservation.overlaps(virPtr, size):
+                return codes.RT_PARAM_INVALID
+            binding = (physical.device, bool(physical.imported_from))
+            if reservation.binding not in (None, binding):
+                return codes.RT_PARAM_INVALID  # two devices, or mixed handles: spec §4.4, §8.5
             fault = self._fault("aclrtMapMem")
             if fault:
                 return fault
             if not map_mirror(virPtr, size, physical.pool.fd, physical.offset):
                 return codes.MEMORY_ALLOCATION
-            reservation.mappings[virPtr] = Mapping(virPtr, size, physical)
+            reservation.add(Mapping(virPtr, size, physical))
+            reservation.binding = binding
             physical.mappings += 1
             return codes.SUCCESS
 
@@ -291,7 +321,7 @@ class VmmCalls:
             check = getattr(self, "check_pending", None)
             if check is not None and self.streams.any_pending():  # type: ignore[attr-defined]
                 check(virPtr, mapping.size, access="free", what=f"mapping {virPtr:#x} unmapped")
-            del reservation.mappings[virPtr]
+            reservation.remove(virPtr)
             unmap_mirror(virPtr, mapping.size)
             mapping.physical.mappings -= 1
             if mapping.physical.freed and mapping.physical.mappings == 0:
@@ -299,19 +329,15 @@ class VmmCalls:
             return codes.SUCCESS
 
     def _reservation_of(self, address: int) -> Reservation | None:
-        for reservation in self.reservations.values():
-            if reservation.base <= address < reservation.base + reservation.span:
-                return reservation
-        return None
+        i = bisect.bisect_right(self._reservation_starts, address) - 1
+        if i < 0:
+            return None
+        reservation = self.reservations[self._reservation_starts[i]]
+        return reservation if address < reservation.base + reservation.span else None
 
     def vmm_mapping_at(self, address: int) -> Mapping | None:
         reservation = self._reservation_of(address)
-        if reservation is None:
-            return None
-        for mapping in reservation.mappings.values():
-            if mapping.va <= address < mapping.va + mapping.size:
-                return mapping
-        return None
+        return None if reservation is None else reservation.mapping_at(address)
 
     def vmm_covers(self, address: int, count: int) -> Mapping | None:
         """The first mapping if ``[address, address+count)`` is mapped end to end."""
