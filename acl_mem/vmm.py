@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from . import raw
-from ._hostbuf import ffi
+from ._hostbuf import ffi, host_span
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MemAttr, MemcpyKind, MemLocationType
 
@@ -103,6 +103,38 @@ class Mapping(_Owned):
         raw.aclrtUnmapMem(self.address)
 
 
+class _Contents:
+    """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
+
+    @property
+    def address(self) -> int:
+        raise NotImplementedError
+
+    def _mapped(self) -> int:
+        raise NotImplementedError
+
+    def write(self, data: object, offset: int = 0) -> None:
+        """Copy a buffer-protocol object to ``address + offset`` (H2D)."""
+        span = host_span(data, writable=False, call="write", name="data")
+        self._check("write", offset, span.nbytes)
+        raw.aclrtMemcpy(self.address + offset, self._mapped() - offset, span.address,
+                        span.nbytes, MemcpyKind.HOST_TO_DEVICE)
+
+    def read(self, count: int, offset: int = 0) -> bytes:
+        """A bytes copy of ``count`` bytes from ``address + offset`` (D2H)."""
+        self._check("read", offset, count)
+        out = bytearray(count)
+        if count:
+            raw.aclrtMemcpy(_address(out), count, self.address + offset, count,
+                            MemcpyKind.DEVICE_TO_HOST)
+        return bytes(out)
+
+    def _check(self, what: str, offset: int, count: int) -> None:
+        if offset < 0 or count < 0 or offset + count > self._mapped():
+            raise ValueError(f"{type(self).__name__}.{what}: [{offset}, {offset + count}) "
+                             f"is outside the {self._mapped()} mapped bytes")
+
+
 def _undo(steps: list[Callable[[], None]]) -> None:
     """Run cleanup steps newest first; failures here must not hide the original error."""
     for step in reversed(steps):
@@ -111,7 +143,7 @@ def _undo(steps: list[Callable[[], None]]) -> None:
             step()
 
 
-class MappedMemory(_Owned):
+class MappedMemory(_Owned, _Contents):
     """A range, its physical memory and the mapping, made in one call (reserve_and_map).
 
     ``offload()`` copies the contents to host memory and gives the physical memory back
@@ -143,6 +175,9 @@ class MappedMemory(_Owned):
     @property
     def offloaded(self) -> bool:
         return self._mapping is None
+
+    def _mapped(self) -> int:
+        return 0 if self._mapping is None else self.size
 
     def offload(self) -> None:
         """Copy to host, unmap and free the physical memory; addresses stay reserved."""
@@ -188,7 +223,7 @@ def reserve_and_map(size: int, *, device: int = 0,
     return MappedMemory(size, device=device, attr=attr)
 
 
-class ExpandableSegment(_Owned):
+class ExpandableSegment(_Owned, _Contents):
     """One contiguous address range that grows and shrinks by granularity-sized chunks.
 
     The whole ``max_size`` is reserved up front; ``grow`` maps new chunks at the end,
@@ -212,6 +247,9 @@ class ExpandableSegment(_Owned):
     def size(self) -> int:
         """Bytes mapped now (from ``address``)."""
         return len(self._chunks) * self.chunk
+
+    def _mapped(self) -> int:
+        return self.size
 
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""

@@ -150,3 +150,20 @@ def test_inject_fault_rejects_unknown_calls(fake):
         acl_mem.fake.inject_fault("aclrtFree")
     with pytest.raises(ValueError):
         acl_mem.fake.inject_fault("aclrtMapMem", nth=0)
+
+
+def test_read_and_write_are_bounded_by_what_is_mapped(dev):
+    with acl_mem.reserve_and_map(2 * MiB) as memory:
+        memory.write(b"abc", 2 * MiB - 3)
+        assert memory.read(3, 2 * MiB - 3) == b"abc"
+        with pytest.raises(ValueError):
+            memory.write(b"abcd", 2 * MiB - 3)
+        memory.offload()
+        with pytest.raises(ValueError):
+            memory.read(1)
+    with ExpandableSegment(8 * MiB) as segment:
+        with pytest.raises(ValueError):
+            segment.write(b"x")
+        segment.grow(1)
+        segment.write(b"x", 2 * MiB - 1)
+        assert segment.read(1, 2 * MiB - 1) == b"x"
