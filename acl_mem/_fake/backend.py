@@ -376,6 +376,8 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.FEATURE_NOT_SUPPORT, 0, 0
             if attr in _DDR_ATTRS and self.profile.memory != "DDR":
                 return codes.SUCCESS, 0, 0
+            if self._still_shared:
+                self._reap_shared()
             pools = device.pools
             if attr in _BOTH_POOLS:
                 kinds: tuple[PageKind, ...] = (PageKind.NORMAL, PageKind.HUGE)

@@ -117,6 +117,7 @@ class VmmCalls:
         self._pool_space: dict[int | None, ExtentAllocator] = {}
         self._exports = 0
         self._registry: ShareRegistry | None = None
+        self._still_shared: list[Physical] = []
 
     # -- reservations (spec §4.2) ------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
@@ -199,6 +200,8 @@ class VmmCalls:
             fault = self._fault("aclrtMallocPhysical")
             if fault:
                 return fault, 0
+            if self._still_shared:
+                self._reap_shared()
             giant = prop.memAttr in _GIANT_ATTRS
             if giant and not self.profile.giant_pages:
                 return codes.FEATURE_NOT_SUPPORT, 0
@@ -259,12 +262,24 @@ class VmmCalls:
                 physical.pool.discard(physical.offset, physical.size)
             physical.pool.close()
             return
-        last_holder = True
         if physical.exported:
             self._share().update(physical.exported, owner_freed=True)
-            last_holder = self._share().release(physical.exported)
-        if last_holder:
-            physical.pool.discard(physical.offset, physical.size)
+            if not self._share().release(physical.exported):
+                # Another process still holds it: the range stays taken until the last
+                # holder lets go (spec §4.3); reaped by _reap_shared().
+                self._still_shared.append(physical)
+                return
+        physical.pool.discard(physical.offset, physical.size)
+        self._return_to_pools(physical)
+
+    def _reap_shared(self) -> None:
+        """Give back exported memory whose last importer has freed it meanwhile."""
+        for physical in list(self._still_shared):
+            if self._share().read(physical.exported) is None:
+                self._still_shared.remove(physical)
+                self._return_to_pools(physical)
+
+    def _return_to_pools(self, physical: Physical) -> None:
         self._pool_space_for(physical.device).release(physical.offset, physical.size)
         if physical.device is not None:
             giant = physical.prop.memAttr in _GIANT_ATTRS
