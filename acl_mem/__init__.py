@@ -6,7 +6,7 @@ Pythonic layer. Importing touches no driver: the backend is chosen on first use.
 
 from typing import TYPE_CHECKING
 
-from . import raw, sizes
+from . import _backend, raw, sizes
 from ._backend import backend_name, backend_reason, use_backend
 from .buffers import Buffer, DeviceBuffer, HostBuffer
 from .device import Device, MemInfo
@@ -29,6 +29,8 @@ from .errors import (
     InvalidMemoryTypeError,
     InvalidParamError,
     MemoryAllocationError,
+    MemoryCheckError,
+    MemoryCheckWarning,
     MemoryFreeError,
     NoDeviceError,
     NoStreamResourceError,
@@ -51,6 +53,18 @@ from .vmm import (
 
 if TYPE_CHECKING:
     from . import fake as fake
+
+
+def check() -> list[tuple[str, str]]:
+    """Run the fake's memory checker now: every canary verified; all findings so far.
+
+    Findings are ``(kind, message)``; they were also warned or raised as they were made
+    (``acl_mem.fake.configure(check=True, hazards=...)``). On the native backend, or with
+    the checker off, the list is empty.
+    """
+    verify = getattr(_backend.get(), "checker_verify", None)
+    result: list[tuple[str, str]] = verify() if verify is not None else []
+    return result
 
 __version__ = "0.1.0.dev0"
 
@@ -95,6 +109,8 @@ __all__ = [
     "MemLocationType",
     "MemcpyKind",
     "MemoryAllocationError",
+    "MemoryCheckError",
+    "MemoryCheckWarning",
     "MemoryFreeError",
     "NoDeviceError",
     "NoStreamResourceError",
@@ -111,6 +127,7 @@ __all__ = [
     "allocation_size",
     "backend_name",
     "backend_reason",
+    "check",
     "raw",
     "reserve_and_map",
     "segment_alignment",

@@ -27,6 +27,8 @@ __all__ = [
     "InvalidMemoryTypeError",
     "InvalidParamError",
     "MemoryAllocationError",
+    "MemoryCheckError",
+    "MemoryCheckWarning",
     "MemoryFreeError",
     "NoDeviceError",
     "NoStreamResourceError",
@@ -238,3 +240,11 @@ class HazardWarning(RuntimeWarning):
 
 class HazardError(RuntimeError):
     """A hazard, raised instead of warned when the fake runs in strict mode."""
+
+
+class MemoryCheckWarning(RuntimeWarning):
+    """The fake's memory checker found an overwrite, a boundary crossing or a leak."""
+
+
+class MemoryCheckError(RuntimeError):
+    """A memory-checker finding, raised instead of warned in strict mode."""

@@ -7,18 +7,31 @@ before is gone, and buffers from before report themselves freed.
 
 from __future__ import annotations
 
+import atexit
+import os
+import sys
+from dataclasses import dataclass
+
 from . import _backend
 from ._args import c_uint
 from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
-from ._fake.config import current_hazard_mode, current_profile, set_hazard_mode, set_profile
+from ._fake.config import (
+    current_check,
+    current_hazard_mode,
+    current_profile,
+    set_check,
+    set_hazard_mode,
+    set_profile,
+)
 from ._lifecycle import state
 
-__all__ = ["PROFILES", "Profile", "configure", "hazards", "inject_fault", "profile", "reset"]
+__all__ = ["PROFILES", "Allocation", "Profile", "configure", "hazards", "inject_fault", "leaks",
+           "profile", "reset"]
 
 
 def configure(
     profile: str | None = None, *, device_count: int | None = None,
-    hbm_bytes: int | None = None, hazards: str | None = None,
+    hbm_bytes: int | None = None, hazards: str | None = None, check: bool | None = None,
 ) -> Profile:
     """Choose the fake's profile and size; returns the profile now in effect.
 
@@ -26,7 +39,9 @@ def configure(
     a SoC family (``Ascend910B``); ``device_count`` and ``hbm_bytes`` (per device)
     override the profile's values. ``hazards`` is how races with queued work are
     reported: ``"warn"`` (default, HazardWarning), ``"raise"`` (HazardError) or
-    ``"count"`` (only :func:`hazards` shows them).
+    ``"count"`` (only :func:`hazards` shows them); memory-checker findings follow the
+    same mode. ``check=True`` turns the memory checker on (see :func:`leaks`,
+    :func:`acl_mem.check`; also ``ACL_MEM_CHECK=1``).
     """
     base = resolve_profile(profile) if profile is not None else current_profile()
     count = None if device_count is None else c_uint(device_count, "configure", "device_count",
@@ -36,9 +51,11 @@ def configure(
         raise ValueError(f"configure: hbm_bytes must be at least 2 MiB, got {capacity}")
     chosen = base.with_overrides(device_count=count, capacity=capacity)
     mode = hazards or current_hazard_mode()
-    fresh = FakeBackend(chosen, hazards=mode)
+    checking = current_check() if check is None else bool(check)
+    fresh = FakeBackend(chosen, hazards=mode, check=checking)
     set_profile(chosen)
     set_hazard_mode(hazards)
+    set_check(check)
     _replace_active(fresh)
     return chosen
 
@@ -47,7 +64,9 @@ def reset() -> None:
     """Back to ``ACL_MEM_FAKE_PROFILE`` (or atlas-a2) with a fresh device."""
     set_profile(None)
     set_hazard_mode(None)
-    _replace_active(FakeBackend(current_profile(), hazards=current_hazard_mode()))
+    set_check(None)
+    _replace_active(FakeBackend(current_profile(), hazards=current_hazard_mode(),
+                                check=current_check()))
 
 
 def profile() -> Profile:
@@ -67,6 +86,39 @@ def _active_fake(what: str) -> FakeBackend:
     if not isinstance(active, FakeBackend):
         raise RuntimeError(f"acl_mem.fake.{what}: the active backend is {active.name!r}")
     return active
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A live allocation of the fake device, with where it was made (checker on)."""
+
+    address: int
+    size: int
+    api: str
+    device: int | None
+    stack: str
+
+
+def leaks() -> list[Allocation]:
+    """Every allocation the active fake still holds (stacks recorded while checking)."""
+    fake = _active_fake("leaks")
+    return [Allocation(b.start, b.requested, b.api, b.device,
+                       "".join(b.stack or ()) or "(stack recorded only with check=True)")
+            for b in fake.live_blocks()]
+
+
+def _report_leaks_at_exit() -> None:
+    active = _backend._active
+    if isinstance(active, FakeBackend) and active.live_blocks():
+        print(f"acl_mem: {len(active.live_blocks())} allocation(s) never freed:",
+              file=sys.stderr)
+        for leak in leaks():
+            print(f"  {leak.api} {leak.address:#x} ({leak.size} bytes, device {leak.device})"
+                  f"\n{leak.stack}", file=sys.stderr)
+
+
+if os.environ.get("ACL_MEM_LEAK_REPORT", "0") not in ("", "0"):
+    atexit.register(_report_leaks_at_exit)
 
 
 def hazards() -> dict[str, int]:

@@ -26,6 +26,7 @@ from ..sizes import (
     page_kinds,
 )
 from . import codes
+from .checker import QUARANTINE_ENTRIES, Checker
 from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
 from .extents import Block, BlockIndex
 from .hostmem import HOST_PAGE, address_of, copy_host, host_range_mapped, reserve_address_space
@@ -66,7 +67,7 @@ class FakeBackend(StreamCalls, VmmCalls):
 
     name = "fake"
 
-    def __init__(self, profile: Profile, *, hazards: str = "warn") -> None:
+    def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False) -> None:
         self.profile = profile
         self.address_space_reserved = _reserve_device_space()
         self.streams = StreamTable()
@@ -74,15 +75,16 @@ class FakeBackend(StreamCalls, VmmCalls):
         self.runtime = FakeRuntime(profile, self._release_device)
         self._vmm_init()
         self._faults: dict[str, list[int]] = {}
+        self.checker: Checker | None = Checker(hazards) if check else None
         self._lock = self.runtime.lock
         self._host = BlockIndex()
         self._host_maps: dict[int, mmap.mmap] = {}
 
     @classmethod
     def from_environment(cls) -> FakeBackend:
-        from .config import current_hazard_mode, current_profile
+        from .config import current_check, current_hazard_mode, current_profile
 
-        return cls(current_profile(), hazards=current_hazard_mode())
+        return cls(current_profile(), hazards=current_hazard_mode(), check=current_check())
 
     @classmethod
     def for_profile(
@@ -154,6 +156,78 @@ class FakeBackend(StreamCalls, VmmCalls):
             return codes.INVALID_PARAM, 0
         return codes.SUCCESS, len(self.runtime.devices)
 
+    # -- memory checker (docs in checker.py) ---------------------------------------------
+    def _allocated(self, block: Block, requested: int) -> None:
+        block.requested = requested
+        if self.checker is not None:
+            self.checker.on_allocate(block, self._host_of(block))
+
+    def _host_of(self, block: Block) -> int:
+        if block.device is None:
+            return block.start
+        return self.runtime.devices[block.device].region_of(block.start).host_address(
+            block.start)
+
+    def checker_verify(self, when: str = "acl_mem.check()") -> list[tuple[str, str]]:
+        """Verify every canary now; all findings so far as (kind, message)."""
+        checker = self.checker
+        if checker is None:
+            return []
+        with self._lock:
+            for block in self.live_blocks():
+                checker.verify_block(block, self._host_of(block), when)
+                for segment in checker.segments_in(block):
+                    located = self._locate(segment.start, segment.size)
+                    if located is not None:
+                        checker.verify_segment(segment, located[0], when)
+            return [(f.kind, f.message) for f in checker.findings]
+
+    def checker_segment_allocated(self, parent: int, start: int, requested: int,
+                                  size: int) -> None:
+        """A pool carved ``[start, start+size)`` of block ``parent`` for ``requested`` bytes."""
+        if self.checker is None:
+            return
+        with self._lock:
+            located = self._locate(start, size)
+            if located is not None:
+                self.checker.on_segment(parent, start, requested, size, located[0])
+
+    def checker_segment_freed(self, start: int) -> None:
+        if self.checker is None:
+            return
+        with self._lock:
+            segment = self.checker.segment_at(start)
+            located = self._locate(start, segment.size) if segment is not None else None
+            if located is not None:
+                self.checker.on_segment_freed(start, located[0])
+
+    def _check_bounds(self, address: int, count: int, what: str) -> None:
+        """Report a copy or memset running past a segment or block end (checker on)."""
+        checker = self.checker
+        if checker is None:
+            return
+        segment = checker.segment_at(address)
+        if segment is not None:
+            if address + count > segment.start + segment.requested:
+                after = checker.next_segment(segment)
+                neighbour = (f"pool segment {after.start:#x}" if after is not None and
+                             after.start < address + count else "the segment's padding")
+                checker.report("boundary-crossed",
+                               f"{what} of {count} bytes at {address:#x} runs past pool segment "
+                               f"{segment.start:#x} ({segment.requested} bytes requested) "
+                               f"into {neighbour}")
+            return
+        block = self._block_at(address)
+        if block is not None and address + count > block.start + block.requested:
+            next_block = self._block_at(block.end)
+            neighbour = (f"{next_block.api} block {next_block.start:#x}"
+                         if next_block is not None and address + count > block.end
+                         else "the runtime's padding")
+            checker.report("boundary-crossed",
+                           f"{what} of {count} bytes at {address:#x} runs past {block.api} "
+                           f"block {block.start:#x} ({block.requested} bytes requested) into "
+                           f"{neighbour}")
+
     def _release_device(self, device: FakeDevice) -> None:
         lost = self.streams.drop_device(device.id)
         if lost:
@@ -188,6 +262,7 @@ class FakeBackend(StreamCalls, VmmCalls):
             block = device.allocate(api.value, padded, page_kinds(padded, chosen))
             if block is None:
                 return codes.MEMORY_ALLOCATION, 0
+            self._allocated(block, size)
             return codes.SUCCESS, block.start
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
@@ -214,7 +289,15 @@ class FakeBackend(StreamCalls, VmmCalls):
             if self.streams.any_pending():
                 self.check_pending(block.start, block.extent, access="free",
                                    what=f"{block.api} block {ptr:#x} freed")
-            device.release(block)
+            checker = self.checker
+            if checker is not None:
+                checker.verify_block(block, self._host_of(block), "free")
+                checker.drop_segments_of(block)
+                checker.quarantine.append((device, block.start, block.extent))
+                if len(checker.quarantine) > QUARANTINE_ENTRIES:
+                    old_device, start, extent = checker.quarantine.popleft()
+                    old_device.release_address(start, extent)  # type: ignore[attr-defined]
+            device.release(block, keep_address=checker is not None)
             return codes.SUCCESS
 
     def aclrtFree(self, devPtr: int) -> int:
@@ -232,7 +315,10 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.FEATURE_NOT_SUPPORT, 0
             padded = allocation_size(api, size)
             block = device.allocate(api.value, padded, (PageKind.HUGE,), dvpp=True)
-            return (codes.MEMORY_ALLOCATION, 0) if block is None else (codes.SUCCESS, block.start)
+            if block is None:
+                return codes.MEMORY_ALLOCATION, 0
+            self._allocated(block, size)
+            return codes.SUCCESS, block.start
 
     def acldvppMalloc(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
         return self._dvpp_malloc(AllocApi.DVPP_MALLOC, size, null_outputs)
@@ -266,8 +352,9 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.MEMORY_ALLOCATION, 0
             start = address_of(host_map)
             self._host_maps[start] = host_map
-            self._host.add(Block(start, padded, extent, HOST_PAGE, AllocApi.MALLOC_HOST.value,
-                                 None))
+            block = Block(start, padded, extent, HOST_PAGE, AllocApi.MALLOC_HOST.value, None)
+            self._host.add(block)
+            self._allocated(block, size)
             return codes.SUCCESS, start
 
     def aclrtFreeHost(self, hostPtr: int) -> int:
@@ -280,6 +367,9 @@ class FakeBackend(StreamCalls, VmmCalls):
             if self.streams.any_pending():
                 self.check_pending(block.start, block.extent, access="free",
                                    what=f"aclrtMallocHost block {hostPtr:#x} freed")
+            if self.checker is not None:
+                self.checker.verify_block(block, block.start, "free")
+                self.checker.drop_segments_of(block)
             self._host.remove(block)
             host_map = self._host_maps.pop(hostPtr)
             # If something still exports the mapping, it goes with the last view.
@@ -314,6 +404,9 @@ class FakeBackend(StreamCalls, VmmCalls):
             if self.streams.any_pending():
                 self.check_pending(dst, count, access="write", what="aclrtMemcpy writes")
                 self.check_pending(src, count, access="read", what="aclrtMemcpy reads")
+            if self.checker is not None:
+                self._check_bounds(dst, count, "aclrtMemcpy write")
+                self._check_bounds(src, count, "aclrtMemcpy read")
             untrusted = ("dst" if dst_dev is None and not dst_pinned else
                          "src" if src_dev is None and not src_pinned else None)
             if not copy_host(dst_host, src_host, count, untrusted=untrusted):
@@ -335,6 +428,8 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
                 self.check_pending(devPtr, count, access="write", what="aclrtMemset writes")
+            if self.checker is not None:
+                self._check_bounds(devPtr, count, "aclrtMemset")
             ctypes.memset(target[0], value & 0xFF, count)
             return codes.SUCCESS
 

@@ -28,6 +28,19 @@ def set_profile(profile: Profile | None) -> None:
 
 
 _hazard_mode: str | None = None
+_check: bool | None = None
+
+
+def current_check() -> bool:
+    """Whether the memory checker is on: configure(check=...), else ACL_MEM_CHECK=1."""
+    if _check is not None:
+        return _check
+    return os.environ.get("ACL_MEM_CHECK", "0").strip() not in ("", "0", "false", "no")
+
+
+def set_check(enabled: bool | None) -> None:
+    global _check
+    _check = enabled
 
 
 def current_hazard_mode() -> str:

@@ -157,13 +157,19 @@ class FakeDevice:
             return block
         return None
 
-    def release(self, block: Block) -> None:
+    def release(self, block: Block, *, keep_address: bool = False) -> None:
+        """Give the block's pages back; its addresses too unless ``keep_address``
+        (the memory checker's quarantine returns them later with release_address)."""
         self.blocks.remove(block)
         self.pools.give_back(PageKind(block.page_size), block.extent)
         region = self.region_of(block.start)
-        space = self._dvpp_space if region is self.dvpp else self._heap_space
-        space.release(block.start, block.extent)
         region.discard(block.start, block.extent)
+        if not keep_address:
+            self.release_address(block.start, block.extent)
+
+    def release_address(self, start: int, extent: int) -> None:
+        space = self._dvpp_space if self.dvpp.contains(start) else self._heap_space
+        space.release(start, extent)
 
     def release_all(self) -> None:
         for block in self.blocks:

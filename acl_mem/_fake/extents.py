@@ -88,7 +88,10 @@ class Block:
     api: str
     #: Device id, or None for host memory.
     device: int | None
-    keepalive: object = field(default=None, repr=False)
+    #: Bytes the caller asked for (the memory checker's canary starts here).
+    requested: int = 0
+    #: Where it was allocated (recorded only while the memory checker is on).
+    stack: tuple[str, ...] | None = field(default=None, repr=False)
 
     @property
     def end(self) -> int:

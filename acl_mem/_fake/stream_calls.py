@@ -99,7 +99,12 @@ class StreamCalls:
             if found is None:
                 return rc
             self._drain(found)
+            self._after_synchronize()
             return codes.SUCCESS
+
+    def _after_synchronize(self) -> None:
+        if getattr(self, "checker", None) is not None:
+            self.checker_verify("synchronize")  # type: ignore[attr-defined]
 
     def aclrtSynchronizeDevice(self) -> int:
         with self._lock:
@@ -108,6 +113,7 @@ class StreamCalls:
                 return codes.CONTEXT_NULL
             for stream in self.streams.of_context(*context):
                 self._drain(stream)
+            self._after_synchronize()
             return codes.SUCCESS
 
     # -- asynchronous copies (spec §3.10, §3.11) -------------------------------------
@@ -207,6 +213,9 @@ class StreamCalls:
                                 "after its memory was freed; on hardware it corrupts whatever "
                                 "lives there now")
             return
+        if getattr(self, "checker", None) is not None:
+            self._check_bounds(dst, count, "queued aclrtMemcpyAsync write")  # type: ignore[attr-defined]
+            self._check_bounds(src, count, "queued aclrtMemcpyAsync read")  # type: ignore[attr-defined]
         ffi.memmove(ffi.cast("void *", target[0]), ffi.cast("void *", source[0]), count)
 
     def _run_memset(self, ptr: int, value: int, count: int) -> None:
@@ -216,6 +225,8 @@ class StreamCalls:
                                 f"a queued memset of {ptr:#x} ({count} bytes) ran after its "
                                 "memory was freed")
             return
+        if getattr(self, "checker", None) is not None:
+            self._check_bounds(ptr, count, "queued aclrtMemsetAsync")  # type: ignore[attr-defined]
         ctypes.memset(target[0], value & 0xFF, count)
 
     def check_pending(self, start: int, size: int, *, access: str, what: str) -> None:

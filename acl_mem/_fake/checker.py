@@ -1,0 +1,159 @@
+"""The fake's memory checker: overwrites, leaks and use-after-free, found on a laptop.
+
+On hardware, writing past the bytes requested lands silently in the runtime's padding
+or in the neighbouring block or pool segment (the "memory overwriting" the seeds warn
+about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
+``acl_mem.fake.configure(check=True)``) the fake:
+
+* fills the slack between requested and allocated size of every block and every pool
+  segment with canary bytes and verifies them on free, at every synchronisation and on
+  demand (``acl_mem.check()``), reporting the buffer, the offset and where it was
+  allocated;
+* poisons memory on allocation (``0xA5``, read-before-write shows) and pool segments on
+  free (``0xDD``, use-after-free shows);
+* keeps freed address ranges in quarantine for a while before they are reused;
+* reports at once a copy or memset that crosses the end of a block or segment, naming
+  both neighbours.
+"""
+
+from __future__ import annotations
+
+import bisect
+import traceback
+import warnings
+from collections import deque
+from dataclasses import dataclass
+
+from ..errors import MemoryCheckError, MemoryCheckWarning
+from .extents import Block
+from .hostmem import ffi
+
+__all__ = ["Checker", "Finding", "Segment"]
+
+CANARY = 0xCB
+POISON_ALLOCATED = 0xA5
+POISON_FREED = 0xDD
+#: Poison at most this many bytes per allocation: poisoning a 60 GiB block would make
+#: the sparse device dense.
+POISON_LIMIT = 16 << 20
+QUARANTINE_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    message: str
+
+
+@dataclass
+class Segment:
+    parent: int
+    start: int
+    requested: int
+    size: int
+    stack: tuple[str, ...] | None
+
+
+def allocation_stack() -> tuple[str, ...]:
+    """The Python stack of the caller, acl_mem frames dropped."""
+    frames = [f for f in traceback.extract_stack()[:-1] if "/acl_mem/" not in f.filename]
+    return tuple(traceback.format_list(frames[-8:]))
+
+
+class Checker:
+    def __init__(self, mode: str = "warn") -> None:
+        self.mode = mode
+        self.findings: list[Finding] = []
+        self.quarantine: deque[tuple[object, int, int]] = deque()
+        self._segments: dict[int, Segment] = {}
+        self._segment_starts: list[int] = []
+
+    # -- reporting ---------------------------------------------------------------------
+    def report(self, kind: str, message: str) -> None:
+        finding = Finding(kind, message)
+        self.findings.append(finding)
+        if self.mode == "raise":
+            raise MemoryCheckError(f"{kind}: {message}")
+        if self.mode == "warn":
+            warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=2)
+
+    # -- blocks ------------------------------------------------------------------------
+    def on_allocate(self, block: Block, host: int) -> None:
+        block.stack = allocation_stack()
+        _fill(host, POISON_ALLOCATED, min(block.requested, POISON_LIMIT))
+        _fill(host + block.requested, CANARY, block.padded - block.requested)
+
+    def verify_block(self, block: Block, host: int, when: str) -> None:
+        self._verify(host + block.requested, block.padded - block.requested,
+                     f"{block.api} block {block.start:#x} ({block.requested} bytes requested)",
+                     block.requested, block.stack, when)
+
+    # -- pool segments -----------------------------------------------------------------
+    def on_segment(self, parent: int, start: int, requested: int, size: int,
+                   host: int) -> None:
+        segment = Segment(parent, start, requested, size, allocation_stack())
+        self._segments[start] = segment
+        bisect.insort(self._segment_starts, start)
+        _fill(host, POISON_ALLOCATED, min(requested, POISON_LIMIT))
+        _fill(host + requested, CANARY, size - requested)
+
+    def on_segment_freed(self, start: int, host: int) -> None:
+        segment = self._segments.pop(start, None)
+        if segment is None:
+            return
+        del self._segment_starts[bisect.bisect_left(self._segment_starts, start)]
+        self._verify(host + segment.requested, segment.size - segment.requested,
+                     _describe_segment(segment), segment.requested, segment.stack, "free")
+        _fill(host, POISON_FREED, min(segment.size, POISON_LIMIT))
+
+    def drop_segments_of(self, parent: Block) -> None:
+        """The parent block is gone: forget its segments (a pool giving a block back)."""
+        for segment in self.segments_in(parent):
+            del self._segments[segment.start]
+            del self._segment_starts[bisect.bisect_left(self._segment_starts, segment.start)]
+
+    def segments_in(self, parent: Block) -> list[Segment]:
+        low = bisect.bisect_left(self._segment_starts, parent.start)
+        high = bisect.bisect_left(self._segment_starts, parent.start + parent.padded)
+        return [self._segments[s] for s in self._segment_starts[low:high]]
+
+    def segment_at(self, address: int) -> Segment | None:
+        i = bisect.bisect_right(self._segment_starts, address) - 1
+        if i < 0:
+            return None
+        segment = self._segments[self._segment_starts[i]]
+        return segment if address < segment.start + segment.size else None
+
+    def verify_segment(self, segment: Segment, host: int, when: str) -> None:
+        self._verify(host + segment.requested, segment.size - segment.requested,
+                     _describe_segment(segment), segment.requested, segment.stack, when)
+
+    def next_segment(self, segment: Segment) -> Segment | None:
+        i = bisect.bisect_right(self._segment_starts, segment.start)
+        return self._segments[self._segment_starts[i]] if i < len(self._segment_starts) \
+            else None
+
+    # -- helpers -------------------------------------------------------------------------
+    def _verify(self, host: int, length: int, what: str, offset: int,
+                stack: tuple[str, ...] | None, when: str) -> None:
+        if length <= 0:
+            return
+        data = bytes(ffi.buffer(ffi.cast("char *", host), length))
+        if data.count(CANARY) == length:
+            return
+        damaged = [i for i, byte in enumerate(data) if byte != CANARY]
+        where = "".join(stack or ()).rstrip() or "  (stack not recorded)"
+        self.report("canary-overwritten",
+                    f"{what}: {len(damaged)} byte(s) after the requested size were "
+                    f"overwritten, at offsets {offset + damaged[0]}..{offset + damaged[-1]} "
+                    f"(seen at {when}); allocated at:\n{where}")
+
+
+def _fill(host: int, value: int, length: int) -> None:
+    if length > 0:
+        ffi.memmove(ffi.cast("char *", host), bytes([value]) * length, length)
+
+
+def _describe_segment(segment: Segment) -> str:
+    return (f"pool segment {segment.start:#x} of block {segment.parent:#x} "
+            f"({segment.requested} bytes requested)")
