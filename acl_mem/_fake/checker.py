@@ -19,6 +19,7 @@ about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
 from __future__ import annotations
 
 import bisect
+import os
 import traceback
 import warnings
 from collections import deque
@@ -54,9 +55,17 @@ class Segment:
     stack: tuple[str, ...] | None
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CHECKS = os.path.join(_PACKAGE, "conformance", "checks")
+
+
+def _library_frame(filename: str) -> bool:
+    return filename.startswith(_PACKAGE) and not filename.startswith(_CHECKS)
+
+
 def allocation_stack() -> tuple[str, ...]:
-    """The Python stack of the caller, acl_mem frames dropped."""
-    frames = [f for f in traceback.extract_stack()[:-1] if "/acl_mem/" not in f.filename]
+    """The caller's Python stack without acl_mem's own frames (innermost 8 kept)."""
+    frames = [f for f in traceback.extract_stack()[:-1] if not _library_frame(f.filename)]
     return tuple(traceback.format_list(frames[-8:]))
 
 
