@@ -40,6 +40,7 @@ from .errors import (
     StreamContextError,
     UninitializeError,
 )
+from .pool import ExpandablePool, PoolOutOfMemoryError, PoolStats, SegmentPool
 from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
 from .stream import Stream
 from .vmm import (
@@ -90,6 +91,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceNotCurrentError",
     "DrvInternalError",
+    "ExpandablePool",
     "ExpandableSegment",
     "FeatureNotSupportError",
     "FreedBufferError",
@@ -116,9 +118,12 @@ __all__ = [
     "NoStreamResourceError",
     "PageKind",
     "PhysicalMemory",
+    "PoolOutOfMemoryError",
+    "PoolStats",
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
+    "SegmentPool",
     "Stream",
     "StreamContextError",
     "UninitializeError",

@@ -57,7 +57,8 @@ class AclError(Exception):
 
     def __new__(cls, code: int, what: str = "") -> AclError:
         target = _BY_CODE.get(code, cls) if cls is AclError else cls
-        return super().__new__(target)
+        # Exception.__new__, not super(): MemoryError.__new__ refuses subclasses that mix in.
+        return Exception.__new__(target)
 
     def __init__(self, code: int, what: str = "") -> None:
         self.code = int(code)

@@ -61,3 +61,8 @@ def test_enum_values_match_acl_rt_h():
     assert [int(a) for a in MemAttr] == list(range(18))
     assert MemAttr.HBM_MEM_HUGE1G == 10 and MemAttr.MEM_P2P_HUGE1G == 17
     assert [int(t) for t in MemLocationType] == [0, 1, 2, 4]
+
+
+def test_subclasses_can_be_constructed_directly():
+    exc = acl_mem.MemoryAllocationError(207001, "pool")
+    assert type(exc) is acl_mem.MemoryAllocationError and exc.code == 207001
