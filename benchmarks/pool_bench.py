@@ -37,11 +37,12 @@ if str(ROOT) not in sys.path:
 MiB = 1 << 20
 
 
-def _fresh_fake() -> None:
+def _fresh_fake(check: bool = False) -> None:
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
+    from acl_mem._fake import FakeBackend, resolve_profile
 
-    _backend._install(FakeBackend.for_profile(), "fake: pool benchmark")
+    _backend._install(FakeBackend(resolve_profile("atlas-a2"), hazards="count", check=check),
+                      "fake: pool benchmark")
 
 
 def _per_call(fn: Callable[[int], None], loops: int, repeats: int) -> float:
@@ -142,7 +143,7 @@ def _log_uniform(rng: random.Random, low: int, high: int) -> int:
 
 
 def bench_replay(ops: int = 1_000_000, seed: int = 6, block_size: int | None = None,
-                 max_lifetime: int = 4096) -> dict[str, float]:
+                 max_lifetime: int = 4096, check: bool = False) -> dict[str, float]:
     """(b) replay ``ops`` allocations and frees; sizes log-uniform 32 B - 16 MiB.
 
     Each allocation lives a log-uniform number of operations between 1 and
@@ -154,7 +155,7 @@ def bench_replay(ops: int = 1_000_000, seed: int = 6, block_size: int | None = N
     import acl_mem
     from acl_mem.pool import DEFAULT_BLOCK_SIZE, SegmentPool
 
-    _fresh_fake()
+    _fresh_fake(check)
     rng = random.Random(seed)
     allocations = ops // 2
     sizes = [_log_uniform(rng, 32, 16 * MiB) for _ in range(allocations)]
@@ -271,6 +272,12 @@ def main() -> int:
         results["a_pair_native_stand_in"] = bench_pair_native(args.loops // 4, args.repeats)
     results["b_replay"] = bench_replay(args.ops)
     results["c_threads"] = bench_threads(8, args.thread_ops)
+    # (c) checker overhead: the same replay (a tenth of it) with the memory checker on.
+    plain = bench_replay(args.ops // 10)
+    checked = bench_replay(args.ops // 10, check=True)
+    results["c_checker_overhead"] = {
+        "ops_per_s_checker_off": plain["ops_per_s"], "ops_per_s_checker_on": checked["ops_per_s"],
+        "slowdown_checker_on": plain["ops_per_s"] / checked["ops_per_s"]}
     for name, figures in results.items():
         print(name)
         for key, value in figures.items():
