@@ -16,10 +16,12 @@ def _readme_python_blocks():
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("script", ["readme", "readme-streams", "readme-vmm", "tour"])
+@pytest.mark.parametrize("script", ["readme", "readme-streams", "readme-vmm", "readme-pool",
+                                    "tour"])
 def test_example_runs(script):
     blocks = _readme_python_blocks()
     code = {"readme": blocks[0], "readme-streams": blocks[1], "readme-vmm": blocks[2],
+            "readme-pool": blocks[3],
             "tour": (ROOT / "examples" / "tour.py").read_text()}[script]
     env = {**os.environ, "ACL_MEM_BACKEND": "fake"}
     env.pop("ACL_MEM_FAKE_PROFILE", None)
@@ -29,6 +31,9 @@ def test_example_runs(script):
     if script == "readme":
         assert "4194304 4194336" in done.stdout
         assert "100000 ACL_ERROR_INVALID_PARAM" in done.stdout
+    if script == "readme-pool":
+        assert "160 192 384" in done.stdout
+        assert "boundary-crossed" in done.stdout and "canary-overwritten" in done.stdout
     if script == "readme-vmm":
         assert "b'ZZZZ'" in done.stdout
     if script == "readme-streams":
