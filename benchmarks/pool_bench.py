@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import json
 import math
 import os
 import random
@@ -278,13 +277,10 @@ def main() -> int:
     results["c_checker_overhead"] = {
         "ops_per_s_checker_off": plain["ops_per_s"], "ops_per_s_checker_on": checked["ops_per_s"],
         "slowdown_checker_on": plain["ops_per_s"] / checked["ops_per_s"]}
-    for name, figures in results.items():
-        print(name)
-        for key, value in figures.items():
-            print(f"  {key:<42} {value:14.3f}")
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(results, handle, indent=2)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from run import report
+
+    report(results, args.json)
     return 0
 
 

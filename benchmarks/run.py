@@ -288,14 +288,19 @@ def main() -> int:
     results["d_native_overhead"] = bench_native_overhead(args.loops // 4, args.repeats)
     results["e_f_async"] = bench_async(args.repeats)
     results["g_expandable_segment"] = bench_segment()
+    report(results, args.json)
+    return 0
+
+
+def report(results: dict[str, dict[str, float]], json_path: str | None) -> None:
+    """Print the figures per benchmark; also write them as JSON if asked."""
     for name, figures in results.items():
         print(name)
         for key, value in figures.items():
-            print(f"  {key:<36} {value:12.3f}")
-    if args.json:
-        with open(args.json, "w") as handle:
+            print(f"  {key:<42} {value:14.3f}")
+    if json_path:
+        with open(json_path, "w") as handle:
             json.dump(results, handle, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

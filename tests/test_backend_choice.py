@@ -38,9 +38,7 @@ def _run(code: str, **env: str | None) -> dict[str, object]:
     return result
 
 
-needs_no_native = pytest.mark.skipif(
-    native_is_installed(), reason="libascendcl.so is installed on this machine"
-)
+needs_no_native = pytest.mark.skipif(native_is_installed(), reason="libascendcl.so is installed")
 
 
 # -- import ---------------------------------------------------------------------------------
