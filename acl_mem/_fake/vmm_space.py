@@ -11,6 +11,7 @@ another process can open the same memfd through ``/proc/<pid>/fd``.
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any
 
 from .hostmem import _libc, ffi
@@ -49,10 +50,16 @@ class PhysicalPool:
         self.size = size
         self.fd = os.memfd_create(f"acl_mem_fake_{name}", 0)
         os.ftruncate(self.fd, size)
+        # A discarded fake device must not keep its descriptor (mappings keep the memory).
+        self._closer = weakref.finalize(self, os.close, self.fd)
 
     def discard(self, offset: int, size: int) -> None:
         """Return the pages of a freed range to the host."""
         _libc.fallocate(self.fd, _FALLOC_PUNCH_HOLE, offset, size)
 
     def close(self) -> None:
-        os.close(self.fd)
+        closer = getattr(self, "_closer", None)
+        if closer is not None:
+            closer()
+        else:
+            os.close(self.fd)
