@@ -485,12 +485,13 @@ class _PoolBase:
         if entry is None:
             return
         footprint, nbytes = entry
-        if self._on_freed is not None:
-            self._on_freed(start)
         self._in_use -= footprint
         self._requested -= nbytes
         self._frees += 1
         self._insert(start, start + footprint)
+        # Last: in strict mode the checker raises, and the range must be back by then.
+        if self._on_freed is not None:
+            self._on_freed(start)
 
     def _out_of_memory(self, nbytes: int, footprint: int, why: str,
                        limit: int | None) -> PoolOutOfMemoryError:

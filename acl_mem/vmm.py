@@ -15,6 +15,7 @@ from typing import Any
 
 from . import raw
 from ._hostbuf import ffi, host_span
+from ._lifecycle import State, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MemAttr, MemcpyKind, MemLocationType
 
@@ -34,18 +35,39 @@ def granularity(device: int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
 
 
 class _Owned:
-    """Release-once ownership shared by the three objects below."""
+    """Release-once ownership shared by the objects below.
+
+    An object dropped without ``close()`` is released when collected, unless the runtime
+    already took everything (aclFinalize, fake reconfigured) or this is a forked child.
+    """
 
     _released: bool = False
+    _token: tuple[int, int] | None = None
+    _lifecycle: State = state
 
     def _release(self) -> None:
         raise NotImplementedError
 
+    def _owned(self) -> None:
+        """Call once the resource exists: from now on a forgotten object is released."""
+        self._token = state.token(None)
+
     def close(self) -> None:
         """Release now; a second call does nothing."""
         if not self._released:
-            self._release()
             self._released = True
+            self._release()
+
+    def __del__(self) -> None:
+        if self._released or self._token is None or \
+                not self._lifecycle.is_live(None, self._token):
+            return
+        self._released = True
+        # A finalizer must never raise; what cannot be released is lost to this process.
+        try:  # noqa: SIM105 - no module globals in a finalizer
+            self._release()
+        except Exception:
+            pass
 
     def __enter__(self) -> Any:
         return self
@@ -61,6 +83,7 @@ class VirtualRange(_Owned):
     def __init__(self, size: int, *, expect: int = 0, flags: int = 0) -> None:
         self.size = size
         self.base = raw.aclrtReserveMemAddress(size, 0, expect, flags)
+        self._owned()
 
     def _release(self) -> None:
         raw.aclrtReleaseMemAddress(self.base)
@@ -70,7 +93,7 @@ class VirtualRange(_Owned):
         if offset < 0 or offset + physical.size > self.size:
             raise ValueError(f"VirtualRange.map: [{offset}, {offset + physical.size}) is "
                              f"outside the {self.size}-byte range")
-        return Mapping(self.base + offset, physical)
+        return Mapping(self.base + offset, physical, self)
 
 
 class PhysicalMemory(_Owned):
@@ -85,6 +108,7 @@ class PhysicalMemory(_Owned):
         self.device = device
         self.prop = _prop(device, attr, location)
         self.handle = raw.aclrtMallocPhysical(size, self.prop)
+        self._owned()
 
     def _release(self) -> None:
         raw.aclrtFreePhysical(self.handle)
@@ -93,11 +117,15 @@ class PhysicalMemory(_Owned):
 class Mapping(_Owned):
     """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (spec §4.4)."""
 
-    def __init__(self, address: int, physical: PhysicalMemory) -> None:
+    def __init__(self, address: int, physical: PhysicalMemory,
+                 within: VirtualRange | None = None) -> None:
         raw.aclrtMapMem(address, physical.size, 0, physical.handle)
+        # Held so that a forgotten range is released only after its mappings are gone.
+        self.range = within
         self.address = address
         self.size = physical.size
         self.physical = physical
+        self._owned()
 
     def _release(self) -> None:
         raw.aclrtUnmapMem(self.address)
@@ -167,6 +195,7 @@ class MappedMemory(_Owned, _Contents):
             _undo(undo)
             raise
         self._saved: bytearray | None = None
+        self._owned()
 
     @property
     def address(self) -> int:
@@ -202,8 +231,12 @@ class MappedMemory(_Owned, _Contents):
             physical.close()
             raise
         if self._saved is not None:
-            raw.aclrtMemcpy(self.address, self.size, _address(self._saved), self.size,
-                            MemcpyKind.HOST_TO_DEVICE)
+            try:
+                raw.aclrtMemcpy(self.address, self.size, _address(self._saved), self.size,
+                                MemcpyKind.HOST_TO_DEVICE)
+            except BaseException:
+                _undo([physical.close, mapping.close])
+                raise
         self._physical, self._mapping, self._saved = physical, mapping, None
 
     def _release(self) -> None:
@@ -238,6 +271,7 @@ class ExpandableSegment(_Owned, _Contents):
         self.max_size = -(-max_size // self.chunk) * self.chunk
         self.range = VirtualRange(self.max_size)
         self._chunks: list[tuple[PhysicalMemory, Mapping]] = []
+        self._owned()
 
     @property
     def address(self) -> int:
@@ -276,8 +310,9 @@ class ExpandableSegment(_Owned, _Contents):
         """Unmap and free chunks from the end until at most ``size`` bytes stay mapped."""
         keep = -(-size // self.chunk)
         while len(self._chunks) > keep:
-            physical, mapping = self._chunks.pop()
-            mapping.close()
+            physical, mapping = self._chunks[-1]
+            mapping.close()  # if this raises, the chunk stays tracked
+            self._chunks.pop()
             physical.close()
 
     def _release(self) -> None:

@@ -155,3 +155,23 @@ def test_the_pytest_fixture_fails_a_leaking_test(tmp_path, backend):
     assert "ERROR at teardown of test_leaks" in done.stdout
     assert "1234 bytes" in done.stdout
     assert "test_leaky.py" in done.stdout
+
+
+def test_a_damaged_pool_segment_still_returns_to_the_pool_in_raise_mode(fake):
+    acl_mem.fake.configure(check=True, hazards="raise")
+    try:
+        with acl_mem.Device(0) as dev, acl_mem.SegmentPool(dev) as pool:
+            segment = pool.allocate(100)
+            data = bytearray(104)
+            with pytest.raises(acl_mem.MemoryCheckError):  # refused before copying
+                raw.aclrtMemcpy(segment.ptr, 160, address(data), 104, 1)
+            checker = acl_mem._backend.get().checker  # type: ignore[attr-defined]
+            checker.mode = "count"
+            raw.aclrtMemcpy(segment.ptr, 160, address(data), 104, 1)  # damage the canary
+            checker.mode = "raise"
+            with pytest.raises(acl_mem.MemoryCheckError):
+                segment.free()
+            assert pool.stats().in_use == 0
+            assert pool.release_unused() > 0
+    finally:
+        acl_mem.fake.reset()

@@ -167,3 +167,22 @@ def test_read_and_write_are_bounded_by_what_is_mapped(dev):
         segment.grow(1)
         segment.write(b"x", 2 * MiB - 1)
         assert segment.read(1, 2 * MiB - 1) == b"x"
+
+
+def test_forgotten_objects_are_released_when_collected(dev):
+    """Dropping VMM objects without close() gives everything back, in a safe order."""
+    import gc
+
+    start = pools(dev)
+    memory = acl_mem.reserve_and_map(2 * MiB)
+    segment = ExpandableSegment(8 * MiB)
+    segment.grow(4 * MiB)
+    rng = VirtualRange(2 * MiB)
+    physical = PhysicalMemory(2 * MiB)
+    mapping = rng.map(physical)
+    assert pools(dev)[0] == start[0] - 8 * MiB
+    del memory, segment, rng, physical, mapping  # the range goes first: it must wait
+    gc.collect()
+    assert pools(dev) == start
+    probe = VirtualRange(2 * MiB)  # the window is free again: no leaked reservations
+    probe.close()
