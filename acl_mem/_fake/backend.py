@@ -15,8 +15,6 @@ import threading
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
-    GIANT_PAGE,
-    HUGE_PAGE,
     SIZE_T_MAX,
     AllocApi,
     PageKind,
@@ -519,8 +517,7 @@ class FakeBackend(StreamCalls, VmmCalls):
             mapping = self.vmm_mapping_at(ptr)
             if mapping is not None:
                 physical = mapping.physical
-                page = GIANT_PAGE if physical.size % GIANT_PAGE == 0 and \
-                    physical.prop.memAttr in (10, 14, 17) else HUGE_PAGE
+                page = physical.granularity
                 if physical.device is None:
                     return codes.SUCCESS, MemLocationType.HOST, 0, page
                 return codes.SUCCESS, MemLocationType.DEVICE, physical.device, page

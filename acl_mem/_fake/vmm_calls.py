@@ -54,6 +54,26 @@ class Physical:
     freed: bool = False
     exported: int = 0
 
+    @property
+    def kind(self) -> PageKind:
+        return page_kind(self.prop.memAttr)
+
+    @property
+    def granularity(self) -> int:
+        """Size unit and mapping alignment of this memory (spec §4.4, §4.5)."""
+        return granularity_of(self.prop.memAttr)
+
+
+def page_kind(mem_attr: int) -> PageKind:
+    """The device page pool physical memory of ``mem_attr`` comes from (fidelity row 47)."""
+    if mem_attr in _GIANT_ATTRS:
+        return PageKind.GIANT
+    return PageKind.NORMAL if mem_attr in _NORMAL_POOL_ATTRS else PageKind.HUGE
+
+
+def granularity_of(mem_attr: int) -> int:
+    return GIANT_PAGE if mem_attr in _GIANT_ATTRS else HUGE_PAGE
+
 
 @dataclass
 class Mapping:
@@ -202,15 +222,13 @@ class VmmCalls:
                 return fault, 0
             if self._still_shared:
                 self._reap_shared()
-            giant = prop.memAttr in _GIANT_ATTRS
-            if giant and not self.profile.giant_pages:
+            kind = page_kind(prop.memAttr)
+            if kind is PageKind.GIANT and not self.profile.giant_pages:
                 return codes.FEATURE_NOT_SUPPORT, 0
-            granularity = GIANT_PAGE if giant else HUGE_PAGE
+            granularity = granularity_of(prop.memAttr)
             if size % granularity:
                 return codes.RT_PARAM_INVALID, 0
             device = prop.location.id if location == MemLocationType.DEVICE else None
-            kind = PageKind.GIANT if giant else (
-                PageKind.NORMAL if prop.memAttr in _NORMAL_POOL_ATTRS else PageKind.HUGE)
             if device is not None and not self.runtime.devices[device].pools.take(kind, size):
                 return codes.MEMORY_ALLOCATION, 0
             offset = self._pool_space_for(device).allocate(size, granularity)
@@ -282,11 +300,7 @@ class VmmCalls:
     def _return_to_pools(self, physical: Physical) -> None:
         self._pool_space_for(physical.device).release(physical.offset, physical.size)
         if physical.device is not None:
-            giant = physical.prop.memAttr in _GIANT_ATTRS
-            kind = PageKind.GIANT if giant else (
-                PageKind.NORMAL if physical.prop.memAttr in _NORMAL_POOL_ATTRS else
-                PageKind.HUGE)
-            self.runtime.devices[physical.device].pools.give_back(kind, physical.size)
+            self.runtime.devices[physical.device].pools.give_back(physical.kind, physical.size)
 
     def aclrtMemGetAllocationGranularity(self, prop: aclrtPhysicalMemProp | None, option: int,
                                          null_outputs: int = 0) -> tuple[int, int]:
@@ -295,7 +309,7 @@ class VmmCalls:
         rc = self._check_prop(prop)
         if rc:
             return rc, 0
-        return codes.SUCCESS, GIANT_PAGE if prop.memAttr in _GIANT_ATTRS else HUGE_PAGE
+        return codes.SUCCESS, granularity_of(prop.memAttr)
 
     # -- mappings (spec §4.4) ----------------------------------------------------------
     def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int:
@@ -306,8 +320,7 @@ class VmmCalls:
             reservation = self._reservation_of(virPtr)
             if physical is None or physical.freed or offset != 0 or size != physical.size:
                 return codes.RT_PARAM_INVALID
-            alignment = GIANT_PAGE if physical.prop.memAttr in _GIANT_ATTRS else HUGE_PAGE
-            if reservation is None or virPtr % alignment or \
+            if reservation is None or virPtr % physical.granularity or \
                     virPtr + size > reservation.base + reservation.span:
                 return codes.RT_PARAM_INVALID
             if reservation.overlaps(virPtr, size):

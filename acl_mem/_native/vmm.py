@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 
@@ -16,8 +16,9 @@ class NativeVmm:
     lib: Any
     _null: Any
 
-    def _ptr(self, value: int) -> Any:
-        return self.ffi.cast("void *", value)
+    if TYPE_CHECKING:  # provided by NativeBackend
+        def _ptr(self, value: int) -> Any: ...
+        def _alloc(self, fn: Any, null_outputs: int, *args: Any) -> tuple[int, int]: ...
 
     def _out_pointer(self, fn: Any, null_outputs: int, *args: Any) -> tuple[int, int]:
         """Call ``fn(*args, out)`` where ``out`` is a ``void **`` (or NULL)."""
@@ -41,11 +42,8 @@ class NativeVmm:
     def aclrtReserveMemAddress(
         self, size: int, alignment: int, expectPtr: int, flags: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        out = self._null if null_outputs & 1 else self.ffi.new("void **")
-        rc = int(self.lib.aclrtReserveMemAddress(out, size, alignment, self._ptr(expectPtr),
-                                                 flags))
-        return rc, int(self.ffi.cast("uintptr_t", out[0])) if rc == 0 and out != self._null \
-            else 0
+        return self._alloc(self.lib.aclrtReserveMemAddress, null_outputs, size, alignment,
+                           self._ptr(expectPtr), flags)
 
     def aclrtReleaseMemAddress(self, virPtr: int) -> int:
         return int(self.lib.aclrtReleaseMemAddress(self._ptr(virPtr)))
@@ -53,10 +51,8 @@ class NativeVmm:
     def aclrtMallocPhysical(
         self, size: int, prop: aclrtPhysicalMemProp | None, flags: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        out = self._null if null_outputs & 1 else self.ffi.new("aclrtDrvMemHandle *")
-        rc = int(self.lib.aclrtMallocPhysical(out, size, self._c_prop(prop), flags))
-        return rc, int(self.ffi.cast("uintptr_t", out[0])) if rc == 0 and out != self._null \
-            else 0
+        return self._alloc(self.lib.aclrtMallocPhysical, null_outputs, size,
+                           self._c_prop(prop), flags)
 
     def aclrtFreePhysical(self, handle: int) -> int:
         return int(self.lib.aclrtFreePhysical(self._ptr(handle)))
