@@ -18,6 +18,7 @@ from .hostmem import ffi
 from .streams import Hazards, Op, Stream, StreamTable
 
 if TYPE_CHECKING:
+    from .checker import Checker
     from .profiles import Profile
     from .runtime import FakeRuntime
 
@@ -58,7 +59,11 @@ class StreamCalls:
     runtime: FakeRuntime
     _lock: threading.RLock
 
+    checker: Checker | None
+
     if TYPE_CHECKING:  # provided by FakeBackend
+        def checker_verify(self, when: str = ...) -> list[tuple[str, str]]: ...
+        def _check_bounds(self, address: int, count: int, what: str) -> None: ...
         def _locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None: ...
         def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int,
                         kind: int) -> int: ...
@@ -103,8 +108,8 @@ class StreamCalls:
             return codes.SUCCESS
 
     def _after_synchronize(self) -> None:
-        if getattr(self, "checker", None) is not None:
-            self.checker_verify("synchronize")  # type: ignore[attr-defined]
+        if self.checker is not None:
+            self.checker_verify("synchronize")
 
     def aclrtSynchronizeDevice(self) -> int:
         with self._lock:
@@ -213,9 +218,9 @@ class StreamCalls:
                                 "after its memory was freed; on hardware it corrupts whatever "
                                 "lives there now")
             return
-        if getattr(self, "checker", None) is not None:
-            self._check_bounds(dst, count, "queued aclrtMemcpyAsync write")  # type: ignore[attr-defined]
-            self._check_bounds(src, count, "queued aclrtMemcpyAsync read")  # type: ignore[attr-defined]
+        if self.checker is not None:
+            self._check_bounds(dst, count, "queued aclrtMemcpyAsync write")
+            self._check_bounds(src, count, "queued aclrtMemcpyAsync read")
         ffi.memmove(ffi.cast("void *", target[0]), ffi.cast("void *", source[0]), count)
 
     def _run_memset(self, ptr: int, value: int, count: int) -> None:
@@ -225,8 +230,8 @@ class StreamCalls:
                                 f"a queued memset of {ptr:#x} ({count} bytes) ran after its "
                                 "memory was freed")
             return
-        if getattr(self, "checker", None) is not None:
-            self._check_bounds(ptr, count, "queued aclrtMemsetAsync")  # type: ignore[attr-defined]
+        if self.checker is not None:
+            self._check_bounds(ptr, count, "queued aclrtMemsetAsync")
         ctypes.memset(target[0], value & 0xFF, count)
 
     def check_pending(self, start: int, size: int, *, access: str, what: str) -> None:

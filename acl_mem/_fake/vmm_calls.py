@@ -24,6 +24,7 @@ from .vmm_space import VMM_WINDOW, PhysicalPool, map_mirror, unmap_mirror
 if TYPE_CHECKING:
     from .profiles import Profile
     from .runtime import FakeRuntime
+    from .streams import StreamTable
 
 __all__ = ["VmmCalls"]
 
@@ -124,8 +125,11 @@ class VmmCalls:
     runtime: FakeRuntime
     _lock: threading.RLock
 
-    if TYPE_CHECKING:  # provided by FakeBackend
+    if TYPE_CHECKING:  # provided by FakeBackend and StreamCalls
+        streams: StreamTable
+
         def _fault(self, call: str) -> int: ...
+        def check_pending(self, start: int, size: int, *, access: str, what: str) -> None: ...
 
     def _vmm_init(self) -> None:
         self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0])
@@ -346,9 +350,9 @@ class VmmCalls:
             mapping = reservation.mappings.get(virPtr) if reservation is not None else None
             if reservation is None or mapping is None:
                 return codes.RT_PARAM_INVALID
-            check = getattr(self, "check_pending", None)
-            if check is not None and self.streams.any_pending():  # type: ignore[attr-defined]
-                check(virPtr, mapping.size, access="free", what=f"mapping {virPtr:#x} unmapped")
+            if self.streams.any_pending():
+                self.check_pending(virPtr, mapping.size, access="free",
+                                   what=f"mapping {virPtr:#x} unmapped")
             reservation.remove(virPtr)
             unmap_mirror(virPtr, mapping.size)
             mapping.physical.mappings -= 1
