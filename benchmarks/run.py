@@ -18,6 +18,10 @@ of several repeats.
 (g) fake: grow an ExpandableSegment to 16 GiB in 2 MiB steps and shrink it back; time per
     map (MallocPhysical + MapMem) and unmap (UnmapMem + FreePhysical) vs one raw
     aclrtMalloc + aclrtFree pair, and peak RSS in a fresh process (goal < 256 MiB)
+
+The fake engine's figures with their goals and PASS/FAIL (peer vs Numba's CUDA
+simulator, copies vs memmove, scaling, threads, RSS, checker) are in engine_bench.py;
+``--engine`` runs them here too (at its --quick scale).
 """
 
 from __future__ import annotations
@@ -279,6 +283,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--loops", type=int, default=20000)
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--engine", action="store_true",
+                        help="then run engine_bench.py --quick (its goals table)")
     args = parser.parse_args()
     results = {
         "a_copy_256MiB": bench_copy(args.repeats),
@@ -289,6 +295,11 @@ def main() -> int:
     results["e_f_async"] = bench_async(args.repeats)
     results["g_expandable_segment"] = bench_segment()
     report(results, args.json)
+    if args.engine:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import engine_bench
+
+        return engine_bench.main(["--quick"])
     return 0
 
 
