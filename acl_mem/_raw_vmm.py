@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from . import _backend
 from ._args import c_int, c_uint
@@ -127,13 +127,23 @@ def aclrtMemSetAccess(virPtr: int, size: int, desc: Sequence[aclrtMemAccessDesc]
         if isinstance(desc, aclrtMemAccessDesc):
             desc = [desc]
         entries = [d.checked(call, f"desc[{i}]") if isinstance(d, aclrtMemAccessDesc)
-                   else _bad_desc(call, i, d) for i, d in enumerate(desc)]
+                   else _bad_desc(call, i, d)
+                   for i, d in enumerate(_array(desc, call, "desc", "aclrtMemAccessDesc"))]
     k = c_uint(count, call, "count")
     if entries is not None and k > len(entries):
         raise ValueError(f"{call}: count={k} exceeds the {len(entries)} desc entries given")
     rc = _backend.get().aclrtMemSetAccess(p, n, entries, k)
     if rc:
         raise AclError(rc, f"{call}(virPtr={p:#x}, size={n}, count={k})")
+
+
+def _array(values: object, call: str, name: str, item: str) -> list[object]:
+    """The entries of a C array argument given as a sequence (not a str or bytes)."""
+    if isinstance(values, Iterable) and not isinstance(values, (str, bytes, bytearray,
+                                                                memoryview)):
+        return list(values)
+    raise TypeError(f"{call}: {name} must be a sequence of {item} or None, got "
+                    f"{type(values).__name__}")
 
 
 def _bad_desc(call: str, index: int, value: object) -> aclrtMemAccessDesc:
@@ -169,7 +179,8 @@ def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | N
     """Allow the processes ``pid`` to import ``shareableHandle`` (spec §4.6)."""
     call = "aclrtMemSetPidToShareableHandle"
     s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
-    pids = None if pid is None else [c_int(p, call, f"pid[{i}]") for i, p in enumerate(pid)]
+    pids = None if pid is None else [c_int(p, call, f"pid[{i}]")
+                                     for i, p in enumerate(_array(pid, call, "pid", "int"))]
     n = c_uint(pidNum, call, "pidNum")
     if pids is not None and n > len(pids):
         raise ValueError(f"{call}: pidNum={n} exceeds the {len(pids)} pids given")
