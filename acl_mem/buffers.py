@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _backend, raw
 from ._args import c_uint
-from ._hostbuf import HostSpan, ffi, host_span
+from ._hostbuf import HostSpan, ffi, host_span, vouching
 from ._lifecycle import State, state
 from .enums import MemcpyKind
 from .errors import FreedBufferError
@@ -365,7 +365,10 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         )
     if n == 0:
         return
+    spans = tuple((span.address, span.nbytes) for span in (dst_keep, src_keep)
+                  if span is not None)
     try:
+        vouching(spans)
         if stream is None:
             raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
                             _kind(dst_buf, src_buf))
@@ -373,6 +376,7 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
             raw.aclrtMemcpyAsync(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
                                  _kind(dst_buf, src_buf), stream.handle)
     finally:
+        vouching(())
         del dst_keep, src_keep
 
 

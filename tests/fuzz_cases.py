@@ -626,10 +626,7 @@ def _unregistered(value: object) -> bool:
 #: Failures of the fake's host-memory code known today, each reproduced by a ``case`` run
 #: that tests/test_fuzz.py marks xfail. Once one is fixed, delete it here (the family runs
 #: then make those calls too) and drop the xfail mark.
-KNOWN_FAILURES = {
-    "truncated": "known: >1 MiB copy touching a truncated file mapping (SIGBUS)",
-    "huge-pageable": "known: huge count on pageable memory (MemoryError)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def known_failure(name: str, pointers: tuple[Arg, ...], count: int) -> str | None:

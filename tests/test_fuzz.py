@@ -155,28 +155,22 @@ def test_host_memory_a_copy_must_refuse(tmp_path: Path) -> None:
     assert set(run.summary["outcomes"]) == {"RtParamInvalidError(107000)"}
 
 
-# -- known failures of the fake's host-memory code (acl_mem/_fake/hostmem.py, backend.py) --
-# When one is fixed: drop its mark here and its entry in fuzz_cases.KNOWN_FAILURES.
+# -- regressions: these died with SIGBUS / raised MemoryError before the kernel-checked
+# copies of the fake's host-memory code.
 
 
-@pytest.mark.xfail(strict=True, reason="fake: a >1 MiB D2H copy into a truncated file "
-                   "mapping dies with SIGBUS (large copies trust /proc/self/maps)")
 def test_known_copy_over_1mib_into_truncated_file_mapping(tmp_path: Path) -> None:
     run = run_worker(tmp_path, "case", "truncated-d2h")
     assert_clean(run)
     assert set(run.summary["outcomes"]) == {"RtParamInvalidError(107000)"}
 
 
-@pytest.mark.xfail(strict=True, reason="fake: a >1 MiB H2D copy from a truncated file "
-                   "mapping dies with SIGBUS (large copies trust /proc/self/maps)")
 def test_known_copy_over_1mib_from_truncated_file_mapping(tmp_path: Path) -> None:
     run = run_worker(tmp_path, "case", "truncated-h2d")
     assert_clean(run)
     assert set(run.summary["outcomes"]) == {"RtParamInvalidError(107000)"}
 
 
-@pytest.mark.xfail(strict=True, reason="fake: a huge count on pageable memory raises "
-                   "MemoryError (mincore vector sized by the count) instead of 107000")
 def test_known_huge_count_from_pageable_pointer(tmp_path: Path) -> None:
     run = run_worker(tmp_path, "case", "huge-count-pageable")
     assert_clean(run)

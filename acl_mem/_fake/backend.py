@@ -15,11 +15,11 @@ import threading
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
+    HUGE_FIRST_THRESHOLD,
     SIZE_T_MAX,
     AllocApi,
     PageKind,
     align_up,
-    allocation_size,
     effective_policy,
     page_kinds,
 )
@@ -27,10 +27,16 @@ from . import codes
 from .checker import QUARANTINE_ENTRIES, Checker
 from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
 from .extents import Block, BlockIndex
-from .hostmem import HOST_PAGE, address_of, copy_host, host_range_mapped, reserve_address_space
+from .hostmem import (
+    HOST_PAGE,
+    address_of,
+    copy_untrusted,
+    plausible_host_range,
+    reserve_address_space,
+)
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
-from .stream_calls import StreamCalls
+from .stream_calls import Located, StreamCalls
 from .streams import Hazards, StreamTable
 from .vmm_calls import VmmCalls
 from .vmm_space import MIRROR_OFFSET, VMM_WINDOW
@@ -77,6 +83,11 @@ class FakeBackend(StreamCalls, VmmCalls):
         self._lock = self.runtime.lock
         self._host = BlockIndex()
         self._host_maps: dict[int, mmap.mmap] = {}
+        #: Copies moving bytes with the lock released; unmapping host memory waits for
+        #: them (a copy into memory unmapped under it would crash the process).
+        self._copies: dict[object, None] = {}
+        self._copies_done = threading.Condition(self._lock)
+        self._plans: dict[tuple[AllocApi, int], _Plan] = {}
 
     @classmethod
     def from_environment(cls) -> FakeBackend:
@@ -121,6 +132,8 @@ class FakeBackend(StreamCalls, VmmCalls):
             self._faults[call] = [nth, code]
 
     def _fault(self, call: str) -> int:
+        if not self._faults:
+            return 0
         plan = self._faults.get(call)
         if plan is None:
             return 0
@@ -155,8 +168,7 @@ class FakeBackend(StreamCalls, VmmCalls):
         return codes.SUCCESS, len(self.runtime.devices)
 
     # -- memory checker (docs in checker.py) ---------------------------------------------
-    def _allocated(self, block: Block, requested: int) -> None:
-        block.requested = requested
+    def _allocated(self, block: Block) -> None:
         if self.checker is not None:
             self.checker.on_allocate(block, self._host_of(block))
 
@@ -227,41 +239,74 @@ class FakeBackend(StreamCalls, VmmCalls):
                            f"{neighbour}")
 
     def _release_device(self, device: FakeDevice) -> None:
+        self._wait_for_copies()
         lost = self.streams.drop_device(device.id)
+        if self.checker is not None:
+            self.checker.forget_device(device)
+        device.release_all()
         if lost:
+            # After the release: in raise mode the HazardError comes with the effect done.
             self.hazards.report("reset-with-pending-work",
                                 f"device {device.id} released with {len(lost)} queued "
                                 "operation(s) never synchronised; they never ran")
-        device.release_all()
+
+    def _wait_for_copies(self) -> None:
+        """Block until no copy moves bytes outside the lock (call with the lock held)."""
+        while self._copies:
+            # A timeout, so a copier that finished between our check and our wait is
+            # noticed without it having to notify.
+            self._copies_done.wait(0.01)
 
     # -- device allocation (spec §3.5, §3.6) -------------------------------------
+    def _plan(self, api: AllocApi, policy: int) -> _Plan:
+        """What ``api(size, policy)`` needs beyond the size, computed once per pair."""
+        plan = self._plans.get((api, policy))
+        if plan is None:
+            chosen = effective_policy(api, policy)
+            pad = 0 if api is AllocApi.MALLOC_ALIGN32 or policy in _GIANT else \
+                self.profile.padding
+            unsupported = 0
+            if chosen in _GIANT and not self.profile.giant_pages:
+                unsupported = codes.FEATURE_NOT_SUPPORT
+            if chosen in _P2P and not self.profile.p2p_policies:
+                unsupported = codes.FEATURE_NOT_SUPPORT
+            rounding = 31 if api is AllocApi.MALLOC_ALIGN32 else 31 + pad
+            small = page_kinds(1, chosen)
+            large = page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen)
+            plan = _Plan(api.value, 32 + pad, rounding, unsupported, small, large)
+            self._plans[(api, policy)] = plan
+        return plan
+
     def _malloc(self, api: AllocApi, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
         if null_outputs & 1 or size == 0:
             return codes.INVALID_PARAM, 0
-        pad = self.profile.padding if api is not AllocApi.MALLOC_ALIGN32 else 0
-        if policy in _GIANT:
-            pad = 0
+        plan = self._plans.get((api, policy)) or self._plan(api, policy)
         # The ACL layer computes size + 32 + pad first and rejects a wrap (spec §3.5 step 3).
-        if size + 32 + pad > SIZE_T_MAX:
+        if size + plan.overhead > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
         with self._lock:
             device = self.runtime.current()
             if device is None:
                 return codes.CONTEXT_NULL, 0
-            fault = self._fault(api.value)
-            if fault:
-                return fault, 0
-            chosen = effective_policy(api, policy)
-            if chosen in _GIANT and not self.profile.giant_pages:
-                return codes.FEATURE_NOT_SUPPORT, 0
-            if chosen in _P2P and not self.profile.p2p_policies:
-                return codes.FEATURE_NOT_SUPPORT, 0
-            padded = allocation_size(api, size, policy, padding=self.profile.padding)
-            block = device.allocate(api.value, padded, page_kinds(padded, chosen))
+            if self._faults:
+                fault = self._fault(api.value)
+                if fault:
+                    return fault, 0
+            if plan.unsupported:
+                return plan.unsupported, 0
+            padded = (size + plan.rounding) // 32 * 32
+            block = device.allocate(plan.api, padded,
+                                    plan.large if padded > HUGE_FIRST_THRESHOLD else plan.small,
+                                    requested=size)
             if block is None:
                 return codes.MEMORY_ALLOCATION, 0
-            self._allocated(block, size)
-            return codes.SUCCESS, block.start
+            try:
+                if self.checker is not None:
+                    self._allocated(block)
+                return codes.SUCCESS, block.start
+            except BaseException:
+                device.release(block)
+                raise
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
         return self._malloc(AllocApi.MALLOC, size, policy, null_outputs)
@@ -284,19 +329,28 @@ class FakeBackend(StreamCalls, VmmCalls):
             block = device.blocks.at(ptr) if device is not None else None
             if device is None or block is None or block.api not in apis:
                 return codes.RT_PARAM_INVALID
-            if self.streams.any_pending():
-                self.check_pending(block.start, block.extent, access="free",
-                                   what=f"{block.api} block {ptr:#x} freed")
-            checker = self.checker
-            if checker is not None:
-                checker.verify_block(block, self._host_of(block), "free")
-                checker.drop_segments_of(block)
-                checker.quarantine.append((device, block.start, block.extent))
-                if len(checker.quarantine) > QUARANTINE_ENTRIES:
-                    old_device, start, extent = checker.quarantine.popleft()
-                    old_device.release_address(start, extent)  # type: ignore[attr-defined]
-            device.release(block, keep_address=checker is not None)
+            if self.streams.any_pending() or self.checker is not None:
+                with self.hazards.held():
+                    self._free_checked(device, block)
+            else:
+                device.release(block)
             return codes.SUCCESS
+
+    def _free_checked(self, device: FakeDevice, block: Block) -> None:
+        """A free with queued work around or the checker on; hazards raise after it."""
+        self.check_pending(block.start, block.extent, access="free",
+                           what=f"{block.api} block {block.start:#x} freed", targets=(block,))
+        checker = self.checker
+        if checker is None:
+            device.release(block)
+            return
+        checker.verify_block(block, self._host_of(block), "free")
+        checker.drop_segments_of(block)
+        device.release(block, keep_address=True)
+        checker.quarantine.append((device, block.start, block.extent))
+        if len(checker.quarantine) > QUARANTINE_ENTRIES:
+            old_device, start, extent = checker.quarantine.popleft()
+            old_device.release_address(start, extent)  # type: ignore[attr-defined]
 
     def aclrtFree(self, devPtr: int) -> int:
         return self._free_device_block(devPtr, _MALLOC_APIS)
@@ -311,12 +365,17 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.CONTEXT_NULL, 0
             if not self.profile.dvpp:
                 return codes.FEATURE_NOT_SUPPORT, 0
-            padded = allocation_size(api, size)
-            block = device.allocate(api.value, padded, (PageKind.HUGE,), dvpp=True)
+            padded = (size + 63) // 32 * 32
+            block = device.allocate(api.value, padded, (PageKind.HUGE,), dvpp=True,
+                                    requested=size)
             if block is None:
                 return codes.MEMORY_ALLOCATION, 0
-            self._allocated(block, size)
-            return codes.SUCCESS, block.start
+            try:
+                self._allocated(block)
+                return codes.SUCCESS, block.start
+            except BaseException:
+                device.release(block)
+                raise
 
     def acldvppMalloc(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
         return self._dvpp_malloc(AllocApi.DVPP_MALLOC, size, null_outputs)
@@ -349,11 +408,18 @@ class FakeBackend(StreamCalls, VmmCalls):
             except (OSError, OverflowError, ValueError):
                 return codes.MEMORY_ALLOCATION, 0
             start = address_of(host_map)
-            self._host_maps[start] = host_map
-            block = Block(start, padded, extent, HOST_PAGE, AllocApi.MALLOC_HOST.value, None)
-            self._host.add(block)
-            self._allocated(block, size)
-            return codes.SUCCESS, start
+            block = Block(start, padded, extent, HOST_PAGE, AllocApi.MALLOC_HOST.value, None,
+                          size)
+            try:
+                self._host_maps[start] = host_map
+                self._host.add(block)
+                self._allocated(block)
+                return codes.SUCCESS, start
+            except BaseException:
+                self._host.discard(block)
+                self._host_maps.pop(start, None)
+                host_map.close()
+                raise
 
     def aclrtFreeHost(self, hostPtr: int) -> int:
         if hostPtr == 0:
@@ -362,17 +428,21 @@ class FakeBackend(StreamCalls, VmmCalls):
             block = self._host.at(hostPtr)
             if block is None:
                 return codes.RT_PARAM_INVALID
-            if self.streams.any_pending():
-                self.check_pending(block.start, block.extent, access="free",
-                                   what=f"aclrtMallocHost block {hostPtr:#x} freed")
-            if self.checker is not None:
-                self.checker.verify_block(block, block.start, "free")
-                self.checker.drop_segments_of(block)
-            self._host.remove(block)
-            host_map = self._host_maps.pop(hostPtr)
-            # If something still exports the mapping, it goes with the last view.
-            with contextlib.suppress(BufferError):
-                host_map.close()
+            with self.hazards.held():
+                if self.streams.any_pending():
+                    self.check_pending(block.start, block.extent, access="free",
+                                       what=f"aclrtMallocHost block {hostPtr:#x} freed",
+                                       targets=(block,))
+                if self.checker is not None:
+                    self.checker.verify_block(block, block.start, "free")
+                    self.checker.drop_segments_of(block)
+                self._wait_for_copies()
+                self._host.discard(block)
+                host_map = self._host_maps.pop(hostPtr, None)
+                # If something still exports the mapping, it goes with the last view.
+                if host_map is not None:
+                    with contextlib.suppress(BufferError):
+                        host_map.close()
             return codes.SUCCESS
 
     # -- copies and memset (spec §3.10, §3.11) -----------------------------------
@@ -387,29 +457,45 @@ class FakeBackend(StreamCalls, VmmCalls):
             return codes.RT_PARAM_INVALID
         if dst == src:
             return codes.SUCCESS
-        with self._lock:
-            if self.runtime.current() is None:
-                return codes.CONTEXT_NULL
-            target = self._locate(dst, count)
-            source = self._locate(src, count)
-            if target is None or source is None:
-                return codes.RT_PARAM_INVALID
-            (dst_host, dst_dev, dst_pinned), (src_host, src_dev, src_pinned) = target, source
-            if dst_dev is not None and src_dev is not None and dst_dev != src_dev:
-                return codes.RT_PARAM_INVALID
-            if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
-                return codes.RT_PARAM_INVALID
-            if self.streams.any_pending():
-                self.check_pending(dst, count, access="write", what="aclrtMemcpy writes")
-                self.check_pending(src, count, access="read", what="aclrtMemcpy reads")
-            if self.checker is not None:
-                self._check_bounds(dst, count, "aclrtMemcpy write")
-                self._check_bounds(src, count, "aclrtMemcpy read")
-            untrusted = ("dst" if dst_dev is None and not dst_pinned else
-                         "src" if src_dev is None and not src_pinned else None)
-            if not copy_host(dst_host, src_host, count, untrusted=untrusted):
-                return codes.RT_PARAM_INVALID
+        token: object = None
+        try:
+            with self._lock:
+                if self.runtime.current() is None:
+                    return codes.CONTEXT_NULL
+                target = self._resolve(dst, count)
+                source = self._resolve(src, count)
+                if target is None or source is None:
+                    return codes.RT_PARAM_INVALID
+                dst_host, dst_dev, dst_pinned, dst_targets = target
+                src_host, src_dev, src_pinned, src_targets = source
+                if dst_dev is not None and src_dev is not None and dst_dev != src_dev:
+                    return codes.RT_PARAM_INVALID
+                if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
+                    return codes.RT_PARAM_INVALID
+                if self.streams.any_pending():
+                    self.check_pending(dst, count, access="write", what="aclrtMemcpy writes",
+                                       targets=dst_targets)
+                    self.check_pending(src, count, access="read", what="aclrtMemcpy reads",
+                                       targets=src_targets)
+                if self.checker is not None:
+                    self._check_bounds(dst, count, "aclrtMemcpy write")
+                    self._check_bounds(src, count, "aclrtMemcpy read")
+                if not dst_targets or not src_targets:
+                    # Pageable memory nobody vouched for: proven usable by the copy itself.
+                    side = "dst" if not dst_targets else "src"
+                    if not copy_untrusted(dst_host, src_host, count, side):
+                        return codes.RT_PARAM_INVALID
+                    return codes.SUCCESS
+                token = object()
+                self._copies[token] = None
+            # The bytes move with the lock released (and the GIL, in ctypes.memmove), so
+            # other threads allocate and copy meanwhile; memory under a running copy is
+            # not unmapped (see _wait_for_copies).
+            ctypes.memmove(dst_host, src_host, count)
             return codes.SUCCESS
+        finally:
+            if token is not None:
+                self._copies.pop(token, None)
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
         if count == 0:
@@ -421,11 +507,12 @@ class FakeBackend(StreamCalls, VmmCalls):
                 return codes.CONTEXT_NULL
             if count > maxCount:
                 return codes.RT_PARAM_INVALID
-            target = self._locate(devPtr, count)
-            if target is None or (target[1] is None and not target[2]):
+            target = self._resolve(devPtr, count)
+            if target is None or not target[3]:
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
-                self.check_pending(devPtr, count, access="write", what="aclrtMemset writes")
+                self.check_pending(devPtr, count, access="write", what="aclrtMemset writes",
+                                   targets=target[3])
             if self.checker is not None:
                 self._check_bounds(devPtr, count, "aclrtMemset")
             ctypes.memset(target[0], value & 0xFF, count)
@@ -437,23 +524,69 @@ class FakeBackend(StreamCalls, VmmCalls):
         index = (address - DEVICE_SPACE_BASE) // DEVICE_SLOT
         return self.runtime.devices[index] if index < len(self.runtime.devices) else None
 
-    def _locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None:
-        """``(host address of the bytes, device id or None, pinned host?)`` or None if invalid."""
+    def _resolve(self, address: int, count: int) -> Located | None:
+        """Where ``[address, address+count)`` lives: ``(host address of the bytes, device id
+        or None, pinned host?, the blocks or mappings it covers)``, or None if invalid.
+
+        Pageable host memory has no allocations; it is vouched for by the Pythonic layer
+        (the buffer it holds) or proven usable by the copy itself.
+        """
         if DEVICE_SPACE_BASE <= address < _DEVICE_SPACE_END:
             device = self._device_of(address)
-            if device is None or device.blocks.covers(address, count) is None:
+            if device is None:
                 return None
-            return device.region_of(address).host_address(address), device.id, False
+            blocks = device.blocks
+            block = blocks.at(address) or blocks.containing(address)
+            if block is None:
+                return None
+            if address + count <= block.end:
+                targets: tuple[object, ...] = (block,)
+            else:
+                covered = self._covered(blocks, block, address + count)
+                if covered is None:
+                    return None
+                targets = covered
+            return device.region_of(address).host_address(address), device.id, False, targets
         if VMM_WINDOW[0] <= address < VMM_WINDOW[1]:
-            mapping = self.vmm_covers(address, count)
-            if mapping is None:
+            mappings = self.vmm_covering(address, count)
+            if mappings is None:
                 return None
-            device_id = mapping.physical.device
-            return address + MIRROR_OFFSET, device_id, device_id is None
+            device_id = mappings[0].physical.device
+            return address + MIRROR_OFFSET, device_id, device_id is None, mappings
         pinned = self._host.containing(address)
         if pinned is not None:
-            return (address, None, True) if address + count <= pinned.end else None
-        return (address, None, False) if host_range_mapped(address, count) else None
+            if address + count > pinned.end:
+                return None
+            return address, None, True, (pinned,)
+        if not plausible_host_range(address, count):
+            return None
+        return address, None, False, ()
+
+    @staticmethod
+    def _covered(blocks: BlockIndex, first: Block, end: int) -> tuple[Block, ...] | None:
+        """Back-to-back live blocks from ``first`` up to ``end`` (spec §3.10, fidelity 5)."""
+        found = [first]
+        block = first
+        while block.end < end:
+            nxt = blocks.at(block.end)
+            if nxt is None:
+                return None
+            found.append(nxt)
+            block = nxt
+        return tuple(found)
+
+    def _locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None:
+        """``(host address of the bytes, device id or None, pinned host?)`` or None."""
+        found = self._resolve(address, count)
+        return None if found is None else found[:3]
+
+    def _still_live(self, target: object) -> bool:
+        """Whether a block or mapping captured by queued work still exists."""
+        if isinstance(target, Block):
+            if target.device is None:
+                return self._host.at(target.start) is target
+            return self.runtime.devices[target.device].blocks.at(target.start) is target
+        return self.vmm_is_mapped(target)
 
     # -- queries (spec §3.12, §4.8, §4.9) ----------------------------------------
     def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
@@ -542,6 +675,24 @@ class FakeBackend(StreamCalls, VmmCalls):
         """Host RAM this process uses now (RSS), for the sparse-backing checks."""
         with open(f"/proc/{os.getpid()}/statm") as handle:
             return int(handle.read().split()[1]) * HOST_PAGE
+
+
+class _Plan:
+    """An (api, policy) pair's allocation arithmetic, computed once (spec §3.5)."""
+
+    __slots__ = ("api", "large", "overhead", "rounding", "small", "unsupported")
+
+    def __init__(self, api: str, overhead: int, rounding: int, unsupported: int,
+                 small: tuple[PageKind, ...], large: tuple[PageKind, ...]) -> None:
+        self.api = api
+        #: What the ACL layer adds before its overflow check (32 + padding).
+        self.overhead = overhead
+        #: Added before rounding down to 32: ``(size + rounding) // 32 * 32``.
+        self.rounding = rounding
+        self.unsupported = unsupported
+        #: Page kinds tried at or below the HUGE_FIRST threshold, and above it.
+        self.small = small
+        self.large = large
 
 
 _MALLOC_APIS = frozenset(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import ctypes
 import os
-import traceback
+import sys
 import warnings
 from collections import deque
 from dataclasses import dataclass
@@ -64,16 +64,28 @@ def _library_frame(filename: str) -> bool:
     return filename.startswith(_PACKAGE) and not filename.startswith(_CHECKS)
 
 
+#: Frames kept per allocation stack, and frames walked at most to find them.
+STACK_DEPTH = 8
+_STACK_WALK = 64
+
+
 def allocation_stack() -> tuple[str, ...]:
     """The caller's Python stack without acl_mem's own frames (innermost 8 kept).
 
-    Source lines are not read here (that is most of the cost); file and line number are.
+    Bounded: at most 64 frames are looked at, whatever the depth of the stack, and
+    source lines are not read (that is most of the cost); file and line number are.
     """
-    frames = [f for f in traceback.StackSummary.extract(traceback.walk_stack(None),
-                                                        lookup_lines=False)
-              if not _library_frame(f.filename)][:8]
-    return tuple(f'  File "{f.filename}", line {f.lineno}, in {f.name}\n'
-                 for f in reversed(frames))
+    frames: list[str] = []
+    frame = sys._getframe(1)
+    walked = 0
+    while frame is not None and len(frames) < STACK_DEPTH and walked < _STACK_WALK:
+        code = frame.f_code
+        if not _library_frame(code.co_filename):
+            frames.append(f'  File "{code.co_filename}", line {frame.f_lineno}, '
+                          f"in {code.co_name}\n")
+        frame = frame.f_back  # type: ignore[assignment]
+        walked += 1
+    return tuple(reversed(frames))
 
 
 class Checker:
@@ -121,6 +133,10 @@ class Checker:
         self._verify(host + segment.requested, segment.size - segment.requested,
                      _describe_segment(segment), segment.requested, segment.stack, "free")
         _fill(host, POISON_FREED, min(segment.size, POISON_LIMIT))
+
+    def forget_device(self, device: object) -> None:
+        """``device`` released every block at once: its quarantined ranges are free already."""
+        self.quarantine = deque(entry for entry in self.quarantine if entry[0] is not device)
 
     def drop_segments_of(self, parent: Block) -> None:
         """The parent block is gone: forget its segments (a pool giving a block back)."""

@@ -3,7 +3,7 @@
 Device memory lives at addresses no host mapping can take (see ``layout``); its
 bytes live in an anonymous ``MAP_NORESERVE`` mapping per range, so host RAM grows
 with the pages written, not with the bytes allocated, and freed pages are given
-back with ``MADV_DONTNEED``.
+back with ``MADV_DONTNEED`` (in sweeps, see :class:`Region`).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import mmap
 import sys
 from dataclasses import dataclass
 
-from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, align_up
+from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, PageKind, align_up
 from .extents import Block, BlockIndex, ExtentAllocator
 from .hostmem import address_of
 from .profiles import Profile
 
-__all__ = ["DVPP_WINDOW", "FakeDevice", "PagePools", "Region", "layout"]
+__all__ = ["DVPP_WINDOW", "RESIDENT_FREED_LIMIT", "FakeDevice", "PagePools", "Region", "layout"]
 
 TiB = 1 << 40
 GiB = 1 << 30
@@ -46,14 +46,31 @@ def layout(device: int, capacity: int) -> tuple[int, int, int]:
 _SKEW = 2048
 
 
+#: Freed device memory kept resident (not given back to the host) per range, so a block
+#: freed and allocated again does not fault its pages in anew; past this the free
+#: ranges are given back in one sweep ...
+RESIDENT_FREED_LIMIT = 8 << 20
+#: ... except the range freed last when it is at most this big: the next allocation of
+#: the same size gets it back, already resident.
+RESIDENT_LAST_LIMIT = 32 << 20
+
+
 class Region:
-    """A device address range and the sparse host mapping behind it (made on first use)."""
+    """A device address range and the sparse host mapping behind it (made on first use).
+
+    Freed ranges are recorded, not discarded at once (a syscall per free, and the next
+    allocation would fault every page again); once more than
+    :data:`RESIDENT_FREED_LIMIT` bytes were freed, every recorded range that is still
+    free is given back to the host.
+    """
 
     def __init__(self, base: int, size: int) -> None:
         self.base = base
         self.size = size
         self._map: mmap.mmap | None = None
         self._host_base = 0
+        self._freed: list[tuple[int, int]] = []
+        self._freed_bytes = 0
 
     def host_address(self, device_address: int) -> int:
         if self._map is None:
@@ -61,18 +78,58 @@ class Region:
                 -1, self.size + mmap.PAGESIZE,
                 flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
             )
-            self._host_base = address_of(self._map)
-        return self._host_base + _SKEW + (device_address - self.base)
+            self._host_base = address_of(self._map) + _SKEW - self.base
+        return self._host_base + device_address
 
-    def discard(self, device_address: int, size: int) -> None:
-        """Give the whole host pages of a freed range back (their contents become zero)."""
-        if self._map is None or size <= 0:
+    def freed(self, device_address: int, size: int, live: BlockIndex) -> None:
+        """``[device_address, +size)`` is free now; sweep when too much is resident."""
+        if self._map is None:
             return
-        offset = _SKEW + device_address - self.base
+        self._freed.append((device_address, size))
+        self._freed_bytes += size
+        if self._freed_bytes > RESIDENT_FREED_LIMIT:
+            keep = (device_address, size) if size <= RESIDENT_LAST_LIMIT else None
+            self.sweep(live, keep=keep)
+
+    def sweep(self, live: BlockIndex, keep: tuple[int, int] | None = None) -> None:
+        """Give back the host pages of every recorded freed range no live block uses now
+        (``keep``, the range just freed, stays resident for the next allocation)."""
+        pending = sorted(self._freed)
+        # Whatever happens below, the record is rebuilt from scratch: an interrupted
+        # sweep only leaves pages resident.
+        self._freed = [keep] if keep is not None else []
+        self._freed_bytes = 0
+        merged: list[list[int]] = []
+        for start, size in pending:
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], start + size)
+            else:
+                merged.append([start, start + size])
+        for start, end in merged:
+            cursor = start
+            for block in live.overlapping(start, end):
+                self._discard(cursor, block.start)
+                cursor = max(cursor, block.end)
+            if keep is not None and keep[0] < end and start < keep[0] + keep[1]:
+                self._discard(cursor, keep[0])
+                cursor = max(cursor, keep[0] + keep[1])
+            self._discard(cursor, end)
+
+    def _discard(self, start: int, end: int) -> None:
+        """Give the whole host pages inside ``[start, end)`` back (they read as zero)."""
+        if self._map is None or end <= start:
+            return
+        offset = _SKEW + start - self.base
         first = align_up(offset, mmap.PAGESIZE)
-        last = (offset + size) // mmap.PAGESIZE * mmap.PAGESIZE
+        last = (offset + end - start) // mmap.PAGESIZE * mmap.PAGESIZE
         if last > first:
             self._map.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+    def discard_all(self) -> None:
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED, 0, len(self._map))
+        self._freed = []
+        self._freed_bytes = 0
 
     def contains(self, address: int) -> bool:
         return self.base <= address < self.base + self.size
@@ -93,30 +150,30 @@ class PagePools:
         normal = min(normal, profile.capacity)
         return cls(normal_total=normal, huge_total=profile.capacity - normal)
 
-    def free_of(self, kind: PageKind) -> int:
-        if kind is PageKind.NORMAL:
+    def free_of(self, kind: int) -> int:
+        if kind == NORMAL_PAGE:
             return self.normal_total - self.normal_used
         huge_free = self.huge_total - self.huge_used
-        return huge_free if kind is PageKind.HUGE else huge_free // GIANT_PAGE * GIANT_PAGE
+        return huge_free if kind == HUGE_PAGE else huge_free // GIANT_PAGE * GIANT_PAGE
 
-    def total_of(self, kind: PageKind) -> int:
-        if kind is PageKind.NORMAL:
+    def total_of(self, kind: int) -> int:
+        if kind == NORMAL_PAGE:
             return self.normal_total
-        if kind is PageKind.HUGE:
+        if kind == HUGE_PAGE:
             return self.huge_total
         return self.huge_total // GIANT_PAGE * GIANT_PAGE
 
-    def take(self, kind: PageKind, size: int) -> bool:
+    def take(self, kind: int, size: int) -> bool:
         if size > self.free_of(kind):
             return False
-        if kind is PageKind.NORMAL:
+        if kind == NORMAL_PAGE:
             self.normal_used += size
         else:
             self.huge_used += size
         return True
 
-    def give_back(self, kind: PageKind, size: int) -> None:
-        if kind is PageKind.NORMAL:
+    def give_back(self, kind: int, size: int) -> None:
+        if kind == NORMAL_PAGE:
             self.normal_used -= size
         else:
             self.huge_used -= size
@@ -140,45 +197,80 @@ class FakeDevice:
         self.blocks = BlockIndex()
 
     def allocate(
-        self, api: str, padded: int, kinds: tuple[PageKind, ...], *, dvpp: bool = False
+        self, api: str, padded: int, kinds: tuple[PageKind, ...], *, dvpp: bool = False,
+        requested: int = 0,
     ) -> Block | None:
-        """Take pages of the first kind in ``kinds`` that has room; None when none has."""
+        """Take pages of the first kind in ``kinds`` that has room; None when none has.
+
+        All or nothing: interrupted at any line, it leaves pools, addresses and the
+        block index as they were.
+        """
         space = self._dvpp_space if dvpp else self._heap_space
+        pools = self.pools
         for kind in kinds:
-            extent = align_up(padded, int(kind))
-            if extent > self.pools.free_of(kind):
+            extent = -(-padded // kind) * kind
+            if extent > pools.free_of(kind):
                 continue
-            start = space.allocate(extent, int(kind))
-            if start is None:
-                continue
-            self.pools.take(kind, extent)
-            block = Block(start, padded, extent, int(kind), api, self.id)
-            self.blocks.add(block)
-            return block
+            saved = pools.normal_used, pools.huge_used
+            start: int | None = None
+            block: Block | None = None
+            try:
+                start = space.allocate(extent, kind)
+                if start is None:
+                    continue
+                block = Block(start, padded, extent, kind, api, self.id, requested)
+                pools.take(kind, extent)
+                self.blocks.add(block)
+                return block
+            except BaseException:
+                if block is not None:
+                    self.blocks.discard(block)
+                pools.normal_used, pools.huge_used = saved
+                if start is not None:
+                    space.release(start, extent)
+                raise
         return None
 
     def release(self, block: Block, *, keep_address: bool = False) -> None:
         """Give the block's pages back; its addresses too unless ``keep_address``
-        (the memory checker's quarantine returns them later with release_address)."""
-        self.blocks.remove(block)
-        self.pools.give_back(PageKind(block.page_size), block.extent)
-        region = self.region_of(block.start)
-        region.discard(block.start, block.extent)
-        if not keep_address:
-            self.release_address(block.start, block.extent)
+        (the memory checker's quarantine returns them later with release_address).
+
+        All or nothing under an interrupt, like :meth:`allocate`.
+        """
+        pools = self.pools
+        saved = pools.normal_used, pools.huge_used
+        try:
+            self.blocks.discard(block)
+            pools.give_back(block.page_size, block.extent)
+            if not keep_address:
+                self.release_address(block.start, block.extent)
+        except BaseException:
+            self.blocks.add(block)
+            pools.normal_used, pools.huge_used = saved
+            raise
+        # Past the commit: at worst the range stays resident a little longer.
+        self.region_of(block.start).freed(block.start, block.extent, self.blocks)
 
     def release_address(self, start: int, extent: int) -> None:
         space = self._dvpp_space if self.dvpp.contains(start) else self._heap_space
         space.release(start, extent)
 
     def release_all(self) -> None:
-        for block in self.blocks:
-            self.release(block)
+        """Every block at once (context destroyed): a fresh address space; the pools keep
+        what virtual-memory handles hold (they outlive contexts, spec §4.1)."""
+        blocks = list(self.blocks)
+        normal = sum(b.extent for b in blocks if b.page_size == NORMAL_PAGE)
+        huge = sum(b.extent for b in blocks) - normal
+        pools = self.pools
+        self.blocks = BlockIndex()
+        pools.normal_used, pools.huge_used = pools.normal_used - normal, pools.huge_used - huge
+        self._heap_space.reset()
+        self._dvpp_space.reset()
+        self.heap.discard_all()
+        self.dvpp.discard_all()
 
     def region_of(self, address: int) -> Region:
         return self.dvpp if self.dvpp.contains(address) else self.heap
 
     def owns(self, address: int) -> bool:
         return self.heap.contains(address) or self.dvpp.contains(address)
-
-

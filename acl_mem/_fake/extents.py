@@ -1,108 +1,284 @@
-"""Address bookkeeping for the fake: a free-extent allocator and a block index."""
+"""Address bookkeeping for the fake: a free-extent allocator and a block index.
+
+Both stay fast with 100 000 live blocks and holes, and both survive an exception
+(Ctrl-C, a signal handler's exception) raised between any two of their lines: every
+change is a sequence of idempotent steps, and a change interrupted half-way is put back
+before the exception propagates.
+"""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from operator import itemgetter
 
-__all__ = ["Block", "BlockIndex", "ExtentAllocator"]
+__all__ = ["Block", "BlockIndex", "ExtentAllocator", "SortedInts"]
+
+_first = itemgetter(0)
+#: Size of the sublists of :class:`SortedInts`: inserting moves at most this many items.
+_LOAD = 256
+#: Free extents tried per size class before the allocator looks in the next class up.
+_PROBES = 8
+
+
+class SortedInts:
+    """A sorted set of ints with O(log n) insert, remove and floor lookup.
+
+    The values live in sublists of at most ``2 * _LOAD`` items, so an insert in the
+    middle of 100 000 values moves a few hundred of them, not 50 000.
+    """
+
+    __slots__ = ("_lists",)
+
+    def __init__(self) -> None:
+        self._lists: list[list[int]] = []
+
+    def __len__(self) -> int:
+        return sum(len(sub) for sub in self._lists)
+
+    def __iter__(self) -> Iterator[int]:
+        return (value for sub in list(self._lists) for value in list(sub))
+
+    def add(self, value: int) -> None:
+        lists = self._lists
+        if not lists:
+            lists.append([value])
+            return
+        i = max(bisect.bisect_right(lists, value, key=_first) - 1, 0)
+        sub = lists[i]
+        j = bisect.bisect_left(sub, value)
+        if j < len(sub) and sub[j] == value:
+            return
+        sub.insert(j, value)
+        if len(sub) > 2 * _LOAD:
+            # One slice assignment: an interrupt sees either the old or the new split.
+            lists[i:i + 1] = [sub[:_LOAD], sub[_LOAD:]]
+
+    def discard(self, value: int) -> None:
+        lists = self._lists
+        i = bisect.bisect_right(lists, value, key=_first) - 1
+        if i < 0:
+            return
+        sub = lists[i]
+        j = bisect.bisect_left(sub, value)
+        if j == len(sub) or sub[j] != value:
+            return
+        if len(sub) == 1:
+            del lists[i]
+        else:
+            del sub[j]
+
+    def floor(self, value: int) -> int | None:
+        """The largest member <= ``value``, or None."""
+        lists = self._lists
+        i = bisect.bisect_right(lists, value, key=_first) - 1
+        if i < 0:
+            return None
+        sub = lists[i]
+        return sub[bisect.bisect_right(sub, value) - 1]
+
+    def ceiling(self, value: int) -> int | None:
+        """The smallest member >= ``value``, or None."""
+        lists = self._lists
+        i = max(bisect.bisect_right(lists, value, key=_first) - 1, 0)
+        while i < len(lists):
+            sub = lists[i]
+            j = bisect.bisect_left(sub, value)
+            if j < len(sub):
+                return sub[j]
+            i += 1
+        return None
+
+    def clear(self) -> None:
+        self._lists = []
 
 
 class ExtentAllocator:
-    """First-fit allocation of aligned extents inside ``[base, base + size)``.
+    """Aligned extents inside ``[base, base + size)`` from segregated free lists.
 
-    Free extents are kept sorted and coalesced, so a block freed next to free space
-    merges with it and the space is found again at the lowest address.
+    Free extents are filed by size class (the bit length of their size) and indexed by
+    start and by end, so finding room costs a few probes whatever the number of holes,
+    and a freed extent merges with free neighbours in O(1). Within a class the oldest
+    free extent that fits is used: a block freed and allocated again at the same size
+    gets its address back. ``exact=True`` also keeps the free starts sorted, for
+    :meth:`take` (fixed-address reservations).
     """
 
-    def __init__(self, base: int, size: int) -> None:
+    __slots__ = ("_by_end", "_by_start", "_classes", "_mask", "_sorted", "base", "size")
+
+    def __init__(self, base: int, size: int, *, exact: bool = False) -> None:
         self.base = base
         self.size = size
-        self._starts: list[int] = [base]
-        self._lengths: dict[int, int] = {base: size}
+        self._sorted: SortedInts | None = SortedInts() if exact else None
+        self._by_start: dict[int, int] = {}
+        self._by_end: dict[int, int] = {}
+        self._classes: list[dict[int, None]] = [{} for _ in range(66)]
+        #: Bit c set when class c may be non-empty (a hint: cleared lazily).
+        self._mask = 0
+        self._put(base, size)
 
+    # -- idempotent steps ------------------------------------------------------------
+    def _put(self, start: int, length: int) -> None:
+        cls = length.bit_length()
+        self._mask |= 1 << cls
+        self._classes[cls][start] = None
+        self._by_start[start] = length
+        self._by_end[start + length] = start
+        if self._sorted is not None:
+            self._sorted.add(start)
+
+    def _drop(self, start: int, length: int) -> None:
+        self._classes[length.bit_length()].pop(start, None)
+        self._by_start.pop(start, None)
+        self._by_end.pop(start + length, None)
+        if self._sorted is not None:
+            self._sorted.discard(start)
+
+    def _replace(self, old: list[tuple[int, int]], new: list[tuple[int, int]]) -> None:
+        """Swap free extents ``old`` for ``new``; all or nothing under an interrupt."""
+        try:
+            for start, length in old:
+                self._drop(start, length)
+            for start, length in new:
+                self._put(start, length)
+        except BaseException:
+            for start, length in new:
+                self._drop(start, length)
+            for start, length in old:
+                self._put(start, length)
+            raise
+
+    # -- allocation ------------------------------------------------------------------
     def allocate(self, size: int, alignment: int) -> int | None:
-        for i, start in enumerate(self._starts):
-            length = self._lengths[start]
+        """Start of a free ``size``-byte extent aligned to ``alignment``, or None."""
+        found = self._find(size, alignment)
+        if found is None:
+            return None
+        start, aligned = found
+        length = self._by_start[start]
+        new = [(start, aligned - start)] if aligned > start else []
+        tail = start + length - aligned - size
+        if tail:
+            new.append((aligned + size, tail))
+        self._replace([(start, length)], new)
+        return aligned
+
+    def _find(self, size: int, alignment: int) -> tuple[int, int] | None:
+        classes = self._classes
+        lengths = self._by_start
+        cls = size.bit_length()
+        mask = self._mask >> cls
+        while mask:
+            if mask & 1:
+                entries = classes[cls]
+                if not entries:
+                    self._mask &= ~(1 << cls)
+                else:
+                    for probe, start in enumerate(entries):
+                        aligned = -(-start // alignment) * alignment
+                        if aligned + size <= start + lengths[start]:
+                            return start, aligned
+                        if probe == _PROBES:
+                            break
+            cls += 1
+            mask >>= 1
+        return self._find_slowly(size, alignment)
+
+    def _find_slowly(self, size: int, alignment: int) -> tuple[int, int] | None:
+        """Every free extent, in case the probes of a crowded class missed the fit."""
+        for start, length in self._by_start.items():
             aligned = -(-start // alignment) * alignment
-            if aligned + size > start + length:
-                continue
-            del self._starts[i]
-            del self._lengths[start]
-            if aligned > start:
-                self._insert(start, aligned - start)
-            tail = start + length - (aligned + size)
-            if tail:
-                self._insert(aligned + size, tail)
-            return aligned
+            if aligned + size <= start + length:
+                return start, aligned
         return None
 
     def take(self, start: int, size: int) -> bool:
-        """Carve exactly ``[start, start+size)``; False when any of it is not free."""
-        i = bisect.bisect_right(self._starts, start) - 1
-        if i < 0:
+        """Carve exactly ``[start, start+size)``; False when any of it is not free.
+
+        Needs ``exact=True``.
+        """
+        assert self._sorted is not None, "take() needs ExtentAllocator(exact=True)"
+        free_start = self._sorted.floor(start)
+        if free_start is None:
             return False
-        free_start = self._starts[i]
-        free_end = free_start + self._lengths[free_start]
+        free_end = free_start + self._by_start[free_start]
         if start + size > free_end:
             return False
-        del self._starts[i]
-        del self._lengths[free_start]
-        if start > free_start:
-            self._insert(free_start, start - free_start)
+        new = [(free_start, start - free_start)] if start > free_start else []
         if free_end > start + size:
-            self._insert(start + size, free_end - start - size)
+            new.append((start + size, free_end - start - size))
+        self._replace([(free_start, free_end - free_start)], new)
         return True
 
     def release(self, start: int, size: int) -> None:
-        i = bisect.bisect_left(self._starts, start)
-        if i < len(self._starts) and self._starts[i] == start + size:
-            size += self._lengths.pop(self._starts.pop(i))
-        if i > 0:
-            before = self._starts[i - 1]
-            if before + self._lengths[before] == start:
-                self._lengths[before] += size
-                return
-        self._insert(start, size)
+        """Give ``[start, start+size)`` back, merged with the free extents around it."""
+        old: list[tuple[int, int]] = []
+        merged_start, merged_end = start, start + size
+        after = self._by_start.get(merged_end)
+        if after is not None:
+            old.append((merged_end, after))
+            merged_end += after
+        before = self._by_end.get(start)
+        if before is not None:
+            old.append((before, start - before))
+            merged_start = before
+        self._replace(old, [(merged_start, merged_end - merged_start)])
+
+    def is_free(self, start: int, size: int) -> bool:
+        """True when ``[start, start+size)`` lies in one free extent (needs ``exact``)."""
+        assert self._sorted is not None
+        free_start = self._sorted.floor(start)
+        return free_start is not None and start + size <= free_start + \
+            self._by_start[free_start]
+
+    def free_extents(self) -> list[tuple[int, int]]:
+        return sorted(self._by_start.items())
 
     def reset(self) -> None:
-        self._starts = [self.base]
-        self._lengths = {self.base: self.size}
+        self._by_start = {}
+        self._by_end = {}
+        self._classes = [{} for _ in range(66)]
+        self._mask = 0
+        if self._sorted is not None:
+            self._sorted = SortedInts()
+        self._put(self.base, self.size)
 
-    def _insert(self, start: int, size: int) -> None:
-        bisect.insort(self._starts, start)
-        self._lengths[start] = size
 
-
-@dataclass(eq=False)
 class Block:
     """One live allocation as the fake's driver sees it."""
 
-    start: int
-    #: Bytes the ACL layer reserved (after the +32 / padding rule).
-    padded: int
-    #: Bytes of whole pages behind the block (what aclrtMemGetAddressRange reports).
-    extent: int
-    page_size: int
-    api: str
-    #: Device id, or None for host memory.
-    device: int | None
-    #: Bytes the caller asked for (the memory checker's canary starts here).
-    requested: int = 0
-    #: Where it was allocated (recorded only while the memory checker is on).
-    stack: tuple[str, ...] | None = field(default=None, repr=False)
+    __slots__ = ("api", "device", "end", "extent", "padded", "page_size", "requested",
+                 "stack", "start")
 
-    @property
-    def end(self) -> int:
-        return self.start + self.extent
+    def __init__(self, start: int, padded: int, extent: int, page_size: int, api: str,
+                 device: int | None, requested: int = 0) -> None:
+        self.start = start
+        #: Bytes the ACL layer reserved (after the +32 / padding rule).
+        self.padded = padded
+        #: Bytes of whole pages behind the block (what aclrtMemGetAddressRange reports).
+        self.extent = extent
+        self.end = start + extent
+        self.page_size = page_size
+        self.api = api
+        #: Device id, or None for host memory.
+        self.device = device
+        #: Bytes the caller asked for (the memory checker's canary starts here).
+        self.requested = requested
+        #: Where it was allocated (recorded only while the memory checker is on).
+        self.stack: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        return (f"Block({self.api} {self.start:#x}+{self.extent:#x}, page {self.page_size}, "
+                f"device {self.device})")
 
 
 class BlockIndex:
-    """Live blocks sorted by address, for "which block holds this address"."""
+    """Live blocks by start, sorted, for "which block holds this address"."""
+
+    __slots__ = ("_blocks", "_starts")
 
     def __init__(self) -> None:
-        self._starts: list[int] = []
+        self._starts = SortedInts()
         self._blocks: dict[int, Block] = {}
 
     def __len__(self) -> int:
@@ -112,22 +288,47 @@ class BlockIndex:
         return iter(list(self._blocks.values()))
 
     def add(self, block: Block) -> None:
-        bisect.insort(self._starts, block.start)
+        # The dict first: a block that is only half indexed is still found by at() and
+        # removed by discard().
         self._blocks[block.start] = block
+        self._starts.add(block.start)
 
-    def remove(self, block: Block) -> None:
-        del self._blocks[block.start]
-        del self._starts[bisect.bisect_left(self._starts, block.start)]
+    def discard(self, block: Block) -> None:
+        """Forget ``block`` (idempotent, so an interrupted add or remove can be undone)."""
+        self._starts.discard(block.start)
+        if self._blocks.get(block.start) is block:
+            del self._blocks[block.start]
 
     def at(self, start: int) -> Block | None:
         return self._blocks.get(start)
 
     def containing(self, address: int) -> Block | None:
-        i = bisect.bisect_right(self._starts, address) - 1
-        if i < 0:
+        block = self._blocks.get(address)
+        if block is not None:
+            return block
+        start = self._starts.floor(address)
+        if start is None:
             return None
-        block = self._blocks[self._starts[i]]
-        return block if address < block.end else None
+        block = self._blocks.get(start)
+        return block if block is not None and address < block.end else None
+
+    def overlapping(self, start: int, end: int) -> Iterator[Block]:
+        """Live blocks that overlap ``[start, end)``, in address order."""
+        first = self.containing(start)
+        cursor = start if first is None else first.start
+        if first is not None:
+            yield first
+            cursor = first.end
+        while True:
+            nxt = self._starts.ceiling(cursor)
+            if nxt is None or nxt >= end:
+                return
+            block = self._blocks.get(nxt)
+            if block is not None:
+                yield block
+                cursor = block.end
+            else:
+                cursor = nxt + 1
 
     def covers(self, address: int, size: int) -> Block | None:
         """The first block if ``[address, address+size)`` lies in back-to-back live blocks."""

@@ -2,16 +2,20 @@
 
 The fake copies to and from host addresses it did not allocate (numpy arrays,
 bytes, plain malloc memory). A wrong address must become an error code, not a
-segfault. ``mincore`` tells whether a range is mapped at all; whether it may be read
-or written is proven by the copy itself for small copies (``process_vm_readv`` /
-``process_vm_writev`` on this process fail with EFAULT instead of faulting) and by the
-permissions in ``/proc/self/maps`` for large ones, where a kernel copy would cost more
-than the check. Device addresses live in a range reserved here with PROT_NONE, so the
-host never maps anything there.
+segfault. Memory the Pythonic layer hands down from a buffer object it holds is
+vouched for (see ``acl_mem._hostbuf.vouching``) and copied directly. Any other range is
+proven by the kernel: small copies are done by ``process_vm_readv`` /
+``process_vm_writev`` on this process (they fail with EFAULT instead of faulting), large
+ones first move one byte of every page that way, then copy with memmove. Only where
+those calls are forbidden (seccomp) are the permissions in ``/proc/self/maps`` read.
+Device addresses live in a range reserved here with PROT_NONE, so the host never maps
+anything there.
 """
 
 from __future__ import annotations
 
+import array
+import ctypes
 import errno
 import mmap
 import os
@@ -20,8 +24,11 @@ from typing import Any
 
 import cffi
 
+from .._hostbuf import vouched
+
 __all__ = [
-    "HOST_PAGE", "address_of", "copy_host", "ffi", "host_range_mapped", "reserve_address_space",
+    "HOST_PAGE", "KERNEL_COPY_LIMIT", "address_of", "copy_untrusted", "ffi", "host_range_mapped",
+    "plausible_host_range", "reserve_address_space",
 ]
 
 ffi = cffi.FFI()
@@ -65,49 +72,118 @@ def reserve_address_space(base: int, size: int) -> bool:
 
 def host_range_mapped(address: int, size: int) -> bool:
     """True when every page of ``[address, address+size)`` is mapped in this process."""
-    if address <= 0 or size <= 0 or address + size > 1 << 64:
+    if address <= 0 or size <= 0 or address + size > _USER_SPACE_END:
         return size == 0 and address > 0
     first = address - address % HOST_PAGE
-    length = address + size - first
-    pages = -(-length // HOST_PAGE)
-    vec = ffi.new("unsigned char[]", pages)
-    return int(_libc.mincore(ffi.cast("void *", first), length, vec)) == 0
+    end = address + size
+    vec = ffi.new("unsigned char[]", _PROBE_PAGES)
+    # In bounded steps: a huge range must not need a huge vector.
+    while first < end:
+        length = min(end - first, _PROBE_PAGES * HOST_PAGE)
+        if int(_libc.mincore(ffi.cast("void *", first), length, vec)) != 0:
+            return False
+        first += length
+    return True
 
 
-#: Up to this size an unregistered host range is copied by the kernel, which checks it.
-_KERNEL_COPY_LIMIT = 1 << 20
+#: Up to this size an unvouched host range is copied by the kernel, which checks it;
+#: above, one byte of each page is moved by the kernel first and the bytes by memmove.
+KERNEL_COPY_LIMIT = 64 << 10
+#: Pages probed per system call (the kernel's IOV_MAX).
+_PROBE_PAGES = 1024
+#: No user-space host address reaches this (x86-64 and AArch64 with 5-level tables: 2**56).
+_USER_SPACE_END = 1 << 56
 _kernel_copy = sys.platform.startswith("linux")
+_scratch = bytearray(_PROBE_PAGES)
 
 
-def copy_host(dst: int, src: int, count: int, *, untrusted: str | None) -> bool:
-    """``memmove`` that first proves the ``untrusted`` side ("dst", "src" or None) usable.
+def plausible_host_range(address: int, count: int) -> bool:
+    """False for ranges no host mapping can hold (NULL page, past the user address space)."""
+    return address >= HOST_PAGE and address + count <= _USER_SPACE_END
 
-    Returns False (nothing or part copied) when that side is not readable / writable.
+
+def copy_untrusted(dst: int, src: int, count: int, untrusted: str) -> bool:
+    """``memmove`` that first proves the ``untrusted`` side ("dst" or "src") usable.
+
+    Returns False (nothing or part copied) when that side is not readable / writable, is
+    not mapped, or lies past the end of a mapped file (where a plain memmove would die
+    with SIGSEGV or SIGBUS).
     """
     global _kernel_copy
-    if untrusted is None:
-        ffi.memmove(ffi.cast("void *", dst), ffi.cast("void *", src), count)
+    address = dst if untrusted == "dst" else src
+    if vouched(address, count):
+        ctypes.memmove(dst, src, count)
         return True
-    if _kernel_copy and count <= _KERNEL_COPY_LIMIT:
-        local: Any = ffi.new("struct iovec *")
-        remote: Any = ffi.new("struct iovec *")
-        local.iov_len = remote.iov_len = count
-        if untrusted == "src":
-            local.iov_base, remote.iov_base = ffi.cast("void *", dst), ffi.cast("void *", src)
-            done = _libc.process_vm_readv(os.getpid(), local, 1, remote, 1, 0)
+    if _kernel_copy:
+        if count <= KERNEL_COPY_LIMIT:
+            done = _kernel_move(dst, src, count, untrusted)
         else:
-            local.iov_base, remote.iov_base = ffi.cast("void *", src), ffi.cast("void *", dst)
-            done = _libc.process_vm_writev(os.getpid(), local, 1, remote, 1, 0)
-        if done == count:
+            done = _probe(dst, src, count, untrusted)
+        if done is True:
+            if count > KERNEL_COPY_LIMIT:
+                ctypes.memmove(dst, src, count)
             return True
-        if ffi.errno not in (errno.ENOSYS, errno.EPERM):
+        if done is False:
             return False
         _kernel_copy = False  # forbidden here (seccomp): fall back to the maps check
-    address = src if untrusted == "src" else dst
     if not _permitted(address, count, "r" if untrusted == "src" else "w"):
         return False
-    ffi.memmove(ffi.cast("void *", dst), ffi.cast("void *", src), count)
+    ctypes.memmove(dst, src, count)
     return True
+
+
+def _kernel_move(dst: int, src: int, count: int, untrusted: str) -> bool | None:
+    """The whole copy by process_vm_readv/writev on this process; None if not allowed."""
+    iov: Any = ffi.new("struct iovec[2]")
+    iov[0].iov_len = iov[1].iov_len = count
+    if untrusted == "src":
+        iov[0].iov_base, iov[1].iov_base = ffi.cast("void *", dst), ffi.cast("void *", src)
+        done = _libc.process_vm_readv(os.getpid(), iov, 1, iov + 1, 1, 0)
+    else:
+        iov[0].iov_base, iov[1].iov_base = ffi.cast("void *", src), ffi.cast("void *", dst)
+        done = _libc.process_vm_writev(os.getpid(), iov, 1, iov + 1, 1, 0)
+    if done == count:
+        return True
+    return None if done < 0 and ffi.errno in (errno.ENOSYS, errno.EPERM) else False
+
+
+def _probe(dst: int, src: int, count: int, untrusted: str) -> bool | None:
+    """Move one byte of every page of the untrusted side through the kernel.
+
+    A destination page receives the byte the copy puts there anyway; a source page is
+    read into a scratch buffer. The kernel refuses pages that are unmapped, protected
+    or past the end of a file. None when the calls are not allowed here.
+    """
+    address = dst if untrusted == "dst" else src
+    end = address + count
+    first_page = address - address % HOST_PAGE + HOST_PAGE
+    probes = [address, *range(first_page, end, HOST_PAGE)] if first_page < end else [address]
+    pid = os.getpid()
+    for low in range(0, len(probes), _PROBE_PAGES):
+        chunk = probes[low:low + _PROBE_PAGES]
+        n = len(chunk)
+        remote = _iovecs(chunk)
+        if untrusted == "src":
+            local: Any = ffi.new("struct iovec *")
+            local.iov_base = ffi.from_buffer(_scratch)
+            local.iov_len = n
+            done = _libc.process_vm_readv(pid, local, 1, remote, n, 0)
+        else:
+            sources = _iovecs([src + (p - dst) for p in chunk])
+            done = _libc.process_vm_writev(pid, sources, n, remote, n, 0)
+        if done != n:
+            if done < 0 and ffi.errno in (errno.ENOSYS, errno.EPERM):
+                return None
+            return False
+    return True
+
+
+def _iovecs(addresses: list[int]) -> Any:
+    """An iovec array of one byte at each address, built without a Python loop per entry."""
+    words = array.array("Q", bytes(16 * len(addresses)))
+    words[0::2] = array.array("Q", addresses)
+    words[1::2] = array.array("Q", [1]) * len(addresses)
+    return ffi.from_buffer("struct iovec[]", words)
 
 
 def _permitted(address: int, size: int, permission: str) -> bool:

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING
 
 from ..enums import MemcpyKind
 from . import codes
-from .hostmem import ffi
 from .streams import Hazards, Op, Stream, StreamTable
 
 if TYPE_CHECKING:
     from .checker import Checker
     from .profiles import Profile
     from .runtime import FakeRuntime
+
+#: ``(host address, device id or None, pinned host?, allocations touched)``
+Located = tuple[int, "int | None", bool, tuple[object, ...]]
 
 __all__ = ["StreamCalls"]
 
@@ -64,7 +66,8 @@ class StreamCalls:
     if TYPE_CHECKING:  # provided by FakeBackend
         def checker_verify(self, when: str = ...) -> list[tuple[str, str]]: ...
         def _check_bounds(self, address: int, count: int, what: str) -> None: ...
-        def _locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None: ...
+        def _resolve(self, address: int, count: int) -> Located | None: ...
+        def _still_live(self, target: object) -> bool: ...
         def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int,
                         kind: int) -> int: ...
 
@@ -90,12 +93,14 @@ class StreamCalls:
             context = self.runtime.current_context()
             if context is not None and context != (found.device, found.generation):
                 return codes.STREAM_CONTEXT
-            if found.pending:
-                self.hazards.report("destroy-with-pending-work",
-                                    f"stream {stream:#x} destroyed with {len(found.pending)} "
-                                    "queued operation(s); the runtime waits for them")
-            self._drain(found)
-            del self.streams.streams[stream]
+            with self.hazards.held():
+                if found.pending:
+                    self.hazards.report("destroy-with-pending-work",
+                                        f"stream {stream:#x} destroyed with "
+                                        f"{len(found.pending)} queued operation(s); the "
+                                        "runtime waits for them")
+                self._drain(found)
+                self.streams.forget(found)
             return codes.SUCCESS
 
     def aclrtSynchronizeStream(self, stream: int) -> int:
@@ -103,7 +108,8 @@ class StreamCalls:
             found, rc = self._resolve_stream(stream)
             if found is None:
                 return rc
-            self._drain(found)
+            with self.hazards.held():
+                self._drain(found)
             self._after_synchronize()
             return codes.SUCCESS
 
@@ -116,8 +122,9 @@ class StreamCalls:
             context = self.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL
-            for stream in self.streams.of_context(*context):
-                self._drain(stream)
+            with self.hazards.held():
+                for stream in self.streams.of_context(*context):
+                    self._drain(stream)
             self._after_synchronize()
             return codes.SUCCESS
 
@@ -135,7 +142,7 @@ class StreamCalls:
                 return codes.INVALID_HANDLE
             if count > destMax:
                 return codes.RT_PARAM_INVALID
-            source, target = self._locate(src, count), self._locate(dst, count)
+            source, target = self._resolve(src, count), self._resolve(dst, count)
             if source is None or target is None:
                 return codes.RT_PARAM_INVALID
             real_kind = corrected_kind(_where(source), _where(target), kind)
@@ -152,10 +159,8 @@ class StreamCalls:
                 # Pageable memory: the runtime synchronises the stream and copies now.
                 self._drain(found)
                 return self.aclrtMemcpy(dst, destMax, src, count, MemcpyKind.DEFAULT)
-            self._enqueue(found, Op(
-                f"aclrtMemcpyAsync({dst:#x} <- {src:#x}, {count})",
-                lambda: self._run_copy(dst, src, count),
-                writes=(dst, count), reads=(src, count)))
+            self._enqueue(found, Op(dst, target[0], src, source[0], count, None,
+                                    target[3] + source[3]))
             return codes.SUCCESS
 
     def aclrtMemsetAsync(self, devPtr: int, maxCount: int, value: int,
@@ -172,12 +177,10 @@ class StreamCalls:
             found, rc = self._resolve_stream(stream)
             if found is None:
                 return rc
-            target = self._locate(devPtr, count)
+            target = self._resolve(devPtr, count)
             if target is None or _where(target) == "unreg":
                 return codes.RT_PARAM_INVALID
-            self._enqueue(found, Op(
-                f"aclrtMemsetAsync({devPtr:#x}, {value & 0xFF:#x}, {count})",
-                lambda: self._run_memset(devPtr, value, count), writes=(devPtr, count)))
+            self._enqueue(found, Op(devPtr, target[0], 0, 0, count, value & 0xFF, target[3]))
             return codes.SUCCESS
 
     # -- helpers -----------------------------------------------------------------------
@@ -204,54 +207,73 @@ class StreamCalls:
         return found, codes.SUCCESS
 
     def _enqueue(self, stream: Stream, op: Op) -> None:
-        stream.pending.append(op)
+        # Index first: an op the index knows but no stream holds is dropped by remove().
+        self.streams.pending.add(op)
+        try:
+            stream.pending.append(op)
+        except BaseException:
+            self.streams.pending.remove(op)
+            raise
 
     def _drain(self, stream: Stream) -> None:
-        while stream.pending:
-            stream.pending.popleft().run()
+        pending = stream.pending
+        index = self.streams.pending
+        while pending:
+            op = pending[0]
+            # Unindexed before it leaves the queue: an interrupt in between leaves it at
+            # the head, and the next drain removes it again (idempotent) and runs it.
+            index.remove(op)
+            pending.popleft()
+            self._run(op)
 
-    def _run_copy(self, dst: int, src: int, count: int) -> None:
-        target, source = self._locate(dst, count), self._locate(src, count)
-        if target is None or source is None:
-            self.hazards.report("queued-work-on-freed-memory",
-                                f"a queued copy {src:#x} -> {dst:#x} ({count} bytes) ran "
-                                "after its memory was freed; on hardware it corrupts whatever "
-                                "lives there now")
-            return
-        if self.checker is not None:
-            self._check_bounds(dst, count, "queued aclrtMemcpyAsync write")
-            self._check_bounds(src, count, "queued aclrtMemcpyAsync read")
-        ffi.memmove(ffi.cast("void *", target[0]), ffi.cast("void *", source[0]), count)
+    def _run(self, op: Op) -> None:
+        """Run one queued op, unless memory it touches was freed since it was queued."""
+        for target in op.targets:
+            if not self._still_live(target):
+                self.hazards.report(
+                    "queued-work-on-freed-memory",
+                    f"a queued {op.describe()} ran after its memory was freed; on hardware "
+                    "it corrupts whatever lives there now, here it was skipped")
+                return
+        if op.value is None:
+            if self.checker is not None:
+                self._check_bounds(op.dst, op.count, "queued aclrtMemcpyAsync write")
+                self._check_bounds(op.src, op.count, "queued aclrtMemcpyAsync read")
+            ctypes.memmove(op.dst_host, op.src_host, op.count)
+        else:
+            if self.checker is not None:
+                self._check_bounds(op.dst, op.count, "queued aclrtMemsetAsync")
+            ctypes.memset(op.dst_host, op.value, op.count)
 
-    def _run_memset(self, ptr: int, value: int, count: int) -> None:
-        target = self._locate(ptr, count)
-        if target is None:
-            self.hazards.report("queued-work-on-freed-memory",
-                                f"a queued memset of {ptr:#x} ({count} bytes) ran after its "
-                                "memory was freed")
-            return
-        if self.checker is not None:
-            self._check_bounds(ptr, count, "queued aclrtMemsetAsync")
-        ctypes.memset(target[0], value & 0xFF, count)
-
-    def check_pending(self, start: int, size: int, *, access: str, what: str) -> None:
+    def check_pending(self, start: int, size: int, *, access: str, what: str,
+                      targets: tuple[object, ...] | None = None) -> None:
         """Report a hazard if queued work races with ``what`` on ``[start, start+size)``.
 
         ``access`` is "free" (races with any queued access: the free calls do not wait,
         spec §3.6-§3.7), "write" (races with queued reads and writes) or "read" (races
-        with queued writes).
+        with queued writes). ``targets`` are the allocations of the range when the
+        caller knows them; otherwise they are looked up.
         """
-        end = start + size
-        for op in self.streams.pending_ops():
-            if op.writes_into(start, end) if access == "read" else op.touches(start, end):
-                kind = "free-while-queued" if access == "free" else "access-before-synchronize"
-                self.hazards.report(kind, f"{what} while queued {op.describe} is pending; "
-                                    "synchronise the stream first")
+        with self._lock:
+            if not self.streams.any_pending():
                 return
+            if targets is None:
+                located = self._resolve(start, size)
+                targets = located[3] if located is not None else ()
+            end = start + size
+            for target in targets:
+                for op in self.streams.pending.on(target):
+                    if op.writes_into(start, end) if access == "read" else \
+                            op.touches(start, end):
+                        kind = "free-while-queued" if access == "free" else \
+                            "access-before-synchronize"
+                        self.hazards.report(kind, f"{what} while queued {op.describe()} is "
+                                            "pending; synchronise the stream first")
+                        return
 
 
-def _where(located: tuple[int, int | None, bool]) -> str:
-    _, device, pinned = located
+def _where(located: Located) -> str:
+    device, pinned = located[1], located[2]
     if device is not None:
         return "device"
     return "host" if pinned else "unreg"

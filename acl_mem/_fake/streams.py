@@ -6,53 +6,115 @@ queued on its stream and executed at aclrtSynchronizeStream / aclrtSynchronizeDe
 (or when the stream is destroyed, which waits, spec §3.4). Streams are unordered with
 respect to each other. Handles are never reused, so a destroyed handle stays
 recognisable (107017).
+
+Queued work is indexed by the allocation it touches (a block or a VMM mapping), so
+"does queued work race with this free / copy" costs O(work on that allocation), not
+O(all queued work) or O(streams).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from ..errors import HazardError, HazardWarning
 
-__all__ = ["Hazards", "Op", "Stream", "StreamTable"]
+__all__ = ["Hazards", "Op", "PendingIndex", "Stream", "StreamTable"]
 
 #: Where the fake's stream handles start: far from device and host memory.
 _HANDLE_BASE = 0x5A00_0000_0000
 _HANDLE_STEP = 0x40
 
 
-@dataclass
 class Op:
-    """One queued task: what it does, and which device ranges it writes and reads."""
+    """One queued copy (``value`` None) or memset, and the allocations it touches."""
 
-    describe: str
-    run: Callable[[], None]
-    writes: tuple[int, int] | None = None
-    reads: tuple[int, int] | None = None
+    __slots__ = ("count", "dst", "dst_host", "src", "src_host", "targets", "value")
+
+    def __init__(self, dst: int, dst_host: int, src: int, src_host: int, count: int,
+                 value: int | None, targets: tuple[object, ...]) -> None:
+        self.dst = dst
+        self.dst_host = dst_host
+        self.src = src
+        self.src_host = src_host
+        self.count = count
+        self.value = value
+        #: The Block / Mapping objects the op reads or writes, checked again at run time.
+        self.targets = targets
+
+    def describe(self) -> str:
+        if self.value is None:
+            return f"aclrtMemcpyAsync({self.dst:#x} <- {self.src:#x}, {self.count})"
+        return f"aclrtMemsetAsync({self.dst:#x}, {self.value:#x}, {self.count})"
 
     def touches(self, start: int, end: int) -> bool:
-        return any(r is not None and r[0] < end and start < r[0] + r[1]
-                   for r in (self.writes, self.reads))
+        return self.writes_into(start, end) or (
+            self.value is None and self.src < end and start < self.src + self.count)
 
     def writes_into(self, start: int, end: int) -> bool:
-        return self.writes is not None and self.writes[0] < end and start < sum(self.writes)
+        return self.dst < end and start < self.dst + self.count
 
 
-@dataclass
+class PendingIndex:
+    """Queued ops by the allocation object they touch, plus the set of all of them.
+
+    ``add`` and ``remove`` are idempotent, so an interrupted one is completed or undone
+    by running it again.
+    """
+
+    __slots__ = ("_by_target", "_ops")
+
+    def __init__(self) -> None:
+        self._by_target: dict[int, dict[Op, None]] = {}
+        self._ops: dict[Op, None] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self._ops)
+
+    def add(self, op: Op) -> None:
+        for target in op.targets:
+            self._by_target.setdefault(id(target), {})[op] = None
+        self._ops[op] = None
+
+    def remove(self, op: Op) -> None:
+        for target in op.targets:
+            ops = self._by_target.get(id(target))
+            if ops is not None:
+                ops.pop(op, None)
+                if not ops:
+                    self._by_target.pop(id(target), None)
+        self._ops.pop(op, None)
+
+    def on(self, target: object) -> list[Op]:
+        ops = self._by_target.get(id(target))
+        return list(ops) if ops else []
+
+    def clear(self) -> None:
+        self._by_target = {}
+        self._ops = {}
+
+
 class Stream:
-    handle: int
-    device: int
-    generation: int
-    pending: deque[Op] = field(default_factory=deque)
+    __slots__ = ("device", "generation", "handle", "pending")
+
+    def __init__(self, handle: int, device: int, generation: int) -> None:
+        self.handle = handle
+        self.device = device
+        self.generation = generation
+        self.pending: deque[Op] = deque()
 
 
 class Hazards:
-    """What the fake noticed racing with queued work: counted always, warned or raised."""
+    """What the fake noticed racing with queued work: counted always, warned or raised.
+
+    Inside :meth:`held`, raising is postponed to the end of the block, so a free, a
+    reset or a finalize finishes its effect before the HazardError propagates.
+    """
 
     MODES = ("warn", "raise", "count")
 
@@ -61,13 +123,31 @@ class Hazards:
             raise ValueError(f"hazards must be one of {self.MODES}, got {mode!r}")
         self.mode = mode
         self.seen: list[tuple[str, str]] = []
+        self._held: list[str] | None = None
 
     def report(self, kind: str, message: str) -> None:
         self.seen.append((kind, message))
         if self.mode == "raise":
+            if self._held is not None:
+                self._held.append(f"{kind}: {message}")
+                return
             raise HazardError(f"{kind}: {message}")
         if self.mode == "warn":
             warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=_user_stacklevel())
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        outer = self._held is None
+        if outer:
+            self._held = []
+        try:
+            yield
+        finally:
+            if outer:
+                held, self._held = self._held, None
+        if outer and held:
+            raise HazardError(held[0] if len(held) == 1 else
+                              f"{held[0]} (and {len(held) - 1} more)")
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
@@ -94,23 +174,36 @@ class StreamTable:
         self._next = _HANDLE_BASE
         self.streams: dict[int, Stream] = {}
         self.defaults: dict[tuple[int, int], Stream] = {}
+        #: Created streams per context, default stream not included.
+        self._per_context: dict[tuple[int, int], int] = {}
+        self.pending = PendingIndex()
 
     def create(self, device: int, generation: int) -> Stream:
-        self._next += _HANDLE_STEP
-        stream = Stream(self._next, device, generation)
-        self.streams[stream.handle] = stream
+        handle = self._next + _HANDLE_STEP
+        stream = Stream(handle, device, generation)
+        self._next = handle
+        key = (device, generation)
+        # Counted from the table itself, so an interrupt between these lines cannot
+        # leave a count that disagrees with the streams that exist.
+        self.streams[handle] = stream
+        self._per_context[key] = self._per_context.get(key, 0) + 1
         return stream
+
+    def forget(self, stream: Stream) -> None:
+        if self.streams.pop(stream.handle, None) is not None:
+            key = (stream.device, stream.generation)
+            self._per_context[key] = self._per_context.get(key, 1) - 1
 
     def default(self, device: int, generation: int) -> Stream:
         key = (device, generation)
-        if key not in self.defaults:
-            self.defaults[key] = Stream(0, device, generation)
-        return self.defaults[key]
+        stream = self.defaults.get(key)
+        if stream is None:
+            stream = self.defaults.setdefault(key, Stream(0, device, generation))
+        return stream
 
     def count_on(self, device: int, generation: int) -> int:
         """Streams of one context, the default stream included."""
-        return 1 + sum(1 for s in self.streams.values()
-                       if s.device == device and s.generation == generation)
+        return 1 + self._per_context.get((device, generation), 0)
 
     def of_context(self, device: int, generation: int) -> list[Stream]:
         """Default stream first, then created streams in creation order."""
@@ -121,16 +214,16 @@ class StreamTable:
     def drop_device(self, device: int) -> list[Op]:
         """Forget every stream of ``device`` (its context died); returns their pending ops."""
         lost: list[Op] = []
-        for handle in [h for h, s in self.streams.items() if s.device == device]:
-            lost += self.streams.pop(handle).pending
+        for stream in [s for s in self.streams.values() if s.device == device]:
+            lost += stream.pending
+            self.forget(stream)
         for key in [k for k in self.defaults if k[0] == device]:
             lost += self.defaults.pop(key).pending
+        for key in [k for k in self._per_context if k[0] == device]:
+            del self._per_context[key]
+        for op in lost:
+            self.pending.remove(op)
         return lost
 
-    def pending_ops(self) -> list[Op]:
-        streams = list(self.streams.values()) + list(self.defaults.values())
-        return [op for stream in streams for op in stream.pending]
-
     def any_pending(self) -> bool:
-        return any(s.pending for s in self.streams.values()) or \
-            any(s.pending for s in self.defaults.values())
+        return self.pending.count > 0

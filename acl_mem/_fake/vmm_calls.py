@@ -129,10 +129,13 @@ class VmmCalls:
         streams: StreamTable
 
         def _fault(self, call: str) -> int: ...
-        def check_pending(self, start: int, size: int, *, access: str, what: str) -> None: ...
+        def _wait_for_copies(self) -> None: ...
+        def check_pending(self, start: int, size: int, *, access: str, what: str,
+                          targets: tuple[object, ...] | None = None) -> None: ...
 
     def _vmm_init(self) -> None:
-        self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0])
+        self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0],
+                                         exact=True)
         self.reservations: dict[int, Reservation] = {}
         self._reservation_starts: list[int] = []
         self.physicals: dict[int, Physical] = {}
@@ -352,7 +355,8 @@ class VmmCalls:
                 return codes.RT_PARAM_INVALID
             if self.streams.any_pending():
                 self.check_pending(virPtr, mapping.size, access="free",
-                                   what=f"mapping {virPtr:#x} unmapped")
+                                   what=f"mapping {virPtr:#x} unmapped", targets=(mapping,))
+            self._wait_for_copies()
             reservation.remove(virPtr)
             unmap_mirror(virPtr, mapping.size)
             mapping.physical.mappings -= 1
@@ -371,13 +375,26 @@ class VmmCalls:
         reservation = self._reservation_of(address)
         return None if reservation is None else reservation.mapping_at(address)
 
-    def vmm_covers(self, address: int, count: int) -> Mapping | None:
-        """The first mapping if ``[address, address+count)`` is mapped end to end."""
-        first = mapping = self.vmm_mapping_at(address)
+    def vmm_covering(self, address: int, count: int) -> tuple[Mapping, ...] | None:
+        """The mappings of ``[address, address+count)`` if it is mapped end to end."""
+        mapping = self.vmm_mapping_at(address)
+        if mapping is None:
+            return None
+        found = [mapping]
         end = address + count
-        while mapping is not None and mapping.va + mapping.size < end:
+        while mapping.va + mapping.size < end:
             mapping = self.vmm_mapping_at(mapping.va + mapping.size)
-        return first if mapping is not None else None
+            if mapping is None:
+                return None
+            found.append(mapping)
+        return tuple(found)
+
+    def vmm_is_mapped(self, mapping: object) -> bool:
+        """Whether ``mapping`` (captured by queued work) is still mapped."""
+        if not isinstance(mapping, Mapping):
+            return False
+        reservation = self._reservation_of(mapping.va)
+        return reservation is not None and reservation.mappings.get(mapping.va) is mapping
 
     # -- access (spec §4.7) -----------------------------------------------------------
     def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,
