@@ -94,6 +94,10 @@ class PtrAttributes(NamedTuple):
     pageSize: int
 
 
+_SIZE_LIMIT = 1 << 64
+_U32_LIMIT = 1 << 32
+
+
 def _fail(rc: int, what: str) -> AclError:
     return AclError(rc, what)
 
@@ -159,13 +163,22 @@ def aclrtGetSocName() -> str:
 
 
 def _malloc(call: str, size: object, policy: object) -> int:
-    nbytes = c_uint(size, call, "size")
-    pol = c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
+    # Plain in-range ints, the common case, skip the checking calls.
+    nbytes = size if type(size) is int and 0 <= size < _SIZE_LIMIT else \
+        c_uint(size, call, "size")
+    pol = policy if type(policy) is int and 0 <= policy < _U32_LIMIT else \
+        c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
     backend = _backend.get()
     rc, ptr = getattr(backend, call)(nbytes, pol)
-    if rc:
-        raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})")
-    return int(ptr)
+    try:
+        if rc:
+            raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})")
+        return int(ptr)
+    except BaseException:
+        # Interrupted before the caller got the pointer: the allocation must not stay.
+        if not rc and ptr:
+            backend.aclrtFree(ptr)
+        raise
 
 
 def aclrtMalloc(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
@@ -184,7 +197,8 @@ def aclrtMallocCached(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
 
 
 def _free(call: str, arg: str, ptr: object) -> None:
-    address = c_uint(ptr, call, arg, 64, "void *")
+    address = ptr if type(ptr) is int and 0 <= ptr < _SIZE_LIMIT else \
+        c_uint(ptr, call, arg, 64, "void *")
     rc = getattr(_backend.get(), call)(address)
     if rc:
         raise _fail(rc, f"{call}({arg}={address:#x})")

@@ -87,7 +87,10 @@ class FakeBackend(StreamCalls, VmmCalls):
         #: them (a copy into memory unmapped under it would crash the process).
         self._copies: dict[object, None] = {}
         self._copies_done = threading.Condition(self._lock)
-        self._plans: dict[tuple[AllocApi, int], _Plan] = {}
+        self._plans: dict[tuple[str, int], _Plan] = {}
+        #: The queued ops of every stream (shared with the stream table): empty = no
+        #: hazard can arise, the common case tested first.
+        self._queued = self.streams.pending.ops
 
     @classmethod
     def from_environment(cls) -> FakeBackend:
@@ -260,7 +263,7 @@ class FakeBackend(StreamCalls, VmmCalls):
     # -- device allocation (spec §3.5, §3.6) -------------------------------------
     def _plan(self, api: AllocApi, policy: int) -> _Plan:
         """What ``api(size, policy)`` needs beyond the size, computed once per pair."""
-        plan = self._plans.get((api, policy))
+        plan = self._plans.get((api.value, policy))
         if plan is None:
             chosen = effective_policy(api, policy)
             pad = 0 if api is AllocApi.MALLOC_ALIGN32 or policy in _GIANT else \
@@ -274,13 +277,13 @@ class FakeBackend(StreamCalls, VmmCalls):
             small = page_kinds(1, chosen)
             large = page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen)
             plan = _Plan(api.value, 32 + pad, rounding, unsupported, small, large)
-            self._plans[(api, policy)] = plan
+            self._plans[(api.value, policy)] = plan
         return plan
 
     def _malloc(self, api: AllocApi, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
         if null_outputs & 1 or size == 0:
             return codes.INVALID_PARAM, 0
-        plan = self._plans.get((api, policy)) or self._plan(api, policy)
+        plan = self._plans.get((api.value, policy)) or self._plan(api, policy)
         # The ACL layer computes size + 32 + pad first and rejects a wrap (spec §3.5 step 3).
         if size + plan.overhead > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
@@ -325,21 +328,28 @@ class FakeBackend(StreamCalls, VmmCalls):
         if ptr == 0:
             return codes.INVALID_PARAM
         with self._lock:
-            device = self._device_of(ptr)
-            block = device.blocks.at(ptr) if device is not None else None
-            if device is None or block is None or block.api not in apis:
+            index = (ptr - DEVICE_SPACE_BASE) // DEVICE_SLOT
+            devices = self.runtime.devices
+            if not 0 <= index < len(devices):
                 return codes.RT_PARAM_INVALID
-            if self.streams.any_pending() or self.checker is not None:
+            device = devices[index]
+            block = device.blocks.at(ptr)
+            if block is None or block.api not in apis:
+                return codes.RT_PARAM_INVALID
+            if self._queued and self.streams.pending.on(block):
+                # Hazards raise after the free is done (raise mode completes, then raises).
                 with self.hazards.held():
-                    self._free_checked(device, block)
+                    self.check_pending(block.start, block.extent, access="free",
+                                       what=f"{block.api} block {block.start:#x} freed",
+                                       targets=(block,))
+                    self._release_block(device, block)
+            elif self.checker is not None:
+                self._release_block(device, block)
             else:
                 device.release(block)
             return codes.SUCCESS
 
-    def _free_checked(self, device: FakeDevice, block: Block) -> None:
-        """A free with queued work around or the checker on; hazards raise after it."""
-        self.check_pending(block.start, block.extent, access="free",
-                           what=f"{block.api} block {block.start:#x} freed", targets=(block,))
+    def _release_block(self, device: FakeDevice, block: Block) -> None:
         checker = self.checker
         if checker is None:
             device.release(block)

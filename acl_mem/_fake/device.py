@@ -53,6 +53,9 @@ RESIDENT_FREED_LIMIT = 8 << 20
 #: ... except the range freed last when it is at most this big: the next allocation of
 #: the same size gets it back, already resident.
 RESIDENT_LAST_LIMIT = 32 << 20
+#: Device address space (not memory: pools count that) held for reuse by freed blocks'
+#: sizes, per device.
+RECYCLED_LIMIT = 256 << 20
 
 
 class Region:
@@ -67,6 +70,7 @@ class Region:
     def __init__(self, base: int, size: int) -> None:
         self.base = base
         self.size = size
+        self.end = base + size
         self._map: mmap.mmap | None = None
         self._host_base = 0
         self._freed: list[tuple[int, int]] = []
@@ -195,6 +199,11 @@ class FakeDevice:
         self._dvpp_space = ExtentAllocator(dvpp_base, DVPP_WINDOW)
         self.pools = PagePools.for_profile(profile)
         self.blocks = BlockIndex()
+        #: Addresses of freed blocks by (extent, page size, dvpp?), handed out again before
+        #: the free-extent allocator is asked (most programs free and allocate the same
+        #: sizes over and over); flushed back to it when it runs out of room.
+        self._recycled: dict[tuple[int, int, bool], list[int]] = {}
+        self._recycled_bytes = 0
 
     def allocate(
         self, api: str, padded: int, kinds: tuple[PageKind, ...], *, dvpp: bool = False,
@@ -209,17 +218,23 @@ class FakeDevice:
         pools = self.pools
         for kind in kinds:
             extent = -(-padded // kind) * kind
-            if extent > pools.free_of(kind):
+            if kind == NORMAL_PAGE:
+                if extent > pools.normal_total - pools.normal_used:
+                    continue
+            elif extent > pools.free_of(kind):
                 continue
             saved = pools.normal_used, pools.huge_used
             start: int | None = None
             block: Block | None = None
             try:
-                start = space.allocate(extent, kind)
+                start = self._take_address(space, extent, kind, dvpp)
                 if start is None:
                     continue
                 block = Block(start, padded, extent, kind, api, self.id, requested)
-                pools.take(kind, extent)
+                if kind == NORMAL_PAGE:
+                    pools.normal_used += extent
+                else:
+                    pools.huge_used += extent
                 self.blocks.add(block)
                 return block
             except BaseException:
@@ -231,6 +246,26 @@ class FakeDevice:
                 raise
         return None
 
+    def _take_address(self, space: ExtentAllocator, extent: int, kind: int,
+                      dvpp: bool) -> int | None:
+        recycled = self._recycled.get((extent, kind, dvpp))
+        if recycled:
+            self._recycled_bytes -= extent
+            return recycled.pop()
+        found = space.allocate(extent, kind)
+        if found is None and self._recycled:
+            self._flush_recycled()
+            found = space.allocate(extent, kind)
+        return found
+
+    def _flush_recycled(self) -> None:
+        recycled, self._recycled = self._recycled, {}
+        self._recycled_bytes = 0
+        for (extent, _, dvpp), starts in recycled.items():
+            space = self._dvpp_space if dvpp else self._heap_space
+            for start in starts:
+                space.release(start, extent)
+
     def release(self, block: Block, *, keep_address: bool = False) -> None:
         """Give the block's pages back; its addresses too unless ``keep_address``
         (the memory checker's quarantine returns them later with release_address).
@@ -239,17 +274,27 @@ class FakeDevice:
         """
         pools = self.pools
         saved = pools.normal_used, pools.huge_used
+        start, extent = block.start, block.extent
+        region = self.dvpp if self.dvpp.base <= start < self.dvpp.end else self.heap
         try:
             self.blocks.discard(block)
-            pools.give_back(block.page_size, block.extent)
+            if block.page_size == NORMAL_PAGE:
+                pools.normal_used -= extent
+            else:
+                pools.huge_used -= extent
             if not keep_address:
-                self.release_address(block.start, block.extent)
+                dvpp = region is self.dvpp
+                if self._recycled_bytes < RECYCLED_LIMIT:
+                    self._recycled.setdefault((extent, block.page_size, dvpp), []).append(start)
+                    self._recycled_bytes += extent
+                else:
+                    (self._dvpp_space if dvpp else self._heap_space).release(start, extent)
         except BaseException:
             self.blocks.add(block)
             pools.normal_used, pools.huge_used = saved
             raise
         # Past the commit: at worst the range stays resident a little longer.
-        self.region_of(block.start).freed(block.start, block.extent, self.blocks)
+        region.freed(start, extent, self.blocks)
 
     def release_address(self, start: int, extent: int) -> None:
         space = self._dvpp_space if self.dvpp.contains(start) else self._heap_space
@@ -264,6 +309,8 @@ class FakeDevice:
         pools = self.pools
         self.blocks = BlockIndex()
         pools.normal_used, pools.huge_used = pools.normal_used - normal, pools.huge_used - huge
+        self._recycled = {}
+        self._recycled_bytes = 0
         self._heap_space.reset()
         self._dvpp_space.reset()
         self.heap.discard_all()

@@ -156,12 +156,38 @@ class ExtentAllocator:
             return None
         start, aligned = found
         length = self._by_start[start]
-        new = [(start, aligned - start)] if aligned > start else []
-        tail = start + length - aligned - size
-        if tail:
-            new.append((aligned + size, tail))
-        self._replace([(start, length)], new)
-        return aligned
+        head = aligned - start
+        tail = length - head - size
+        if self._sorted is not None:
+            new = [(start, head)] if head else []
+            if tail:
+                new.append((aligned + size, tail))
+            self._replace([(start, length)], new)
+            return aligned
+        # The common case spelled out (it is most of an aclrtMalloc); same steps as
+        # _replace, with the same undo.
+        classes, by_start, by_end = self._classes, self._by_start, self._by_end
+        try:
+            classes[length.bit_length()].pop(start, None)
+            del by_start[start]
+            del by_end[start + length]
+            if head:
+                self._put(start, head)
+            if tail:
+                rest = aligned + size
+                cls = tail.bit_length()
+                self._mask |= 1 << cls
+                classes[cls][rest] = None
+                by_start[rest] = tail
+                by_end[rest + tail] = rest
+            return aligned
+        except BaseException:
+            if tail:
+                self._drop(aligned + size, tail)
+            if head:
+                self._drop(start, head)
+            self._put(start, length)
+            raise
 
     def _find(self, size: int, alignment: int) -> tuple[int, int] | None:
         classes = self._classes
@@ -169,17 +195,20 @@ class ExtentAllocator:
         cls = size.bit_length()
         mask = self._mask >> cls
         while mask:
-            if mask & 1:
-                entries = classes[cls]
-                if not entries:
-                    self._mask &= ~(1 << cls)
-                else:
-                    for probe, start in enumerate(entries):
-                        aligned = -(-start // alignment) * alignment
-                        if aligned + size <= start + lengths[start]:
-                            return start, aligned
-                        if probe == _PROBES:
-                            break
+            # Straight to the next class that may hold extents.
+            skip = (mask & -mask).bit_length() - 1
+            cls += skip
+            mask >>= skip
+            entries = classes[cls]
+            if not entries:
+                self._mask &= ~(1 << cls)
+            else:
+                for probe, start in enumerate(entries):
+                    aligned = -(-start // alignment) * alignment
+                    if aligned + size <= start + lengths[start]:
+                        return start, aligned
+                    if probe == _PROBES:
+                        break
             cls += 1
             mask >>= 1
         return self._find_slowly(size, alignment)
@@ -212,17 +241,44 @@ class ExtentAllocator:
 
     def release(self, start: int, size: int) -> None:
         """Give ``[start, start+size)`` back, merged with the free extents around it."""
-        old: list[tuple[int, int]] = []
-        merged_start, merged_end = start, start + size
-        after = self._by_start.get(merged_end)
+        by_start, by_end = self._by_start, self._by_end
+        end = start + size
+        after = by_start.get(end)
+        before = by_end.get(start)
+        if self._sorted is not None or (after is not None and before is not None):
+            old: list[tuple[int, int]] = []
+            merged_start, merged_end = start, end
+            if after is not None:
+                old.append((end, after))
+                merged_end += after
+            if before is not None:
+                old.append((before, start - before))
+                merged_start = before
+            self._replace(old, [(merged_start, merged_end - merged_start)])
+            return
+        # At most one free neighbour (the common case), spelled out like allocate().
+        classes = self._classes
         if after is not None:
-            old.append((merged_end, after))
-            merged_end += after
-        before = self._by_end.get(start)
-        if before is not None:
-            old.append((before, start - before))
-            merged_start = before
-        self._replace(old, [(merged_start, merged_end - merged_start)])
+            merged_start, length, old_start, old_length = start, size + after, end, after
+        elif before is not None:
+            merged_start, length = before, end - before
+            old_start, old_length = before, start - before
+        else:
+            self._put(start, size)
+            return
+        try:
+            classes[old_length.bit_length()].pop(old_start, None)
+            del by_start[old_start]
+            del by_end[old_start + old_length]
+            cls = length.bit_length()
+            self._mask |= 1 << cls
+            classes[cls][merged_start] = None
+            by_start[merged_start] = length
+            by_end[merged_start + length] = merged_start
+        except BaseException:
+            self._drop(merged_start, length)
+            self._put(old_start, old_length)
+            raise
 
     def is_free(self, start: int, size: int) -> bool:
         """True when ``[start, start+size)`` lies in one free extent (needs ``exact``)."""
@@ -272,13 +328,22 @@ class Block:
                 f"device {self.device})")
 
 
-class BlockIndex:
-    """Live blocks by start, sorted, for "which block holds this address"."""
+_MISSING: object = object()
 
-    __slots__ = ("_blocks", "_starts")
+
+class BlockIndex:
+    """Live blocks by start, for "which block holds this address".
+
+    Starts added since the last interior lookup wait in an unsorted dict: a block
+    allocated and freed without anyone asking for an address inside it never touches
+    the sorted index.
+    """
+
+    __slots__ = ("_blocks", "_recent", "_starts")
 
     def __init__(self) -> None:
         self._starts = SortedInts()
+        self._recent: dict[int, None] = {}
         self._blocks: dict[int, Block] = {}
 
     def __len__(self) -> int:
@@ -291,13 +356,24 @@ class BlockIndex:
         # The dict first: a block that is only half indexed is still found by at() and
         # removed by discard().
         self._blocks[block.start] = block
-        self._starts.add(block.start)
+        self._recent[block.start] = None
 
     def discard(self, block: Block) -> None:
         """Forget ``block`` (idempotent, so an interrupted add or remove can be undone)."""
-        self._starts.discard(block.start)
-        if self._blocks.get(block.start) is block:
-            del self._blocks[block.start]
+        start = block.start
+        if self._recent.pop(start, _MISSING) is _MISSING:
+            self._starts.discard(start)
+        if self._blocks.get(start) is block:
+            del self._blocks[start]
+
+    def _sorted(self) -> SortedInts:
+        recent = self._recent
+        while recent:
+            start = next(iter(recent))
+            # Sorted first: interrupted here, the start is in both, which lookups allow.
+            self._starts.add(start)
+            del recent[start]
+        return self._starts
 
     def at(self, start: int) -> Block | None:
         return self._blocks.get(start)
@@ -306,21 +382,26 @@ class BlockIndex:
         block = self._blocks.get(address)
         if block is not None:
             return block
-        start = self._starts.floor(address)
-        if start is None:
-            return None
-        block = self._blocks.get(start)
-        return block if block is not None and address < block.end else None
+        starts = self._sorted()
+        while True:
+            start = starts.floor(address)
+            if start is None:
+                return None
+            block = self._blocks.get(start)
+            if block is not None:
+                return block if address < block.end else None
+            starts.discard(start)  # left behind by an interrupted discard()
 
     def overlapping(self, start: int, end: int) -> Iterator[Block]:
         """Live blocks that overlap ``[start, end)``, in address order."""
         first = self.containing(start)
-        cursor = start if first is None else first.start
+        starts = self._sorted()
+        cursor = start
         if first is not None:
             yield first
             cursor = first.end
         while True:
-            nxt = self._starts.ceiling(cursor)
+            nxt = starts.ceiling(cursor)
             if nxt is None or nxt >= end:
                 return
             block = self._blocks.get(nxt)

@@ -91,8 +91,13 @@ class FakeRuntime:
 
     def current(self) -> FakeDevice | None:
         """The calling thread's device, or None (107002) if its context is gone or unset."""
-        context = self.current_context()
-        return None if context is None else self.devices[context[0]]
+        context: tuple[int, int] | None = getattr(self._local, "context", None)
+        if context is None:
+            return None
+        device_id, generation = context
+        if self._references[device_id] == 0 or self._generation[device_id] != generation:
+            return None
+        return self.devices[device_id]
 
     def current_context(self) -> tuple[int, int] | None:
         """``(device id, context generation)`` of the calling thread, or None."""

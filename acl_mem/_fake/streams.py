@@ -66,20 +66,21 @@ class PendingIndex:
     by running it again.
     """
 
-    __slots__ = ("_by_target", "_ops")
+    __slots__ = ("_by_target", "ops")
 
     def __init__(self) -> None:
         self._by_target: dict[int, dict[Op, None]] = {}
-        self._ops: dict[Op, None] = {}
+        #: Every queued op (never replaced: holders of this dict see it change).
+        self.ops: dict[Op, None] = {}
 
     @property
     def count(self) -> int:
-        return len(self._ops)
+        return len(self.ops)
 
     def add(self, op: Op) -> None:
         for target in op.targets:
             self._by_target.setdefault(id(target), {})[op] = None
-        self._ops[op] = None
+        self.ops[op] = None
 
     def remove(self, op: Op) -> None:
         for target in op.targets:
@@ -88,7 +89,7 @@ class PendingIndex:
                 ops.pop(op, None)
                 if not ops:
                     self._by_target.pop(id(target), None)
-        self._ops.pop(op, None)
+        self.ops.pop(op, None)
 
     def on(self, target: object) -> list[Op]:
         ops = self._by_target.get(id(target))
@@ -96,7 +97,7 @@ class PendingIndex:
 
     def clear(self) -> None:
         self._by_target = {}
-        self._ops = {}
+        self.ops.clear()
 
 
 class Stream:
@@ -226,4 +227,4 @@ class StreamTable:
         return lost
 
     def any_pending(self) -> bool:
-        return self.pending.count > 0
+        return bool(self.pending.ops)
