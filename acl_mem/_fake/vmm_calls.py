@@ -8,6 +8,7 @@ questions 2-8 and 12, see docs/fidelity.md).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field, replace
@@ -15,10 +16,11 @@ from typing import TYPE_CHECKING
 
 from .._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from ..enums import MemLocationType
+from ..errors import AclError
 from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, align_up
 from . import codes
 from .extents import ExtentAllocator
-from .vmm_share import ShareRegistry
+from .vmm_share import Record, ShareRegistry, new_shareable, self_identity
 from .vmm_space import VMM_WINDOW, PhysicalPool, map_mirror, unmap_mirror
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ _NORMAL_POOL_ATTRS = frozenset({12, 15})
 _HANDLE_BASE, _HANDLE_STEP = 0x4A00_0000_0000, 0x40
 _HOST_POOL_SIZE = 1 << 40
 _MAX_PIDS = 65535
+#: Fresh shareable numbers an export tries before giving up (row 55).
+_SHAREABLE_TRIES = 16
 
 
 @dataclass
@@ -142,9 +146,15 @@ class VmmCalls:
         self._next_handle = _HANDLE_BASE
         self._pools: dict[int | None, PhysicalPool] = {}
         self._pool_space: dict[int | None, ExtentAllocator] = {}
-        self._exports = 0
         self._registry: ShareRegistry | None = None
         self._still_shared: list[Physical] = []
+
+    def _vmm_after_fork(self) -> None:
+        """Forked child: the parent's mappings must not write into its shared memory."""
+        for reservation in self.reservations.values():
+            for mapping in reservation.mappings.values():
+                unmap_mirror(mapping.va, mapping.size)
+        self._vmm_init()
 
     # -- reservations (spec §4.2) ------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
@@ -283,25 +293,37 @@ class VmmCalls:
     def _release_physical(self, physical: Physical) -> None:
         del self.physicals[physical.handle]
         if physical.imported_from:
-            if self._share().release(physical.imported_from):
-                physical.pool.discard(physical.offset, physical.size)
-            physical.pool.close()
+            try:
+                self._share().release(physical.imported_from, self_identity(),
+                                      lambda: physical.pool.discard(physical.offset,
+                                                                    physical.size))
+            except AclError:
+                pass  # unusable share directory: the exporter sees us gone when we exit
+            finally:
+                physical.pool.close()
             return
-        if physical.exported:
-            self._share().update(physical.exported, owner_freed=True)
-            if not self._share().release(physical.exported):
-                # Another process still holds it: the range stays taken until the last
-                # holder lets go (spec §4.3); reaped by _reap_shared().
-                self._still_shared.append(physical)
-                return
+        if physical.exported and not self._owner_lets_go(physical):
+            # Another process still holds it: the range stays taken until the last
+            # holder lets go (spec §4.3); _reap_shared() asks again.
+            self._still_shared.append(physical)
+            return
         physical.pool.discard(physical.offset, physical.size)
         self._return_to_pools(physical)
 
+    def _owner_lets_go(self, physical: Physical) -> bool:
+        """Whether exported memory the exporter has freed is nobody's any more."""
+        try:
+            return self._share().release_owner(physical.exported)
+        except AclError:
+            return False  # the share directory is unusable now; keep it and ask again
+
     def _reap_shared(self) -> None:
-        """Give back exported memory whose last importer has freed it meanwhile."""
+        """Give back exported memory whose importers have freed it or died meanwhile."""
         for physical in list(self._still_shared):
-            if self._share().read(physical.exported) is None:
+            if self._owner_lets_go(physical):
                 self._still_shared.remove(physical)
+                # A killed importer never discarded the pages; a punched hole is cheap.
+                physical.pool.discard(physical.offset, physical.size)
                 self._return_to_pools(physical)
 
     def _return_to_pools(self, physical: Physical) -> None:
@@ -430,16 +452,26 @@ class VmmCalls:
             if physical is None or physical.freed or physical.exported or \
                     physical.imported_from or physical.device is None:
                 return codes.RT_PARAM_INVALID, 0
-            self._exports += 1
-            shareable = (os.getpid() << 24) | self._exports
-            self._share().publish(shareable, {
-                "pid": os.getpid(), "fd": physical.pool.fd, "offset": physical.offset,
-                "size": physical.size, "device": physical.device, "flags": flags,
-                "memAttr": physical.prop.memAttr, "pids": [], "holders": 1,
-                "owner_freed": False,
-            })
-            physical.exported = shareable
-            return codes.SUCCESS, shareable
+            memfd = os.fstat(physical.pool.fd)
+            record = Record(owner=self_identity(), fd=physical.pool.fd,
+                            inode=(memfd.st_dev, memfd.st_ino), offset=physical.offset,
+                            size=physical.size, device=physical.device, flags=flags,
+                            mem_attr=physical.prop.memAttr)
+            for _ in range(_SHAREABLE_TRIES):
+                shareable = new_shareable()
+                # Marked before the record exists, and left marked if interrupted: freeing
+                # the handle then removes the record if there is one, and a record no
+                # handle of ours would ever remove cannot be left behind.
+                physical.exported = shareable
+                try:
+                    published = self._share().publish(shareable, record)
+                except AclError:
+                    physical.exported = 0  # refused before anything was written
+                    raise
+                if published:
+                    return codes.SUCCESS, shareable
+                physical.exported = 0
+            return codes.MEMORY_ALLOCATION, 0
 
     def aclrtMemSetPidToShareableHandle(self, shareableHandle: int, pid: list[int] | None,
                                         pidNum: int) -> int:
@@ -447,12 +479,7 @@ class VmmCalls:
             return codes.INVALID_PARAM
         if pidNum > _MAX_PIDS:
             return codes.RT_PARAM_INVALID
-        record = self._share().read(shareableHandle)
-        if record is None or record["pid"] != os.getpid():
-            return codes.RT_PARAM_INVALID
-        self._share().update(shareableHandle, pids=sorted(set(record["pids"]) |
-                                                           set(pid[:pidNum])))
-        return codes.SUCCESS
+        return self._share().allow(shareableHandle, list(pid[:pidNum]), self_identity())
 
     def aclrtMemImportFromShareableHandle(self, shareableHandle: int, deviceId: int,
                                           null_outputs: int = 0) -> tuple[int, int]:
@@ -460,27 +487,31 @@ class VmmCalls:
             return codes.INVALID_PARAM, 0
         if not self.runtime.valid_device(deviceId):
             return codes.INVALID_DEVICEID, 0
-        record = self._share().read(shareableHandle)
-        if record is None or record.get("owner_freed"):
-            return codes.RT_PARAM_INVALID, 0
-        if record["pid"] == os.getpid():
-            return codes.FEATURE_NOT_SUPPORT, 0  # same-process import (spec §4.6)
-        if record["flags"] == 0 and os.getpid() not in record["pids"]:
-            return codes.RT_PARAM_INVALID, 0
-        try:
-            fd = os.open(f"/proc/{record['pid']}/fd/{record['fd']}", os.O_RDWR)
-        except OSError:
-            return codes.RT_PARAM_INVALID, 0
-        if self._share().acquire(shareableHandle) is None:
-            os.close(fd)
-            return codes.RT_PARAM_INVALID, 0
-        pool = PhysicalPool.__new__(PhysicalPool)
-        pool.fd, pool.size = fd, record["offset"] + record["size"]
-        prop = aclrtPhysicalMemProp(memAttr=record["memAttr"])
-        prop.location.id = deviceId
+        me = self_identity()
+        fd = -1
         with self._lock:
-            return codes.SUCCESS, self._new_handle(record["size"], prop, deviceId, pool,
-                                                   record["offset"], shareableHandle)
+            try:
+                rc, fd, record = self._share().acquire(shareableHandle, me)
+                if rc or record is None:
+                    return rc, 0
+                pool = PhysicalPool.__new__(PhysicalPool)
+                pool.fd, pool.size = fd, record.offset + record.size
+                prop = aclrtPhysicalMemProp(memAttr=record.mem_attr)
+                prop.location.id = deviceId
+                return codes.SUCCESS, self._new_handle(record.size, prop, deviceId, pool,
+                                                       record.offset, shareableHandle)
+            except AclError:
+                raise  # refused: nothing was taken
+            except BaseException:
+                # Interrupted: whatever line it hit, this process must hold exactly the
+                # imports that became handles.
+                mine = [p for p in self.physicals.values()
+                        if p.imported_from == shareableHandle]
+                if fd >= 0 and all(p.pool.fd != fd for p in mine):
+                    os.close(fd)
+                with contextlib.suppress(Exception):
+                    self._share().forget(shareableHandle, me, keep=len(mine))
+                raise
 
     # -- handles (spec §4) ------------------------------------------------------------
     def aclrtMemRetainAllocationHandle(self, virPtr: int,

@@ -1,0 +1,399 @@
+"""The fake's cross-process sharing registry (spec §4.6): its directory, its records and
+the processes that hold exported memory.
+
+Everything here is about the files the fake keeps in its share directory, which
+hardware does not have, hence fake_only. Each check points ACL_MEM_FAKE_SHARE_DIR at a
+directory of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import clean_env
+
+from acl_mem import raw
+from acl_mem._fake import FakeBackend
+from acl_mem.enums import MemAttr, MemLocationType
+from acl_mem.errors import AclError, InternalError, RtParamInvalidError
+
+MiB = 1 << 20
+HUGE = 2 * MiB
+FAKE_ONLY = "the share directory and its records exist only in the fake"
+
+
+def prop() -> raw.aclrtPhysicalMemProp:
+    return raw.aclrtPhysicalMemProp(0, 0, MemAttr.HBM_MEM_HUGE,
+                                    raw.aclrtMemLocation(0, MemLocationType.DEVICE), 0)
+
+
+def huge_free() -> int:
+    return raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
+
+
+def record_path(directory: Path, shareable: int) -> Path:
+    return directory / f"{shareable:016x}.json"
+
+
+def records(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.json"))
+
+
+def lock_is_free(directory: Path) -> bool:
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.fixture
+def share_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    directory = tmp_path / "share"
+    monkeypatch.setenv("ACL_MEM_FAKE_SHARE_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture
+def handles(fake: FakeBackend) -> Iterator[list[int]]:
+    """Physical handles of the check, freed at its end whatever happened."""
+    made: list[int] = []
+    try:
+        yield made
+    finally:
+        for handle in made:
+            with contextlib.suppress(AclError):
+                raw.aclrtFreePhysical(handle)
+
+
+def physical(handles: list[int]) -> int:
+    handle = raw.aclrtMallocPhysical(HUGE, prop())
+    handles.append(handle)
+    return handle
+
+
+# -- other processes ------------------------------------------------------------------
+
+_CHILD = """
+import sys
+import acl_mem
+from acl_mem import raw
+acl_mem.use_backend("fake")
+def code(fn, *args):
+    try:
+        return fn(*args)
+    except acl_mem.AclError as exc:
+        return -exc.code
+"""
+
+#: Imports the shareable handle given on the command line, says so, then waits.
+_IMPORTER = _CHILD + """
+print(code(raw.aclrtMemImportFromShareableHandle, int(sys.argv[1]), 0), flush=True)
+sys.stdin.readline()
+"""
+
+#: Exports 2 MiB of device memory without pid validation, prints the handle, waits.
+_EXPORTER = _CHILD + """
+prop = raw.aclrtPhysicalMemProp(0, 0, 4, raw.aclrtMemLocation(0, 1), 0)
+handle = raw.aclrtMallocPhysical(2 << 20, prop)
+print(raw.aclrtMemExportToShareableHandle(handle, 0, 1), flush=True)
+sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """A python process running ``script``; yields it and the number it printed first."""
+    env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ["ACL_MEM_FAKE_SHARE_DIR"])
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(timeout=10)
+            assert proc.stderr is not None
+            raise AssertionError(f"the child ended early:\n{proc.stderr.read()}")
+        yield proc, int(line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+# -- 1. the directory is trusted only when it is the user's own ----------------------
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.parametrize("mode", [0o777, 0o755, 0o1777, 0o770])
+def test_share_directory_open_to_others_is_refused(fake, dev, share_dir, handles, mode):
+    """A share directory someone else could write into (or read) is not used: every
+    sharing call refuses with ACL_ERROR_RT_INTERNAL_ERROR and nothing is written."""
+    share_dir.mkdir()
+    share_dir.chmod(mode)
+    handle = physical(handles)
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+    assert e.value.code == 507000
+    for call in (lambda: raw.aclrtMemImportFromShareableHandle(0x1234 << 24 | 1, 0),
+                 lambda: raw.aclrtMemSetPidToShareableHandle(0x1234 << 24 | 1, [1], 1)):
+        with pytest.raises(InternalError) as e:
+            call()
+        assert e.value.code == 507000
+    assert list(share_dir.iterdir()) == []
+    # Once the directory is fixed the same handle exports (the refusal left no mark).
+    share_dir.chmod(0o700)
+    assert raw.aclrtMemExportToShareableHandle(handle, 0, 1) != 0
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_share_directory_that_is_a_symlink_is_refused(fake, dev, share_dir, handles,
+                                                      tmp_path):
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    share_dir.symlink_to(real)
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_share_directory_that_is_a_file_is_refused(fake, dev, share_dir, handles):
+    share_dir.write_bytes(b"not a directory")
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert share_dir.read_bytes() == b"not a directory"
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
+def test_share_directory_of_another_user_is_refused(fake, dev, share_dir, handles):
+    share_dir.mkdir(mode=0o700)
+    os.chown(share_dir, 65534, 65534)
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert list(share_dir.iterdir()) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_share_directory_is_created_private(fake, dev, share_dir, handles):
+    old = os.umask(0)
+    try:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    finally:
+        os.umask(old)
+    assert share_dir.stat().st_mode & 0o7777 == 0o700
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_symlinks_at_record_names_are_not_followed(fake, dev, share_dir, handles,
+                                                   tmp_path):
+    """A symlink planted where the next record goes is replaced, never written through."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    first = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    for n in range(1, 9):
+        record_path(share_dir, first + n).symlink_to(victim)
+    shared = [raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0) for _ in range(3)]
+    raw.aclrtMemSetPidToShareableHandle(shared[0], [os.getpid() + 1], 1)
+    for handle in handles:
+        raw.aclrtFreePhysical(handle)
+    handles.clear()
+    assert victim.read_bytes() == b"precious"
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_symlinked_lock_file_is_refused(fake, dev, share_dir, handles, tmp_path):
+    share_dir.mkdir(mode=0o700)
+    target = tmp_path / "lock-target"
+    (share_dir / ".lock").symlink_to(target)
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert not target.exists()
+
+
+# -- 3. damaged records ------------------------------------------------------------------
+
+_DAMAGE = {
+    "not json": b"\x00garbage{",
+    "empty": b"",
+    "a list": b"[1, 2, 3]",
+    "missing keys": json.dumps({"pid": 1}).encode(),
+    "wrong types": None,  # the real record with every value turned into a string
+    "holders not a list": None,
+    "not utf-8": b"\xff\xfe{}",
+}
+
+
+def damage(path: Path, how: str) -> None:
+    data = _DAMAGE[how]
+    if data is None:
+        record: dict[str, Any] = json.loads(path.read_text())
+        if how == "wrong types":
+            record = {key: str(value) for key, value in record.items()}
+        else:
+            record["holders"] = "many"
+        data = json.dumps(record).encode()
+    path.write_bytes(data)
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.parametrize("how", sorted(_DAMAGE))
+def test_damaged_record_is_an_unusable_handle(fake, dev, share_dir, handles, how):
+    """A record that does not parse is a handle nobody can use: 107000 from import and
+    set-pid, and the exporter's free still gives its memory back."""
+    before = huge_free()
+    handle = physical(handles)
+    shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+    damage(record_path(share_dir, shareable), how)
+    for call in (lambda: raw.aclrtMemImportFromShareableHandle(shareable, 0),
+                 lambda: raw.aclrtMemSetPidToShareableHandle(shareable, [1], 1)):
+        with pytest.raises(RtParamInvalidError) as e:
+            call()
+        assert e.value.code == 107000
+    raw.aclrtFreePhysical(handles.pop())
+    assert huge_free() == before
+    assert records(share_dir) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_record_that_cannot_be_read_is_an_unusable_handle(fake, dev, share_dir, handles):
+    """An OS error reading a record (here: it is a directory) is 107000, not OSError."""
+    handle = physical(handles)
+    shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+    path = record_path(share_dir, shareable)
+    path.unlink()
+    path.mkdir()
+    for call in (lambda: raw.aclrtMemImportFromShareableHandle(shareable, 0),
+                 lambda: raw.aclrtMemSetPidToShareableHandle(shareable, [1], 1)):
+        with pytest.raises(RtParamInvalidError) as e:
+            call()
+        assert e.value.code == 107000
+    raw.aclrtFreePhysical(handles.pop())
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_permission_error_reading_a_record_is_an_unusable_handle(
+        fake, dev, share_dir, handles, monkeypatch):
+    handle = physical(handles)
+    shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+    real_open = os.open
+
+    def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(".json"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.aclrtMemImportFromShareableHandle(shareable, 0)
+    assert e.value.code == 107000
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_unknown_handle_is_107000(fake, dev, share_dir):
+    for shareable in (1, os.getpid() << 24 | 0xFFFFFF, 2**64 - 1):
+        with pytest.raises(RtParamInvalidError) as e:
+            raw.aclrtMemImportFromShareableHandle(shareable, 0)
+        assert e.value.code == 107000
+
+
+# -- 2. processes that die ---------------------------------------------------------------
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_killed_importer_lets_go_of_exported_memory(fake, dev, share_dir, handles):
+    """The exporter freed its handle while another process held the import; that
+    process is SIGKILLed: the memory goes back to the exporter's pool and the record
+    goes away."""
+    before = huge_free()
+    handle = physical(handles)
+    shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+    with child(_IMPORTER, str(shareable)) as (proc, imported):
+        assert imported > 0
+        raw.aclrtFreePhysical(handles.pop())
+        assert huge_free() == before - HUGE  # held by the child
+        kill(proc)
+        assert huge_free() == before
+    assert records(share_dir) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_killed_importer_before_the_exporter_frees(fake, dev, share_dir, handles):
+    before = huge_free()
+    shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    with child(_IMPORTER, str(shareable)) as (proc, imported):
+        assert imported > 0
+        kill(proc)
+        raw.aclrtFreePhysical(handles.pop())
+        assert huge_free() == before
+    assert records(share_dir) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_holder_whose_pid_was_reused_is_not_alive(fake, dev, share_dir, handles):
+    """A holder is a (pid, start time) pair: a live process with the holder's pid but
+    another start time is not the holder."""
+    before = huge_free()
+    shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    path = record_path(share_dir, shareable)
+    record = json.loads(path.read_text())
+    start = int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    record["holders"] = [[os.getppid(), start + 1]]
+    path.write_text(json.dumps(record))
+    raw.aclrtFreePhysical(handles.pop())
+    assert huge_free() == before
+    assert records(share_dir) == []
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_record_of_a_killed_exporter_is_removed(fake, dev, share_dir, handles):
+    with child(_EXPORTER) as (proc, shareable):
+        assert record_path(share_dir, shareable).exists()
+        kill(proc)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.aclrtMemImportFromShareableHandle(shareable, 0)
+    assert e.value.code == 107000
+    mine = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert records(share_dir) == [record_path(share_dir, mine)]
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
+    """Two imports of one export: each holds the memory until it is freed."""
+    with child(_EXPORTER) as (_, shareable):
+        first = raw.aclrtMemImportFromShareableHandle(shareable, 0)
+        second = raw.aclrtMemImportFromShareableHandle(shareable, 0)
+        path = record_path(share_dir, shareable)
+        assert len(json.loads(path.read_text())["holders"]) == 2
+        raw.aclrtFreePhysical(first)
+        assert len(json.loads(path.read_text())["holders"]) == 1
+        raw.aclrtFreePhysical(second)
+        assert json.loads(path.read_text())["holders"] == []
