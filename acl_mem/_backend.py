@@ -113,6 +113,16 @@ class Backend(Protocol):
 
 
 _lock = threading.RLock()
+
+
+def _fresh_lock_in_child() -> None:
+    # Another thread of the parent may have been choosing the backend at the fork.
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _active: Backend | None = None
 _reason = "not chosen yet (chosen on first use)"
 _requested: str | None = None

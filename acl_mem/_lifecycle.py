@@ -28,7 +28,7 @@ class State:
         # A forked child shares no runtime with its parent: nothing allocated before the
         # fork may be freed from the child, so every token goes stale there.
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self.teardown)
+            os.register_at_fork(after_in_child=self._after_fork)
 
     def current_device(self) -> int | None:
         device: int | None = getattr(self._local, "device", None)
@@ -57,6 +57,12 @@ class State:
 
     def set_count(self, device: int) -> int:
         return self._set_count[device]
+
+    def _after_fork(self) -> None:
+        # A thread of the parent may have held these at the fork; it does not exist here.
+        self.lock = threading.RLock()
+        self._lock = threading.Lock()
+        self.teardown()
 
     def teardown(self) -> None:
         """aclFinalize or a new fake configuration: every device released at once."""

@@ -12,6 +12,7 @@ import ctypes
 import mmap
 import os
 import threading
+import weakref
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..sizes import (
@@ -66,6 +67,18 @@ def _reserve_device_space() -> bool:
         return _address_space_reserved
 
 
+#: Every fake backend of the process, for the fork handler.
+_backends: weakref.WeakSet[FakeBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for backend in list(_backends):
+        backend.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class FakeBackend(StreamCalls, VmmCalls):
     """Implements :class:`acl_mem._backend.Backend` against a simulated device."""
 
@@ -88,9 +101,38 @@ class FakeBackend(StreamCalls, VmmCalls):
         self._copies: dict[object, None] = {}
         self._copies_done = threading.Condition(self._lock)
         self._plans: dict[tuple[str, int], _Plan] = {}
+        self._orphaned_host_maps: list[mmap.mmap] = []
+        _backends.add(self)
         #: The queued ops of every stream (shared with the stream table): empty = no
         #: hazard can arise, the common case tested first.
         self._queued = self.streams.pending.ops
+
+    def after_fork(self) -> None:
+        """The forked child's fake: as a new process sees the device (fidelity table).
+
+        A thread of the parent may have been inside the fake at the fork, holding its
+        lock or half-way through a change; that thread does not exist here. So the
+        child gets fresh locks, no current context and empty devices: the parent's
+        device pointers, streams and virtual memory are not valid in the child, and
+        the child calls aclrtSetDevice and allocates like any new process. Pinned host
+        memory stays mapped (views of it may exist) but is no longer registered.
+        """
+        self.runtime.after_fork()
+        self._lock = self.runtime.lock
+        self._copies = {}
+        self._copies_done = threading.Condition(self._lock)
+        self.streams = StreamTable()
+        self._queued = self.streams.pending.ops
+        for device in self.runtime.devices:
+            device.release_all()
+            device.pools.reset()
+        self._orphaned_host_maps += self._host_maps.values()
+        self._host_maps = {}
+        self._host = BlockIndex()
+        self._vmm_after_fork()
+        if self.checker is not None:
+            self.checker = Checker(self.checker.mode)
+        self._faults = {}
 
     @classmethod
     def from_environment(cls) -> FakeBackend:

@@ -10,6 +10,14 @@ from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 __all__ = ["current_hazard_mode", "current_profile", "set_hazard_mode", "set_profile"]
 
 _lock = threading.Lock()
+
+
+def _fresh_lock_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock_in_child)
 _configured: Profile | None = None
 
 

@@ -109,6 +109,13 @@ class FakeRuntime:
             return None
         return context
 
+    def after_fork(self) -> None:
+        """In a forked child: fresh lock, no current context, no device references."""
+        self.lock = threading.RLock()
+        self._local = threading.local()
+        self._references = [0] * len(self.devices)
+        self._generation = [g + 1 for g in self._generation]
+
     def generation(self, device_id: int) -> int:
         return self._generation[device_id]
 
