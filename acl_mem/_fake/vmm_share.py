@@ -356,7 +356,7 @@ class ShareRegistry:
         """Add ``pids`` to the whitelist of ``owner``'s export; an aclError code."""
         with self._session() as session:
             record = session.load(shareable)
-            if record is None or record.owner != owner or record.owner_freed:
+            if record is None or record.owner != owner:
                 return codes.RT_PARAM_INVALID
             record.pids = sorted(set(record.pids) | set(pids))
             session.store(shareable, record)
