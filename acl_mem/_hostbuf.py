@@ -10,6 +10,9 @@ import cffi
 __all__ = ["HostSpan", "ffi", "host_span", "vouched", "vouching"]
 
 ffi = cffi.FFI()
+# Parsed now, not on a call path: cffi parses a type string under a lock on first use.
+for _name in ("uintptr_t", "char *", "void *"):
+    ffi.typeof(_name)
 _vouched = threading.local()
 
 

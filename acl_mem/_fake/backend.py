@@ -12,6 +12,7 @@ import ctypes
 import mmap
 import os
 import threading
+import time
 import weakref
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
@@ -67,6 +68,8 @@ def _reserve_device_space() -> bool:
         return _address_space_reserved
 
 
+#: Seconds a free or unmap waits for copies in other threads before it goes ahead.
+_COPY_WAIT_LIMIT = 5.0
 #: Every fake backend of the process, for the fork handler.
 _backends: weakref.WeakSet[FakeBackend] = weakref.WeakSet()
 
@@ -98,7 +101,7 @@ class FakeBackend(StreamCalls, VmmCalls):
         self._host_maps: dict[int, mmap.mmap] = {}
         #: Copies moving bytes with the lock released; unmapping host memory waits for
         #: them (a copy into memory unmapped under it would crash the process).
-        self._copies: dict[object, None] = {}
+        self._copies: dict[int, None] = {}
         self._copies_done = threading.Condition(self._lock)
         self._plans: dict[tuple[str, int], _Plan] = {}
         self._orphaned_host_maps: list[mmap.mmap] = []
@@ -296,8 +299,19 @@ class FakeBackend(StreamCalls, VmmCalls):
                                 "operation(s) never synchronised; they never ran")
 
     def _wait_for_copies(self) -> None:
-        """Block until no copy moves bytes outside the lock (call with the lock held)."""
-        while self._copies:
+        """Block until no other thread moves bytes outside the lock (call with the lock
+        held). A thread's entry can outlive its copy only if an interrupt hit the line
+        that removes it: the calling thread's own entry and dead threads' entries are
+        ignored, and the wait gives up after :data:`_COPY_WAIT_LIMIT` seconds."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + _COPY_WAIT_LIMIT
+        while True:
+            others = [ident for ident in list(self._copies) if ident != me]
+            if not others:
+                return
+            alive = {thread.ident for thread in threading.enumerate()}
+            if not any(ident in alive for ident in others) or time.monotonic() > deadline:
+                return
             # A timeout, so a copier that finished between our check and our wait is
             # noticed without it having to notify.
             self._copies_done.wait(0.01)
@@ -509,7 +523,7 @@ class FakeBackend(StreamCalls, VmmCalls):
             return codes.RT_PARAM_INVALID
         if dst == src:
             return codes.SUCCESS
-        token: object = None
+        token = 0
         try:
             with self._lock:
                 if self.runtime.current() is None:
@@ -538,7 +552,7 @@ class FakeBackend(StreamCalls, VmmCalls):
                     if not copy_untrusted(dst_host, src_host, count, side):
                         return codes.RT_PARAM_INVALID
                     return codes.SUCCESS
-                token = object()
+                token = threading.get_ident()
                 self._copies[token] = None
             # The bytes move with the lock released (and the GIL, in ctypes.memmove), so
             # other threads allocate and copy meanwhile; memory under a running copy is
@@ -546,7 +560,7 @@ class FakeBackend(StreamCalls, VmmCalls):
             ctypes.memmove(dst_host, src_host, count)
             return codes.SUCCESS
         finally:
-            if token is not None:
+            if token:
                 self._copies.pop(token, None)
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:

@@ -282,11 +282,14 @@ class FakeDevice:
                 pools.normal_used -= extent
             else:
                 pools.huge_used -= extent
+            # The address goes back last, in one call: an interrupt before it leaves the
+            # address with the block (undone below), never in two places.
             if not keep_address:
                 dvpp = region is self.dvpp
                 if self._recycled_bytes < RECYCLED_LIMIT:
-                    self._recycled.setdefault((extent, block.page_size, dvpp), []).append(start)
+                    recycled = self._recycled.setdefault((extent, block.page_size, dvpp), [])
                     self._recycled_bytes += extent
+                    recycled.append(start)
                 else:
                     (self._dvpp_space if dvpp else self._heap_space).release(start, extent)
         except BaseException:

@@ -43,9 +43,17 @@ ffi.cdef(
     long process_vm_writev(int pid, const struct iovec *local, unsigned long liovcnt,
                            const struct iovec *remote, unsigned long riovcnt,
                            unsigned long flags);
+    int fallocate(int fd, int mode, long offset, long len);
     """
 )
 _libc: Any = ffi.dlopen(None)
+# Parsed now, not on a call path: cffi parses a type string under a lock on first use,
+# and an interrupt there must not leave that lock behind a memory call.
+for _name in ("void *", "uintptr_t", "char *", "unsigned char[]", "struct iovec *",
+              "struct iovec[2]", "struct iovec[]"):
+    ffi.typeof(_name)
+for _name in ("mmap", "mincore", "process_vm_readv", "process_vm_writev", "fallocate"):
+    getattr(_libc, _name)  # functions of a dlopen'ed lib are also resolved on first use
 HOST_PAGE = mmap.PAGESIZE
 _MAP_PRIVATE = 0x02
 _MAP_ANONYMOUS = 0x20 if sys.platform.startswith("linux") else 0x1000

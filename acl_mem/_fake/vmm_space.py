@@ -27,7 +27,6 @@ _PROT_RW = 0x3
 _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANON, _MAP_NORESERVE = 0x01, 0x02, 0x10, 0x20, 0x4000
 _FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
-ffi.cdef("int fallocate(int fd, int mode, long offset, long len);", override=True)
 
 
 def map_mirror(va: int, size: int, fd: int, offset: int) -> bool:

@@ -16,9 +16,19 @@ DEFAULT_TOOLKIT = "/usr/local/Ascend/ascend-toolkit/latest"
 _SUBDIRS = ("lib64", "runtime/lib64", "acllib/lib64")
 
 
+#: Every C type the native backend names on a call path, parsed when the ffi is made:
+#: cffi parses a type string under a lock on first use, and an interrupt in the middle
+#: of that must not happen inside a memory call.
+CALL_TYPES = ("void *", "void **", "int32_t *", "uint32_t *", "size_t *", "uint64_t *",
+              "uintptr_t", "aclrtPtrAttributes *", "aclrtPhysicalMemProp *",
+              "aclrtMemAccessDesc[]", "int32_t[]", "char *")
+
+
 def make_ffi() -> cffi.FFI:
     ffi = cffi.FFI()
     ffi.cdef(CDEF)
+    for name in CALL_TYPES:
+        ffi.typeof(name)
     return ffi
 
 
