@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable
 from types import TracebackType
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from . import raw
 from ._args import c_int
@@ -100,9 +101,10 @@ class Device:
     ) -> DeviceBuffer:
         if state.current_device() not in (self._id, None):
             self._require_current(api.value)
-        ptr = allocate(size, policy)
-        # The raw call has validated both as C integers.
-        return DeviceBuffer(ptr, operator.index(size), api, self, operator.index(policy))
+        # The raw call validates both as C integers.
+        return _adopt(lambda: allocate(size, policy), raw.aclrtFree,
+                      lambda ptr: DeviceBuffer(ptr, operator.index(size), api, self,
+                                               operator.index(policy)))
 
     def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
@@ -119,9 +121,8 @@ class Device:
     def malloc_host(self, size: int) -> HostBuffer:
         """aclrtMallocHost: page-locked host memory, viewable without copying (spec §3.7)."""
         self._require_current("aclrtMallocHost")
-        ptr = raw.aclrtMallocHost(size)
-        nbytes = int(size)
-        return HostBuffer(ptr, nbytes, AllocApi.MALLOC_HOST, self)
+        return _adopt(lambda: raw.aclrtMallocHost(size), raw.aclrtFreeHost,
+                      lambda ptr: HostBuffer(ptr, int(size), AllocApi.MALLOC_HOST, self))
 
     def dvpp_malloc(
         self, size: int, *, api: AllocApi | str = AllocApi.DVPP_MALLOC
@@ -133,11 +134,10 @@ class Device:
                              f"got {chosen.value}")
         self._require_current(chosen.value)
         if chosen is AllocApi.DVPP_MALLOC:
-            ptr = raw.acldvppMalloc(size)
-        else:
-            ptr = raw.hi_mpi_dvpp_malloc(self._id, size)
-        nbytes = int(size)
-        return DeviceBuffer(ptr, nbytes, chosen, self)
+            return _adopt(lambda: raw.acldvppMalloc(size), raw.acldvppFree,
+                          lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
+        return _adopt(lambda: raw.hi_mpi_dvpp_malloc(self._id, size), raw.hi_mpi_dvpp_free,
+                      lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
 
     # -- streams -----------------------------------------------------------------------
     def stream(self) -> Stream:
@@ -172,3 +172,23 @@ class Device:
         return found
 
 
+_B = TypeVar("_B", DeviceBuffer, HostBuffer)
+
+
+def _adopt(allocate: Callable[[], int], free: Callable[[int], None],
+           wrap: Callable[[int], _B]) -> _B:
+    """Allocate and wrap as one step.
+
+    Under the lock that device set/reset take, so no reset on another thread can fall
+    between the allocation and the buffer's ownership token (the buffer would look
+    live on memory the reset released); and an interrupt before the buffer exists
+    frees the memory instead of losing it.
+    """
+    with state.lock:
+        ptr = allocate()
+        try:
+            return wrap(ptr)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                free(ptr)
+            raise

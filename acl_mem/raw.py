@@ -31,7 +31,7 @@ from ._raw_vmm import (
 )
 from ._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MallocPolicy, MemLocationType
-from .errors import AclError
+from .errors import AclError, HazardError
 
 __all__ = [
     "PtrAttributes",
@@ -113,7 +113,11 @@ def aclInit(configPath: object = None) -> None:
 def aclFinalize() -> None:
     """Tear ACL down (resets every device); a repeat raises 100037, spec §3.1."""
     with state.lock:
-        rc = _backend.get().aclFinalize()
+        try:
+            rc = _backend.get().aclFinalize()
+        except HazardError:
+            state.teardown()  # raised after the runtime released everything
+            raise
         if rc:
             raise _fail(rc, "aclFinalize()")
         state.teardown()
@@ -135,7 +139,11 @@ def aclrtResetDevice(deviceId: int) -> None:
     """Drop one reference; at zero the device's memory is released (spec §3.2)."""
     dev = c_int(deviceId, "aclrtResetDevice", "deviceId")
     with state.lock:
-        rc = _backend.get().aclrtResetDevice(dev)
+        try:
+            rc = _backend.get().aclrtResetDevice(dev)
+        except HazardError:
+            state.device_reset(dev)  # raised after the reset took effect
+            raise
         if rc:
             raise _fail(rc, f"aclrtResetDevice(deviceId={dev})")
         state.device_reset(dev)

@@ -196,13 +196,16 @@ class FakeBackend(StreamCalls, VmmCalls):
         return self.runtime.init(config_path)
 
     def aclFinalize(self) -> int:
-        return self.runtime.finalize()
+        # Every device is released before a HazardError for lost queued work propagates.
+        with self._lock, self.hazards.held():
+            return self.runtime.finalize()
 
     def aclrtSetDevice(self, deviceId: int) -> int:
         return self.runtime.set_device(deviceId)
 
     def aclrtResetDevice(self, deviceId: int) -> int:
-        return self.runtime.reset_device(deviceId)
+        with self._lock, self.hazards.held():
+            return self.runtime.reset_device(deviceId)
 
     def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:

@@ -1,0 +1,114 @@
+"""Defects the fake engine had, each pinned by a test that failed before its fix.
+
+Races with queued work, hazards raised in "raise" mode, and ownership tokens taken
+while another thread resets the device (docs/fidelity.md, streams and hazards rows).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import acl_mem
+from acl_mem import HazardError, MemAttr, MemcpyKind, raw
+
+FAKE_ONLY = "hazards and queued-work checks exist only in the fake"
+MiB = 1 << 20
+
+
+def _free_hbm() -> int:
+    return raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[0]
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_queued_copy_into_freed_pinned_memory_never_writes_its_successor(fake, dev,
+                                                                          monkeypatch):
+    """It used to run at synchronise against whatever was mapped there next (or crash
+    the interpreter when nothing was); now it is skipped and reported."""
+    monkeypatch.setattr(fake.hazards, "mode", "count")
+    source = raw.aclrtMalloc(4096, 0)
+    raw.aclrtMemset(source, 4096, 0xEE, 4096)
+    stream = raw.aclrtCreateStream()
+    pinned = raw.aclrtMallocHost(4096)
+    raw.aclrtMemcpyAsync(pinned, 4096, source, 4096, MemcpyKind.DEVICE_TO_HOST, stream)
+    raw.aclrtFreeHost(pinned)
+    successors = [raw.aclrtMallocHost(4096) for _ in range(4)]
+    for ptr in successors:
+        raw.aclrtMemset(ptr, 4096, 0x11, 4096)
+    raw.aclrtSynchronizeStream(stream)
+    assert acl_mem.fake.hazards()["queued-work-on-freed-memory"] == 1
+    for ptr in successors:
+        out = bytearray(4096)
+        raw.aclrtMemcpy(acl_mem._hostbuf.host_span(out, writable=True, call="t",
+                                                   name="out").address,
+                        4096, ptr, 4096, MemcpyKind.HOST_TO_HOST)
+        assert out == b"\x11" * 4096
+        raw.aclrtFreeHost(ptr)
+    raw.aclrtDestroyStream(stream)
+    raw.aclrtFree(source)
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_raise_mode_free_returns_the_memory_before_raising(fake, dev, monkeypatch):
+    """A raised free-while-queued used to leave the block allocated (2 MiB lost per
+    raised free, as the buffer had already forgotten its pointer)."""
+    monkeypatch.setattr(fake.hazards, "mode", "raise")
+    before = _free_hbm()
+    with dev.stream() as stream:
+        pinned = dev.malloc_host(2 * MiB)
+        buf = dev.malloc(2 * MiB)
+        buf.copy_from_async(pinned, stream=stream)
+        with pytest.raises(HazardError):
+            buf.free()
+        assert buf.freed
+        assert _free_hbm() == before
+        monkeypatch.setattr(fake.hazards, "mode", "count")
+        stream.synchronize()
+        pinned.free()
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_raise_mode_reset_marks_buffers_released(fake, backend, monkeypatch):
+    """A raised reset-with-pending-work used to leave the Python mirror thinking the
+    device was still set: old buffers looked live and their free() released whatever
+    had taken the address since."""
+    monkeypatch.setattr(fake.hazards, "mode", "raise")
+    raw.aclrtSetDevice(0)
+    device = acl_mem.Device(0)
+    old = device.malloc(4096)
+    stream = raw.aclrtCreateStream()
+    raw.aclrtMemsetAsync(old.ptr, 4096, 1, 4096, stream)
+    with pytest.raises(HazardError):
+        raw.aclrtResetDevice(0)
+    assert old.freed
+    raw.aclrtSetDevice(0)
+    successor = device.malloc(4096)
+    old.free()  # must not free the successor, which may sit at the same address
+    successor.memset(7)
+    assert successor.read(1) == b"\x07"
+    successor.free()
+    raw.aclrtResetDevice(0)
+
+
+@pytest.mark.fake_only("forces the race with a patched backend call")
+def test_token_is_taken_with_the_allocation(fake, backend, monkeypatch):
+    """Another thread resetting the device right after aclrtMalloc returned used to give
+    the new buffer the post-reset token: a live-looking buffer on released memory."""
+    raw.aclrtSetDevice(0)
+    device = acl_mem.Device(0)
+    original = fake.aclrtMalloc
+    resetter = threading.Thread(target=raw.aclrtResetDevice, args=(0,))
+
+    def malloc_then_race(size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
+        result = original(size, policy, null_outputs)
+        resetter.start()
+        time.sleep(0.2)  # the reset gets every chance to run before the buffer exists
+        return result
+
+    monkeypatch.setattr(fake, "aclrtMalloc", malloc_then_race)
+    buf = device.malloc(4096)
+    resetter.join(5)
+    assert not resetter.is_alive()
+    assert buf.freed
