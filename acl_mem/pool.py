@@ -36,11 +36,20 @@ Design
 * One lock per pool. A finalizer never takes it (a collection can run inside the
   locked section of the same thread): it queues the address, and the next pool
   operation returns queued addresses first.
+* Interrupts (KeyboardInterrupt between any two lines). The parent blocks and the live
+  segments are the truth; each changes in one statement (with its counter), and the
+  free extents and figures derive from them. An operation stopped half way rebuilds
+  the derived state from the truth (``_rebuild``, only on that path). Every allocation
+  has a serial number that its segment carries: a return queued twice, or queued by a
+  segment whose allocation was rolled back, finds no matching live entry and does
+  nothing, so returns can be queued whenever in doubt.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import itertools
 import sys
 import threading
 from collections import deque
@@ -235,7 +244,9 @@ class _PoolBase:
         self._owner = None if self._host else self._device.id
         self._token = state.token(self._owner)
         self._lock = threading.Lock()
-        self._pending: deque[int] = deque()
+        #: Segment returns queued by finalizers (and by interrupted frees): (start, serial).
+        self._pending: deque[tuple[int, int]] = deque()
+        self._serials = itertools.count(1)
         self._closed = False
         # Free extents: start -> end, end -> start, length in granules -> starts.
         self._starts: dict[int, int] = {}
@@ -244,8 +255,8 @@ class _PoolBase:
         self._index = _SizeIndex()
         #: Extent starts that begin a parent block: nothing merges across them.
         self._bounds: set[int] = set()
-        #: Live segments: start -> (footprint, requested bytes).
-        self._live: dict[int, tuple[int, int]] = {}
+        #: Live segments: start -> (footprint, requested bytes, serial).
+        self._live: dict[int, tuple[int, int, int]] = {}
         self._in_use = self._requested = self._reserved = 0
         self._peak_in_use = self._peak_reserved = 0
         self._allocations = self._frees = self._blocks_allocated = self._blocks_freed = 0
@@ -289,29 +300,46 @@ class _PoolBase:
                 raise ValueError(f"{type(self).__name__}.allocate: size must be > 0")
         extent = -(-nbytes // 32) * 32 + self._extra
         need = (extent + self._align - 1) >> self._shift
+        footprint = need << self._shift
         with self._lock:
             if self._pending:
                 self._drain()
             if self._closed or state.token(self._owner) != self._token:
                 self._check_open()
-            start = self._carve(need)
-            if start is None:
-                self._grow(need << self._shift, nbytes)
-                start = self._carve(need)
-                if start is None:  # pragma: no cover - _grow guarantees room
-                    raise AssertionError("pool grew but no extent fits")
-            footprint = need << self._shift
-            self._live[start] = (footprint, nbytes)
-            self._in_use += footprint
-            self._requested += nbytes
-            self._allocations += 1
-            if self._in_use > self._peak_in_use:
-                self._peak_in_use = self._in_use
+            start = serial = 0
+            try:
+                carved = self._carve(need)
+                if carved is None:
+                    self._grow(footprint, nbytes)
+                    carved = self._carve(need)
+                    if carved is None:  # pragma: no cover - _grow guarantees room
+                        raise AssertionError("pool grew but no extent fits")
+                start = carved
+                serial = next(self._serials)
+                # Made before the commit: once committed, nothing can stop the segment
+                # from reaching the caller except the return itself (then its finalizer
+                # gives the range back).
+                segment = (HostSegment if self._host else Segment)(self, start, nbytes, extent,
+                                                                   serial)
+                count = self._allocations + 1
+                self._live[start], self._allocations = (footprint, nbytes, serial), count
+                self._in_use += footprint
+                self._requested += nbytes
+                if self._in_use > self._peak_in_use:
+                    self._peak_in_use = self._in_use
+            except PoolOutOfMemoryError:
+                raise  # raised where nothing was left half done
+            except BaseException:
+                # Not handed out: a committed entry goes (the segment, if made, then finds
+                # no match for its serial), and the rest is rebuilt from the truth.
+                if serial and self._live.get(start, (0, 0, 0))[2] == serial:
+                    del self._live[start]
+                    self._allocations -= 1
+                self._rebuild(growing=True)
+                raise
             if self._on_allocated is not None:
                 self._on_allocated(self._parent_of(start), start, nbytes, extent)
-            if self._host:
-                return HostSegment(self, start, nbytes, extent)
-        return Segment(self, start, nbytes, extent)
+        return segment
 
     def release_unused(self) -> int:
         """Give memory no segment uses back to the runtime; returns the bytes released."""
@@ -320,7 +348,11 @@ class _PoolBase:
                 self._drain()
             if self._closed:
                 return 0
-            return self._release_unused()
+            try:
+                return self._release_unused()
+            except BaseException:
+                self._rebuild(growing=False)
+                raise
 
     def stats(self) -> PoolStats:
         """The figures now (queued finalizer returns counted first)."""
@@ -386,6 +418,11 @@ class _PoolBase:
     def _close_memory(self) -> None:
         raise NotImplementedError
 
+    def _spans(self, growing: bool) -> list[tuple[int, int]]:
+        """The usable ``(start, end)`` of each parent, sorted, after an interrupted
+        operation; also brings the subclass's own records and block counters in line."""
+        raise NotImplementedError
+
     def _parent_of(self, start: int) -> int:
         raise NotImplementedError
 
@@ -395,7 +432,8 @@ class _PoolBase:
     # -- extents (call with the lock held) -----------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise ValueError(f"{type(self).__name__}: the pool is closed")
+            raise FreedBufferError(f"{type(self).__name__}.allocate: the pool is closed; "
+                                   f"create a new {type(self).__name__}")
         if not state.is_live(self._owner, self._token):
             # Forget everything; the parents see the stale token and skip the runtime.
             self._shutdown()
@@ -467,31 +505,62 @@ class _PoolBase:
             self._index.discard(length)
         return start
 
-    def _give_back(self, start: int) -> None:
+    def _give_back(self, start: int, serial: int) -> None:
         with self._lock:
             if self._pending:
                 self._drain()
-            self._free(start)
+            self._free(start, serial)
 
     def _drain(self) -> None:
         pending = self._pending
         while pending:
-            self._free(pending.popleft())
+            # Freed before it leaves the queue: an interrupt in between leaves a return
+            # queued twice, which the serial makes harmless, never one lost.
+            self._free(*pending[0])
+            pending.popleft()
 
-    def _free(self, start: int) -> None:
+    def _free(self, start: int, serial: int) -> None:
         if self._closed:
             return
-        entry = self._live.pop(start, None)
-        if entry is None:
+        entry = self._live.get(start)
+        if entry is None or entry[2] != serial:
             return
-        footprint, nbytes = entry
-        self._in_use -= footprint
-        self._requested -= nbytes
-        self._frees += 1
-        self._insert(start, start + footprint)
+        footprint, nbytes, _ = entry
+        try:
+            del self._live[start]
+            self._in_use -= footprint
+            self._requested -= nbytes
+            self._frees += 1
+            self._insert(start, start + footprint)
+        except BaseException:
+            self._rebuild(growing=False)
+            raise
         # Last: in strict mode the checker raises, and the range must be back by then.
         if self._on_freed is not None:
             self._on_freed(start)
+
+    def _rebuild(self, growing: bool) -> None:
+        """Recompute the free extents and the figures from the parents and the live
+        segments, after an operation stopped half way (O(n log n), that path only)."""
+        spans = self._spans(growing)
+        live = self._live
+        self._in_use = sum(entry[0] for entry in live.values())
+        self._requested = sum(entry[1] for entry in live.values())
+        self._frees = self._allocations - len(live)
+        self._peak_in_use = max(self._peak_in_use, self._in_use)
+        self._peak_reserved = max(self._peak_reserved, self._reserved)
+        self._starts, self._ends, self._bins, self._index = {}, {}, {}, _SizeIndex()
+        starts = sorted(live)
+        for low, high in spans:
+            cursor = low
+            at = bisect.bisect_left(starts, low)
+            while at < len(starts) and starts[at] < high:
+                if starts[at] > cursor:
+                    self._add_free(cursor, starts[at])
+                cursor = starts[at] + live[starts[at]][0]
+                at += 1
+            if cursor < high:
+                self._add_free(cursor, high)
 
     def _out_of_memory(self, nbytes: int, footprint: int, why: str,
                        limit: int | None) -> PoolOutOfMemoryError:
@@ -566,46 +635,56 @@ class SegmentPool(_PoolBase):
     def _grow(self, footprint: int, nbytes: int) -> None:
         released = False
         slack = 0  # room for aligning an unaligned parent (never seen on either backend)
-        while True:
-            request = self._target(footprint) - self._overhead + slack
-            limit = self._limit
-            if limit is not None and self._reserved + request > limit:
-                room = (limit - self._reserved) >> self._shift << self._shift
-                if room >= footprint + slack:
-                    request = room
-                elif not released and self._release_unused():
-                    released = True
-                    continue
-                else:
+        parent: Buffer | None = None
+        try:
+            while True:
+                request = self._target(footprint) - self._overhead + slack
+                limit = self._limit
+                if limit is not None and self._reserved + request > limit:
+                    room = (limit - self._reserved) >> self._shift << self._shift
+                    if room >= footprint + slack:
+                        request = room
+                    elif not released and self._release_unused():
+                        released = True
+                        continue
+                    else:
+                        raise self._out_of_memory(nbytes, footprint,
+                                                  "the pool limit would be exceeded", limit)
+                try:
+                    parent = self._allocate_parent(request)
+                except MemoryAllocationError as exc:
+                    if not released and self._release_unused():
+                        released = True
+                        continue
                     raise self._out_of_memory(nbytes, footprint,
-                                              "the pool limit would be exceeded", limit)
-            try:
-                parent = self._allocate_parent(request)
-            except MemoryAllocationError as exc:
-                if not released and self._release_unused():
-                    released = True
+                                              "the runtime is out of memory", limit) from exc
+                base = parent._ptr
+                start = align_up(base, self._align)
+                end = (base + request) >> self._shift << self._shift
+                if end - start < footprint:
+                    parent.free()
+                    if slack:
+                        raise self._out_of_memory(nbytes, footprint,
+                                                  "the runtime's block is misaligned", limit)
+                    slack = self._align
                     continue
-                raise self._out_of_memory(nbytes, footprint, "the runtime is out of memory",
-                                          limit) from exc
-            base = parent._ptr
-            start = align_up(base, self._align)
-            end = (base + request) >> self._shift << self._shift
-            if end - start < footprint:
-                parent.free()
-                if slack:
-                    raise self._out_of_memory(nbytes, footprint,
-                                              "the runtime's block is misaligned", limit)
-                slack = self._align
-                continue
-            self._add_block(parent, start, end)
-            return
+                self._add_block(parent, start, end)
+                return
+        except BaseException:
+            # A parent the pool did not record would only go back when collected.
+            if parent is not None and all(block.parent is not parent
+                                          for block in self._blocks.values()):
+                with contextlib.suppress(Exception):
+                    parent.free()
+            raise
 
     def _add_block(self, parent: Buffer, start: int, end: int) -> None:
-        self._blocks[start] = _Block(parent, start, end)
+        count = self._blocks_allocated + 1
+        # The commit, with its counter in the same statement; the rest derives from it.
+        self._blocks[start], self._blocks_allocated = _Block(parent, start, end), count
         bisect.insort(self._block_starts, start)
         self._bounds.add(start)
         self._reserved += end - start
-        self._blocks_allocated += 1
         if self._reserved > self._peak_reserved:
             self._peak_reserved = self._reserved
         self._insert(start, end)
@@ -619,6 +698,7 @@ class SegmentPool(_PoolBase):
                 block.parent.free()
             except BufferError:  # a host block under a live view: keep it
                 continue
+            # A freed parent is dropped by _rebuild too, should an interrupt come first.
             self._remove_free(start)
             del self._blocks[start]
             self._block_starts.remove(start)
@@ -627,6 +707,17 @@ class SegmentPool(_PoolBase):
             self._blocks_freed += 1
             released += block.end - start
         return released
+
+    def _spans(self, growing: bool) -> list[tuple[int, int]]:
+        blocks = self._blocks
+        for start in [start for start, block in blocks.items() if block.parent.freed]:
+            del blocks[start]
+        self._block_starts = sorted(blocks)
+        self._bounds = set(blocks)
+        self._reserved = sum(block.end - block.start for block in blocks.values())
+        # A block and its allocation count are recorded in one statement; frees follow.
+        self._blocks_freed = self._blocks_allocated - len(blocks)
+        return [(start, blocks[start].end) for start in self._block_starts]
 
     def _close_memory(self) -> None:
         first: Exception | None = None
@@ -675,6 +766,8 @@ class ExpandablePool(_PoolBase):
                              "use SegmentPool(api='aclrtMallocHost') for host memory")
         size = c_uint(max_size, "ExpandablePool", "max_size")
         self._segment = ExpandableSegment(size, device=self._device.id, attr=attr)
+        # Kept here too: they stay readable once the pool (and the segment) is closed.
+        self._max_size, self._chunk = self._segment.max_size, self._segment.chunk
         self._base = self._segment.address
         if self._base % self._align:  # pragma: no cover - reservations are page aligned
             self._segment.close()
@@ -683,12 +776,12 @@ class ExpandablePool(_PoolBase):
 
     @property
     def max_size(self) -> int:
-        return self._segment.max_size
+        return self._max_size
 
     @property
     def chunk(self) -> int:
         """The mapping granularity: the pool grows and shrinks by this many bytes."""
-        return self._segment.chunk
+        return self._chunk
 
     @property
     def address(self) -> int:
@@ -696,7 +789,8 @@ class ExpandablePool(_PoolBase):
 
     @property
     def mapped(self) -> int:
-        return self._segment.size
+        """Bytes mapped now (0 once closed)."""
+        return 0 if self._closed else self._segment.size
 
     def _grow(self, footprint: int, nbytes: int) -> None:
         segment = self._segment
@@ -738,6 +832,17 @@ class ExpandablePool(_PoolBase):
         self._blocks_freed += released // segment.chunk
         return released
 
+    def _spans(self, growing: bool) -> list[tuple[int, int]]:
+        mapped = self._segment.size
+        self._bounds = {self._base}
+        self._reserved = mapped
+        # Only the counter of the interrupted direction can be behind.
+        if growing:
+            self._blocks_allocated = self._blocks_freed + mapped // self._chunk
+        else:
+            self._blocks_freed = self._blocks_allocated - mapped // self._chunk
+        return [(self._base, self._base + mapped)] if mapped else []
+
     def _close_memory(self) -> None:
         self._blocks_freed += self._segment.size // self._segment.chunk
         self._reserved = 0
@@ -759,6 +864,25 @@ class _SegmentBase(Buffer):
     __slots__ = ()
     _pool: _PoolBase
     _extent: int
+    _serial: int
+
+    def free(self) -> None:
+        """Give the range back to the pool now; a second call does nothing."""
+        ptr = 0
+        try:
+            ptr, self._ptr = self._ptr, 0
+            if ptr:
+                self._release(ptr)
+        except BaseException:
+            if ptr and not self._ptr:
+                # Stopped after the segment let go of its range: finish the return now
+                # (a second return of the same allocation does nothing, see _free), or
+                # queue it for the next pool call.
+                try:
+                    self._release(ptr)
+                except Exception:
+                    self._pool._pending.append((ptr, self._serial))
+            raise
 
     @property
     def pool(self) -> _PoolBase:
@@ -782,15 +906,14 @@ class _SegmentBase(Buffer):
             raise FreedBufferError(f"{type(self).__name__}.{what}: its pool was closed")
 
     def _release(self, ptr: int) -> None:
-        self._pool._give_back(ptr)
+        self._pool._give_back(ptr, self._serial)
 
     def __del__(self) -> None:
         # Never take the pool's lock here: queue the address for the next pool call.
         ptr = getattr(self, "_ptr", 0)
-        if ptr:
-            pool = self._pool
-            if not pool._closed:
-                pool._pending.append(ptr)
+        pool = getattr(self, "_pool", None)  # None: the constructor was interrupted
+        if ptr and pool is not None and not pool._closed:
+            pool._pending.append((ptr, self._serial))
 
 
 class Segment(_SegmentBase, DeviceBuffer):
@@ -801,26 +924,28 @@ class Segment(_SegmentBase, DeviceBuffer):
     runtime's parent block (the runtime knows nothing of segments).
     """
 
-    __slots__ = ("_extent", "_pool")
+    __slots__ = ("_extent", "_pool", "_serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int) -> None:
-        Buffer.__init__(self, ptr, size, pool._api, pool._device, pool._policy)
+    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int, serial: int) -> None:
+        # The pool first: the finalizer needs it as soon as there is a pointer to return.
         self._pool = pool
         self._extent = extent
+        self._serial = serial
+        Buffer.__init__(self, ptr, size, pool._api, pool._device, pool._policy)
 
 
 class _GiveBack:
     """Destructor of a host segment's memory handle: runs after the segment and its last
     view are gone, and keeps the parent block's own handle alive until then."""
 
-    __slots__ = ("parent", "pool", "ptr")
+    __slots__ = ("parent", "pool", "ptr", "serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, parent: Any) -> None:
-        self.pool, self.ptr, self.parent = pool, ptr, parent
+    def __init__(self, pool: _PoolBase, ptr: int, serial: int, parent: Any) -> None:
+        self.pool, self.ptr, self.serial, self.parent = pool, ptr, serial, parent
 
     def __call__(self, _: Any) -> None:
         if not self.pool._closed:
-            self.pool._pending.append(self.ptr)
+            self.pool._pending.append((self.ptr, self.serial))
 
 
 class HostSegment(_SegmentBase, HostBuffer):
@@ -828,13 +953,14 @@ class HostSegment(_SegmentBase, HostBuffer):
     :meth:`numpy` work as on :class:`~acl_mem.HostBuffer`; ``free()`` refuses while views
     are alive, and the parent block stays allocated until the last view is gone."""
 
-    __slots__ = ("_extent", "_pool")
+    __slots__ = ("_extent", "_pool", "_serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int) -> None:
-        Buffer.__init__(self, ptr, size, pool._api, pool._device)
+    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int, serial: int) -> None:
         self._pool = pool
         self._extent = extent
-        release = _GiveBack(pool, ptr, pool._parent_handle(ptr))
+        self._serial = serial
+        Buffer.__init__(self, ptr, size, pool._api, pool._device)
+        release = _GiveBack(pool, ptr, serial, pool._parent_handle(ptr))
         self._handle = ffi.gc(ffi.cast("char *", ptr), release)
 
     def __del__(self) -> None:
@@ -849,4 +975,4 @@ class HostSegment(_SegmentBase, HostBuffer):
                 f"HostSegment.free: {views} view(s) of this memory are still alive; "
                 "delete them (or call memoryview.release()) before freeing")
         ffi.gc(self._handle, None)
-        self._pool._give_back(ptr)
+        self._pool._give_back(ptr, self._serial)

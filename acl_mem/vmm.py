@@ -3,7 +3,11 @@
 Every multi-step helper here is transactional: when a step fails, what the earlier
 steps did is undone (unmap, free, release) and the original AclError is raised, so an
 address range is never left half mapped (the failure users of cuda.core and
-vllm-ascend's camem hit). Spec §4.
+vllm-ascend's camem hit). The same holds when a KeyboardInterrupt arrives between two
+steps: each object records a resource in the same statement that obtains it, and
+``try/except BaseException`` undoes (or, once undoing is the riskier way, completes)
+what a step left half done. A closed object refuses every use with FreedBufferError
+rather than touching whatever the runtime put at its old address since. Spec §4.
 """
 
 from __future__ import annotations
@@ -11,13 +15,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 from . import raw
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MemAttr, MemcpyKind, MemLocationType
+from .errors import FreedBufferError
 
 __all__ = ["ExpandableSegment", "MappedMemory", "Mapping", "PhysicalMemory", "VirtualRange",
            "granularity", "reserve_and_map"]
@@ -44,19 +49,46 @@ class _Owned:
     _released: bool = False
     _token: tuple[int, int] | None = None
     _lifecycle: State = state
+    #: What to do instead of using a closed object (ends the FreedBufferError message).
+    _renew: ClassVar[str] = "create a new one"
 
     def _release(self) -> None:
         raise NotImplementedError
 
-    def _owned(self) -> None:
-        """Call once the resource exists: from now on a forgotten object is released."""
-        self._token = state.token(None)
+    def _open(self, what: str) -> None:
+        """Raise FreedBufferError if closed: the runtime may have given the address, handle
+        or memory to someone else since, and using it would touch their data."""
+        if self._released:
+            raise FreedBufferError(f"{type(self).__name__}.{what}: used after close(), which "
+                                   f"released it; {self._renew}")
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` released the resource (or the finalizer did)."""
+        return self._released
 
     def close(self) -> None:
-        """Release now; a second call does nothing."""
-        if not self._released:
+        """Release now; a second call does nothing.
+
+        If the release raises (the runtime refused, or an interrupt arrived before the
+        runtime call), the object stays open and ``close()`` may be called again.
+        """
+        if self._released:
+            return
+        if self._token is not None and not self._lifecycle.is_live(None, self._token):
+            # The runtime already took it (aclFinalize, reset, fork): nothing to call.
+            self._released = True
+            return
+        # Marked before the runtime call: a second close() racing with this one, or a
+        # finalizer, must not release a second time what may already be someone else's.
+        try:
             self._released = True
             self._release()
+        except BaseException:
+            # _release is one runtime call, or idempotent closes of parts: when it raised,
+            # what it did not release is still held and a retry finishes the job.
+            self._released = False
+            raise
 
     def __del__(self) -> None:
         if self._released or self._token is None or \
@@ -70,6 +102,7 @@ class _Owned:
             pass
 
     def __enter__(self) -> Any:
+        self._open("__enter__")
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -80,20 +113,36 @@ class _Owned:
 class VirtualRange(_Owned):
     """A reservation from aclrtReserveMemAddress (spec §4.2); ``close()`` releases it."""
 
+    _renew = "reserve a new VirtualRange"
+
     def __init__(self, size: int, *, expect: int = 0, flags: int = 0) -> None:
-        self.size = size
-        self.base = raw.aclrtReserveMemAddress(size, 0, expect, flags)
-        self._owned()
+        self._size = size
+        token = state.token(None)
+        # One statement on one line: the address is owned (and released when collected)
+        # exactly when it was obtained, whatever line an interrupt lands on.
+        self._base, self._token = raw.aclrtReserveMemAddress(size, 0, expect, flags), token
+
+    @property
+    def size(self) -> int:
+        self._open("size")
+        return self._size
+
+    @property
+    def base(self) -> int:
+        self._open("base")
+        return self._base
 
     def _release(self) -> None:
-        raw.aclrtReleaseMemAddress(self.base)
+        raw.aclrtReleaseMemAddress(self._base)
 
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``base + offset`` (spec §4.4)."""
-        if offset < 0 or offset + physical.size > self.size:
-            raise ValueError(f"VirtualRange.map: [{offset}, {offset + physical.size}) is "
-                             f"outside the {self.size}-byte range")
-        return Mapping(self.base + offset, physical, self)
+        self._open("map")
+        size = physical.size
+        if offset < 0 or offset + size > self._size:
+            raise ValueError(f"VirtualRange.map: [{offset}, {offset + size}) is "
+                             f"outside the {self._size}-byte range")
+        return Mapping(self._base + offset, physical, self)
 
 
 class PhysicalMemory(_Owned):
@@ -102,40 +151,91 @@ class PhysicalMemory(_Owned):
     Freeing while mapped is allowed: the runtime releases the memory at the last unmap.
     """
 
+    _renew = "allocate a new PhysicalMemory"
+
     def __init__(self, size: int, *, device: int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
                  location: int = MemLocationType.DEVICE) -> None:
-        self.size = size
-        self.device = device
-        self.prop = _prop(device, attr, location)
-        self.handle = raw.aclrtMallocPhysical(size, self.prop)
-        self._owned()
+        self._size = size
+        self._device = device
+        self._prop = _prop(device, attr, location)
+        token = state.token(None)
+        # One statement, as in VirtualRange: owned exactly when allocated.
+        self._handle, self._token = raw.aclrtMallocPhysical(size, self._prop), token
+
+    @property
+    def size(self) -> int:
+        self._open("size")
+        return self._size
+
+    @property
+    def device(self) -> int:
+        self._open("device")
+        return self._device
+
+    @property
+    def prop(self) -> aclrtPhysicalMemProp:
+        self._open("prop")
+        return self._prop
+
+    @property
+    def handle(self) -> int:
+        self._open("handle")
+        return self._handle
 
     def _release(self) -> None:
-        raw.aclrtFreePhysical(self.handle)
+        raw.aclrtFreePhysical(self._handle)
 
 
 class Mapping(_Owned):
     """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (spec §4.4)."""
 
+    _renew = "map the memory again with VirtualRange.map"
+
     def __init__(self, address: int, physical: PhysicalMemory,
                  within: VirtualRange | None = None) -> None:
-        raw.aclrtMapMem(address, physical.size, 0, physical.handle)
         # Held so that a forgotten range is released only after its mappings are gone.
-        self.range = within
-        self.address = address
-        self.size = physical.size
-        self.physical = physical
-        self._owned()
+        self._range = within
+        self._address = address
+        self._size = size = physical.size
+        self._physical = physical
+        handle = physical.handle
+        # aclrtMapMem returns nothing to record, so ownership is taken first and dropped
+        # again if the call did not happen (it raised, or an interrupt came before it).
+        try:
+            self._token = state.token(None)
+            raw.aclrtMapMem(address, size, 0, handle)
+        except BaseException:
+            self._token = None
+            raise
 
-    def _release(self) -> None:
-        raw.aclrtUnmapMem(self.address)
-
-
-class _Contents:
-    """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
+    @property
+    def range(self) -> VirtualRange | None:
+        self._open("range")
+        return self._range
 
     @property
     def address(self) -> int:
+        self._open("address")
+        return self._address
+
+    @property
+    def size(self) -> int:
+        self._open("size")
+        return self._size
+
+    @property
+    def physical(self) -> PhysicalMemory:
+        self._open("physical")
+        return self._physical
+
+    def _release(self) -> None:
+        raw.aclrtUnmapMem(self._address)
+
+
+class _Contents(_Owned):
+    """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
+
+    def _base_address(self) -> int:
         raise NotImplementedError
 
     def _mapped(self) -> int:
@@ -143,17 +243,19 @@ class _Contents:
 
     def write(self, data: object, offset: int = 0) -> None:
         """Copy a buffer-protocol object to ``address + offset`` (H2D)."""
+        self._open("write")
         span = host_span(data, writable=False, call="write", name="data")
         self._check("write", offset, span.nbytes)
-        raw.aclrtMemcpy(self.address + offset, self._mapped() - offset, span.address,
+        raw.aclrtMemcpy(self._base_address() + offset, self._mapped() - offset, span.address,
                         span.nbytes, MemcpyKind.HOST_TO_DEVICE)
 
     def read(self, count: int, offset: int = 0) -> bytes:
         """A bytes copy of ``count`` bytes from ``address + offset`` (D2H)."""
+        self._open("read")
         self._check("read", offset, count)
         out = bytearray(count)
         if count:
-            raw.aclrtMemcpy(_address(out), count, self.address + offset, count,
+            raw.aclrtMemcpy(_address(out), count, self._base_address() + offset, count,
                             MemcpyKind.DEVICE_TO_HOST)
         return bytes(out)
 
@@ -171,7 +273,7 @@ def _undo(steps: list[Callable[[], None]]) -> None:
             step()
 
 
-class MappedMemory(_Owned, _Contents):
+class MappedMemory(_Contents):
     """A range, its physical memory and the mapping, made in one call (reserve_and_map).
 
     ``offload()`` copies the contents to host memory and gives the physical memory back
@@ -179,72 +281,116 @@ class MappedMemory(_Owned, _Contents):
     addresses and copies the contents back (the sleep / wake pattern).
     """
 
+    _renew = "call reserve_and_map again for new memory"
+    _range: VirtualRange
+    _physical: PhysicalMemory | None
+    _mapping: Mapping | None
+
     def __init__(self, size: int, *, device: int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
-        self.device, self.attr = device, attr
-        self.size = -(-size // granularity(device, attr)) * granularity(device, attr)
-        undo: list[Callable[[], None]] = []
-        try:
-            self.range = VirtualRange(self.size)
-            undo.append(self.range.close)
-            self._physical: PhysicalMemory | None = PhysicalMemory(self.size, device=device,
-                                                                   attr=attr)
-            undo.append(self._physical.close)
-            self._mapping: Mapping | None = self.range.map(self._physical)
-        except BaseException:
-            _undo(undo)
-            raise
+        self._device, self._attr = device, attr
+        chunk = granularity(device, attr)
+        self._size = -(-size // chunk) * chunk
         self._saved: bytearray | None = None
-        self._owned()
+        rng: VirtualRange | None = None
+        physical: PhysicalMemory | None = None
+        mapping: Mapping | None = None
+        token = state.token(None)
+        try:
+            rng = VirtualRange(self._size)
+            physical = PhysicalMemory(self._size, device=device, attr=attr)
+            mapping = rng.map(physical)
+            # All three or none, on one line: the finalizer releases what this records.
+            self._range, self._physical, self._mapping, self._token = rng, physical, mapping, token
+        except BaseException:
+            _undo([part.close for part in (rng, physical, mapping) if part is not None])
+            raise
+
+    @property
+    def device(self) -> int:
+        self._open("device")
+        return self._device
+
+    @property
+    def attr(self) -> int:
+        self._open("attr")
+        return self._attr
+
+    @property
+    def size(self) -> int:
+        self._open("size")
+        return self._size
+
+    @property
+    def range(self) -> VirtualRange:
+        self._open("range")
+        return self._range
 
     @property
     def address(self) -> int:
-        return self.range.base
+        self._open("address")
+        return self._range._base
 
     @property
     def offloaded(self) -> bool:
+        self._open("offloaded")
         return self._mapping is None
 
+    def _base_address(self) -> int:
+        return self._range._base
+
     def _mapped(self) -> int:
-        return 0 if self._mapping is None else self.size
+        return 0 if self._mapping is None else self._size
 
     def offload(self) -> None:
         """Copy to host, unmap and free the physical memory; addresses stay reserved."""
-        if self._mapping is None or self._physical is None:
+        self._open("offload")
+        mapping, physical = self._mapping, self._physical
+        if mapping is None or physical is None:
             return
-        saved = bytearray(self.size)
-        raw.aclrtMemcpy(_address(saved), self.size, self.address, self.size,
+        saved = bytearray(self._size)
+        raw.aclrtMemcpy(_address(saved), self._size, self._range._base, self._size,
                         MemcpyKind.DEVICE_TO_HOST)
-        self._mapping.close()
-        self._physical.close()
-        self._mapping = self._physical = None
-        self._saved = saved
+        try:
+            mapping.close()
+            # Unmapped: from here the contents live in ``saved`` only.
+            self._mapping, self._physical, self._saved = None, None, saved
+            physical.close()
+        except BaseException:
+            if mapping.closed:
+                # Past the unmap, finishing is safer than mapping again: record the
+                # offload and free the physical memory.
+                self._mapping, self._physical, self._saved = None, None, saved
+                _undo([physical.close])
+            raise
 
     def restore(self) -> None:
         """Map fresh physical memory at the same addresses and copy the contents back."""
+        self._open("restore")
         if self._mapping is not None:
             return
-        physical = PhysicalMemory(self.size, device=self.device, attr=self.attr)
+        physical: PhysicalMemory | None = None
+        mapping: Mapping | None = None
         try:
-            mapping = self.range.map(physical)
+            physical = PhysicalMemory(self._size, device=self._device, attr=self._attr)
+            mapping = self._range.map(physical)
+            if self._saved is not None:
+                raw.aclrtMemcpy(self._range._base, self._size, _address(self._saved),
+                                self._size, MemcpyKind.HOST_TO_DEVICE)
+            # The commit: one statement, so the object is either offloaded or restored.
+            self._physical, self._mapping, self._saved = physical, mapping, None
         except BaseException:
-            physical.close()
+            if self._mapping is None:
+                _undo([part.close for part in (physical, mapping) if part is not None])
             raise
-        if self._saved is not None:
-            try:
-                raw.aclrtMemcpy(self.address, self.size, _address(self._saved), self.size,
-                                MemcpyKind.HOST_TO_DEVICE)
-            except BaseException:
-                _undo([physical.close, mapping.close])
-                raise
-        self._physical, self._mapping, self._saved = physical, mapping, None
 
     def _release(self) -> None:
+        # Each part's close() is idempotent, so an interrupted release can be retried.
         if self._mapping is not None:
             self._mapping.close()
         if self._physical is not None:
             self._physical.close()
-        self.range.close()
+        self._range.close()
 
 
 def reserve_and_map(size: int, *, device: int = 0,
@@ -256,68 +402,114 @@ def reserve_and_map(size: int, *, device: int = 0,
     return MappedMemory(size, device=device, attr=attr)
 
 
-class ExpandableSegment(_Owned, _Contents):
+class ExpandableSegment(_Contents):
     """One contiguous address range that grows and shrinks by granularity-sized chunks.
 
     The whole ``max_size`` is reserved up front; ``grow`` maps new chunks at the end,
     ``shrink`` unmaps and frees chunks from the end (torch_npu's expandable segments).
-    A failed grow leaves the segment as it was.
+    A failed (or interrupted) grow leaves the segment as it was.
     """
+
+    _renew = "create a new ExpandableSegment"
 
     def __init__(self, max_size: int, *, device: int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
-        self.device, self.attr = device, attr
-        self.chunk = granularity(device, attr)
-        self.max_size = -(-max_size // self.chunk) * self.chunk
-        self.range = VirtualRange(self.max_size)
+        self._device, self._attr = device, attr
+        self._chunk = granularity(device, attr)
+        self._max_size = -(-max_size // self._chunk) * self._chunk
         self._chunks: list[tuple[PhysicalMemory, Mapping]] = []
-        self._owned()
+        token = state.token(None)
+        # The range owns the reservation (its finalizer releases it) until this object
+        # owns the range, in one statement.
+        self._range, self._token = VirtualRange(self._max_size), token
+
+    @property
+    def device(self) -> int:
+        self._open("device")
+        return self._device
+
+    @property
+    def attr(self) -> int:
+        self._open("attr")
+        return self._attr
+
+    @property
+    def chunk(self) -> int:
+        self._open("chunk")
+        return self._chunk
+
+    @property
+    def max_size(self) -> int:
+        self._open("max_size")
+        return self._max_size
+
+    @property
+    def range(self) -> VirtualRange:
+        self._open("range")
+        return self._range
 
     @property
     def address(self) -> int:
-        return self.range.base
+        self._open("address")
+        return self._range._base
 
     @property
     def size(self) -> int:
         """Bytes mapped now (from ``address``)."""
-        return len(self._chunks) * self.chunk
+        self._open("size")
+        return len(self._chunks) * self._chunk
+
+    def _base_address(self) -> int:
+        return self._range._base
 
     def _mapped(self) -> int:
-        return self.size
+        return len(self._chunks) * self._chunk
 
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
-        wanted = -(-size // self.chunk)
-        if wanted * self.chunk > self.max_size:
-            raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self.max_size}")
+        self._open("grow")
+        wanted = -(-size // self._chunk)
+        if wanted * self._chunk > self._max_size:
+            raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self._max_size}")
         added: list[tuple[PhysicalMemory, Mapping]] = []
+        physical: PhysicalMemory | None = None
         try:
             while len(self._chunks) + len(added) < wanted:
-                physical = PhysicalMemory(self.chunk, device=self.device, attr=self.attr)
-                try:
-                    offset = (len(self._chunks) + len(added)) * self.chunk
-                    added.append((physical, self.range.map(physical, offset)))
-                except BaseException:
-                    physical.close()
-                    raise
+                physical = PhysicalMemory(self._chunk, device=self._device, attr=self._attr)
+                offset = (len(self._chunks) + len(added)) * self._chunk
+                added.append((physical, self._range.map(physical, offset)))
+                physical = None
+            self._chunks += added  # the commit, last: nothing after it can fail
         except BaseException:
-            _undo([step for physical, mapping in added
-                   for step in (physical.close, mapping.close)])
+            steps = [step for chunk, mapping in added for step in (chunk.close, mapping.close)]
+            _undo([physical.close, *steps] if physical is not None else steps)
             raise
-        self._chunks += added
 
     def shrink(self, size: int) -> None:
         """Unmap and free chunks from the end until at most ``size`` bytes stay mapped."""
-        keep = -(-size // self.chunk)
-        while len(self._chunks) > keep:
-            physical, mapping = self._chunks[-1]
-            mapping.close()  # if this raises, the chunk stays tracked
-            self._chunks.pop()
-            physical.close()
+        self._open("shrink")
+        self._shrink(-(-size // self._chunk))
+
+    def _shrink(self, keep: int) -> None:
+        chunk: tuple[PhysicalMemory, Mapping] | None = None
+        try:
+            while len(self._chunks) > keep:
+                chunk = self._chunks.pop()
+                chunk[1].close()
+                chunk[0].close()
+                chunk = None
+        except BaseException:
+            if chunk is not None:
+                if chunk[1].closed:
+                    # Unmapped already: finish (free the physical memory) rather than map again.
+                    _undo([chunk[0].close])
+                else:
+                    self._chunks.append(chunk)  # still mapped: keep tracking it
+            raise
 
     def _release(self) -> None:
-        self.shrink(0)
-        self.range.close()
+        self._shrink(0)
+        self._range.close()
 
 
 def _address(buffer: bytearray) -> int:
