@@ -98,6 +98,11 @@ _SIZE_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
 
 
+def _plain(*values: object) -> bool:
+    """All plain ints in size_t range: the common case, checked in one go."""
+    return all(type(v) is int and 0 <= v < _SIZE_LIMIT for v in values)
+
+
 def _fail(rc: int, what: str) -> AclError:
     return AclError(rc, what)
 
@@ -263,11 +268,14 @@ def hi_mpi_dvpp_free(dev_ptr: int) -> None:
 def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None:
     """Synchronous copy; the runtime decides the direction from the addresses (spec §3.10)."""
     call = "aclrtMemcpy"
-    d = c_uint(dst, call, "dst", 64, "void *")
-    dm = c_uint(destMax, call, "destMax")
-    s = c_uint(src, call, "src", 64, "const void *")
-    n = c_uint(count, call, "count")
-    k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
+    if _plain(dst, destMax, src, count) and type(kind) is int and 0 <= kind < _U32_LIMIT:
+        d, dm, s, n, k = dst, destMax, src, count, kind
+    else:
+        d = c_uint(dst, call, "dst", 64, "void *")
+        dm = c_uint(destMax, call, "destMax")
+        s = c_uint(src, call, "src", 64, "const void *")
+        n = c_uint(count, call, "count")
+        k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
     rc = _backend.get().aclrtMemcpy(d, dm, s, n, k)
     if rc:
         raise _fail(rc, f"{call}(dst={d:#x}, destMax={dm}, src={s:#x}, count={n}, kind={k})")

@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 from helpers import clean_env
+from injection import in_files, interrupted_runs, is_unsignalled
 
+import acl_mem
 from acl_mem import raw
 from acl_mem._fake import FakeBackend
 from acl_mem.enums import MemAttr, MemLocationType
@@ -31,6 +33,13 @@ from acl_mem.errors import AclError, InternalError, RtParamInvalidError
 MiB = 1 << 20
 HUGE = 2 * MiB
 FAKE_ONLY = "the share directory and its records exist only in the fake"
+_FAKE = Path(acl_mem.__file__).resolve().parent / "_fake"
+_SHARING = in_files(str(_FAKE / "vmm_share.py"), str(_FAKE / "vmm_calls.py"))
+
+
+def sharing_lines(frame: Any) -> bool:
+    """Lines of the sharing code where an interrupt can really arrive."""
+    return _SHARING(frame) and not is_unsignalled(frame)
 
 
 def prop() -> raw.aclrtPhysicalMemProp:
@@ -397,3 +406,48 @@ def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
         assert len(json.loads(path.read_text())["holders"]) == 1
         raw.aclrtFreePhysical(second)
         assert json.loads(path.read_text())["holders"] == []
+
+
+# -- 4. interrupted at any line -----------------------------------------------------------
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles):
+    """Whatever line an export is interrupted at: the lock is free, every record on disk
+    is whole and belongs to an exported handle, and freeing the handle removes it."""
+    before = huge_free()
+
+    def setup() -> Any:
+        handle = physical(handles)
+        return lambda: raw.aclrtMemExportToShareableHandle(handle, 0, 1)
+
+    for _ in interrupted_runs(setup, where=sharing_lines):
+        handle = handles[-1]
+        exported = fake.physicals[handle].exported
+        on_disk = records(share_dir)
+        for path in on_disk:
+            json.loads(path.read_text())
+        assert on_disk in ([], [record_path(share_dir, exported)])
+        assert not (share_dir / ".lock").exists() or lock_is_free(share_dir)
+        raw.aclrtFreePhysical(handles.pop())
+        assert records(share_dir) == []
+    assert huge_free() == before
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_interrupted_import_holds_only_what_it_returned(fake, dev, share_dir):
+    """Whatever line an import is interrupted at, the record counts exactly the imported
+    handles that exist, and the lock is free."""
+    with child(_EXPORTER) as (_, shareable):
+        path = record_path(share_dir, shareable)
+
+        def setup() -> Any:
+            return lambda: raw.aclrtMemImportFromShareableHandle(shareable, 0)
+
+        for _ in interrupted_runs(setup, where=sharing_lines):
+            mine = [h for h, p in fake.physicals.items() if p.imported_from == shareable]
+            assert len(json.loads(path.read_text())["holders"]) == len(mine)
+            assert lock_is_free(share_dir)
+            for handle in mine:
+                raw.aclrtFreePhysical(handle)
+            assert json.loads(path.read_text())["holders"] == []

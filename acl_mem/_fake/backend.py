@@ -30,10 +30,12 @@ from .checker import QUARANTINE_ENTRIES, Checker
 from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
 from .extents import Block, BlockIndex
 from .hostmem import (
+    COPIED,
     HOST_PAGE,
+    PROVEN,
     address_of,
-    copy_untrusted,
     plausible_host_range,
+    prove_untrusted,
     reserve_address_space,
 )
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
@@ -395,7 +397,7 @@ class FakeBackend(StreamCalls, VmmCalls):
             block = device.blocks.at(ptr)
             if block is None or block.api not in apis:
                 return codes.RT_PARAM_INVALID
-            if self._queued and self.streams.pending.on(block):
+            if self._queued and self.streams.pending.has(block):
                 # Hazards raise after the free is done (raise mode completes, then raises).
                 with self.hazards.held():
                     self.check_pending(block.start, block.extent, access="free",
@@ -549,17 +551,17 @@ class FakeBackend(StreamCalls, VmmCalls):
                 if self.checker is not None:
                     self._check_bounds(dst, count, "aclrtMemcpy write")
                     self._check_bounds(src, count, "aclrtMemcpy read")
-                if not dst_targets or not src_targets:
-                    # Pageable memory nobody vouched for: proven usable by the copy itself.
-                    side = "dst" if not dst_targets else "src"
-                    if not copy_untrusted(dst_host, src_host, count, side):
-                        return codes.RT_PARAM_INVALID
-                    return codes.SUCCESS
+                untrusted = "dst" if not dst_targets else "src" if not src_targets else ""
                 token = threading.get_ident()
                 self._copies[token] = None
             # The bytes move with the lock released (and the GIL, in ctypes.memmove), so
             # other threads allocate and copy meanwhile; memory under a running copy is
-            # not unmapped (see _wait_for_copies).
+            # not unmapped (see _wait_for_copies). Pageable memory is proven usable first
+            # (or copied by the kernel), outside the lock too: it is not the fake's.
+            if untrusted:
+                found = prove_untrusted(dst_host, src_host, count, untrusted)
+                if found != PROVEN:
+                    return codes.SUCCESS if found == COPIED else codes.RT_PARAM_INVALID
             ctypes.memmove(dst_host, src_host, count)
             return codes.SUCCESS
         finally:

@@ -15,7 +15,6 @@ anything there.
 from __future__ import annotations
 
 import array
-import ctypes
 import errno
 import mmap
 import os
@@ -27,8 +26,9 @@ import cffi
 from .._hostbuf import vouched
 
 __all__ = [
-    "HOST_PAGE", "KERNEL_COPY_LIMIT", "address_of", "copy_untrusted", "ffi", "host_range_mapped",
-    "plausible_host_range", "reserve_address_space",
+    "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "address_of",
+    "ffi", "host_range_mapped", "plausible_host_range", "prove_untrusted",
+    "reserve_address_space",
 ]
 
 ffi = cffi.FFI()
@@ -97,6 +97,9 @@ def host_range_mapped(address: int, size: int) -> bool:
 #: Up to this size an unvouched host range is copied by the kernel, which checks it;
 #: above, one byte of each page is moved by the kernel first and the bytes by memmove.
 KERNEL_COPY_LIMIT = 64 << 10
+#: Above this an unvouched range over anonymous memory is checked against the maps, not
+#: probed page by page.
+_PROBE_LIMIT = 2 << 20
 #: Pages probed per system call (the kernel's IOV_MAX).
 _PROBE_PAGES = 1024
 #: No user-space host address reaches this (x86-64 and AArch64 with 5-level tables: 2**56).
@@ -110,34 +113,41 @@ def plausible_host_range(address: int, count: int) -> bool:
     return address >= HOST_PAGE and address + count <= _USER_SPACE_END
 
 
-def copy_untrusted(dst: int, src: int, count: int, untrusted: str) -> bool:
-    """``memmove`` that first proves the ``untrusted`` side ("dst" or "src") usable.
+#: What :func:`prove_untrusted` found.
+REFUSED, COPIED, PROVEN = -1, 1, 0
 
-    Returns False (nothing or part copied) when that side is not readable / writable, is
-    not mapped, or lies past the end of a mapped file (where a plain memmove would die
-    with SIGSEGV or SIGBUS).
+
+def prove_untrusted(dst: int, src: int, count: int, untrusted: str) -> int:
+    """Prove the ``untrusted`` side ("dst" or "src") of a copy usable, copying if cheaper.
+
+    :data:`COPIED`: done (small copies are made by the kernel, which checks them);
+    :data:`PROVEN`: every page is usable, the caller moves the bytes; :data:`REFUSED`:
+    some page is unmapped, protected, or past the end of a mapped file (where a plain
+    memmove would die with SIGSEGV or SIGBUS).
     """
     global _kernel_copy
     address = dst if untrusted == "dst" else src
     if vouched(address, count):
-        ctypes.memmove(dst, src, count)
-        return True
+        return PROVEN
     if _kernel_copy:
         if count <= KERNEL_COPY_LIMIT:
             done = _kernel_move(dst, src, count, untrusted)
+            if done is not None:
+                return COPIED if done else REFUSED
         else:
+            if count > _PROBE_LIMIT:
+                # Reading the maps costs less than probing this many pages; it cannot
+                # see a file's end, so ranges over file mappings are probed anyway.
+                permitted = _permitted(address, count, "r" if untrusted == "src" else "w",
+                                       anonymous_only=True)
+                if permitted is not None:
+                    return PROVEN if permitted else REFUSED
             done = _probe(dst, src, count, untrusted)
-        if done is True:
-            if count > KERNEL_COPY_LIMIT:
-                ctypes.memmove(dst, src, count)
-            return True
-        if done is False:
-            return False
+            if done is not None:
+                return PROVEN if done else REFUSED
         _kernel_copy = False  # forbidden here (seccomp): fall back to the maps check
-    if not _permitted(address, count, "r" if untrusted == "src" else "w"):
-        return False
-    ctypes.memmove(dst, src, count)
-    return True
+    return PROVEN if _permitted(address, count, "r" if untrusted == "src" else "w") \
+        else REFUSED
 
 
 def _kernel_move(dst: int, src: int, count: int, untrusted: str) -> bool | None:
@@ -194,20 +204,27 @@ def _iovecs(addresses: list[int]) -> Any:
     return ffi.from_buffer("struct iovec[]", words)
 
 
-def _permitted(address: int, size: int, permission: str) -> bool:
-    """True when ``[address, address+size)`` lies in mappings that all allow ``permission``."""
+def _permitted(address: int, size: int, permission: str, *,
+               anonymous_only: bool = False) -> bool | None:
+    """True when ``[address, address+size)`` lies in mappings that all allow ``permission``.
+
+    With ``anonymous_only``, None when part of the range maps a file (whose end the maps
+    do not show).
+    """
     try:
         with open("/proc/self/maps") as maps:
             lines = maps.read().splitlines()
     except OSError:
-        return host_range_mapped(address, size)
+        return None if anonymous_only else host_range_mapped(address, size)
     cursor, end = address, address + size
     for line in lines:
-        span, perms = line.split(maxsplit=2)[:2]
-        low, high = (int(x, 16) for x in span.split("-"))
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split("-"))
         if low <= cursor < high:
-            if permission not in perms:
+            if permission not in fields[1]:
                 return False
+            if anonymous_only and fields[4] != "0":
+                return None
             cursor = high
             if cursor >= end:
                 return True

@@ -91,9 +91,12 @@ class PendingIndex:
                     self._by_target.pop(id(target), None)
         self.ops.pop(op, None)
 
-    def on(self, target: object) -> list[Op]:
-        ops = self._by_target.get(id(target))
-        return list(ops) if ops else []
+    def on(self, target: object) -> Iterator[Op]:
+        """The queued ops touching ``target`` (do not queue or run ops while iterating)."""
+        return iter(self._by_target.get(id(target), ()))
+
+    def has(self, target: object) -> bool:
+        return id(target) in self._by_target
 
     def clear(self) -> None:
         self._by_target = {}
