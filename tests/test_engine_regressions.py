@@ -112,3 +112,26 @@ def test_token_is_taken_with_the_allocation(fake, backend, monkeypatch):
     resetter.join(5)
     assert not resetter.is_alive()
     assert buf.freed
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_raise_mode_unmap_is_done_before_raising(fake, dev, monkeypatch):
+    """A raised free-while-queued on aclrtUnmapMem used to leave the mapping in place."""
+    prop = raw.aclrtPhysicalMemProp(memAttr=MemAttr.HBM_MEM_HUGE,
+                                    location=raw.aclrtMemLocation(id=0, type=1))
+    base = raw.aclrtReserveMemAddress(2 * MiB, 0, 0, 0)
+    handle = raw.aclrtMallocPhysical(2 * MiB, prop, 0)
+    raw.aclrtMapMem(base, 2 * MiB, 0, handle, 0)
+    stream = raw.aclrtCreateStream()
+    raw.aclrtMemsetAsync(base, 2 * MiB, 3, 64, stream)
+    monkeypatch.setattr(fake.hazards, "mode", "raise")
+    with pytest.raises(HazardError):
+        raw.aclrtUnmapMem(base)
+    monkeypatch.setattr(fake.hazards, "mode", "count")
+    with pytest.raises(acl_mem.RtParamInvalidError):
+        raw.aclrtUnmapMem(base)          # already unmapped
+    raw.aclrtSynchronizeStream(stream)   # the queued memset is skipped, not run
+    assert acl_mem.fake.hazards()["queued-work-on-freed-memory"] == 1
+    raw.aclrtDestroyStream(stream)
+    raw.aclrtFreePhysical(handle)
+    raw.aclrtReleaseMemAddress(base)

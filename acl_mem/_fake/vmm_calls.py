@@ -26,7 +26,7 @@ from .vmm_space import VMM_WINDOW, PhysicalPool, map_mirror, unmap_mirror
 if TYPE_CHECKING:
     from .profiles import Profile
     from .runtime import FakeRuntime
-    from .streams import StreamTable
+    from .streams import Hazards, StreamTable
 
 __all__ = ["VmmCalls"]
 
@@ -131,6 +131,7 @@ class VmmCalls:
 
     if TYPE_CHECKING:  # provided by FakeBackend and StreamCalls
         streams: StreamTable
+        hazards: Hazards
 
         def _fault(self, call: str) -> int: ...
         def _wait_for_copies(self) -> None: ...
@@ -375,15 +376,18 @@ class VmmCalls:
             mapping = reservation.mappings.get(virPtr) if reservation is not None else None
             if reservation is None or mapping is None:
                 return codes.RT_PARAM_INVALID
-            if self.streams.any_pending():
-                self.check_pending(virPtr, mapping.size, access="free",
-                                   what=f"mapping {virPtr:#x} unmapped", targets=(mapping,))
-            self._wait_for_copies()
-            reservation.remove(virPtr)
-            unmap_mirror(virPtr, mapping.size)
-            mapping.physical.mappings -= 1
-            if mapping.physical.freed and mapping.physical.mappings == 0:
-                self._release_physical(mapping.physical)
+            # A hazard in raise mode propagates once the unmap is done.
+            with self.hazards.held():
+                if self.streams.any_pending():
+                    self.check_pending(virPtr, mapping.size, access="free",
+                                       what=f"mapping {virPtr:#x} unmapped",
+                                       targets=(mapping,))
+                self._wait_for_copies()
+                reservation.remove(virPtr)
+                unmap_mirror(virPtr, mapping.size)
+                mapping.physical.mappings -= 1
+                if mapping.physical.freed and mapping.physical.mappings == 0:
+                    self._release_physical(mapping.physical)
             return codes.SUCCESS
 
     def _reservation_of(self, address: int) -> Reservation | None:
