@@ -61,4 +61,4 @@ def host_span(obj: object, *, writable: bool, call: str, name: str) -> HostSpan:
         raise ValueError(f"{call}: {name} is read-only but is written to") from None
     except ValueError as exc:
         raise ValueError(f"{call}: {name} must be C-contiguous ({exc})") from None
-    return HostSpan(int(ffi.cast("uintptr_t", cdata)), len(ffi.buffer(cdata)), cdata)
+    return HostSpan(int(ffi.cast("uintptr_t", cdata)), len(cdata), cdata)

@@ -350,8 +350,11 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
           call: str, stream: Stream | None = None) -> None:
     dst_addr, dst_size, dst_buf, dst_keep = _endpoint(dst, True, call, "dst")
     src_addr, src_size, src_buf, src_keep = _endpoint(src, False, call, "src")
-    d_off = c_uint(dst_offset, call, "dst offset")
-    s_off = c_uint(src_offset, call, "src offset")
+    # Offsets are 0 and count None nearly always: no checking call for those.
+    d_off = 0 if dst_offset == 0 and type(dst_offset) is int else \
+        c_uint(dst_offset, call, "dst offset")
+    s_off = 0 if src_offset == 0 and type(src_offset) is int else \
+        c_uint(src_offset, call, "src offset")
     if s_off > src_size:
         raise ValueError(f"{call}: src offset {s_off} exceeds the source size {src_size}")
     n = src_size - s_off if count is None else c_uint(count, call, "count")
