@@ -358,8 +358,10 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
     if s_off > src_size:
         raise ValueError(f"{call}: src offset {s_off} exceeds the source size {src_size}")
     n = src_size - s_off if count is None else c_uint(count, call, "count")
-    _check_range(call, "src offset + count", s_off, n, src_size)
-    _check_range(call, "dst offset + count", d_off, n, dst_size)
+    if s_off + n > src_size:
+        _check_range(call, "src offset + count", s_off, n, src_size)
+    if d_off + n > dst_size:
+        _check_range(call, "dst offset + count", d_off, n, dst_size)
     if (dst_buf is not None and src_buf is not None and dst_buf.is_device and src_buf.is_device
             and dst_buf.device.id != src_buf.device.id):
         raise ValueError(
@@ -368,8 +370,12 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         )
     if n == 0:
         return
-    spans = tuple((span.address, span.nbytes) for span in (dst_keep, src_keep)
-                  if span is not None)
+    if dst_keep is None:
+        spans: tuple[tuple[int, int], ...] = () if src_keep is None else \
+            ((src_keep.address, src_keep.nbytes),)
+    else:
+        spans = ((dst_keep.address, dst_keep.nbytes),) if src_keep is None else \
+            ((dst_keep.address, dst_keep.nbytes), (src_keep.address, src_keep.nbytes))
     try:
         vouching(spans)
         if stream is None:

@@ -98,11 +98,6 @@ _SIZE_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
 
 
-def _plain(*values: object) -> bool:
-    """All plain ints in size_t range: the common case, checked in one go."""
-    return all(type(v) is int and 0 <= v < _SIZE_LIMIT for v in values)
-
-
 def _fail(rc: int, what: str) -> AclError:
     return AclError(rc, what)
 
@@ -268,7 +263,10 @@ def hi_mpi_dvpp_free(dev_ptr: int) -> None:
 def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None:
     """Synchronous copy; the runtime decides the direction from the addresses (spec §3.10)."""
     call = "aclrtMemcpy"
-    if _plain(dst, destMax, src, count) and type(kind) is int and 0 <= kind < _U32_LIMIT:
+    if (type(dst) is type(destMax) is type(src) is type(count) is type(kind) is int
+            and 0 <= dst < _SIZE_LIMIT and 0 <= destMax < _SIZE_LIMIT
+            and 0 <= src < _SIZE_LIMIT and 0 <= count < _SIZE_LIMIT
+            and 0 <= kind < _U32_LIMIT):
         d, dm, s, n, k = dst, destMax, src, count, kind
     else:
         d = c_uint(dst, call, "dst", 64, "void *")
