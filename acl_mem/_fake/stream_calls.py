@@ -1,30 +1,28 @@
 """Streams and asynchronous copies of the fake backend (spec §3.4, §3.10, §3.11).
 
-Mixed into :class:`~acl_mem._fake.backend.FakeBackend`. Checks run in the order of the
-spec; queued work is executed only by a synchronisation (or by destroying its stream,
-which waits). Memory of the pinned host pool and of the device is touched when the
-work runs, so data read before synchronising is stale, as on hardware.
+The streams part of :class:`~acl_mem._fake.backend.FakeBackend`: stream lifetime,
+synchronisation, aclrtMemcpyAsync and aclrtMemsetAsync over the state's stream table
+(``streams.py``). It resolves addresses through the address map, reports hazards and
+bound crossings through the diagnostics part, and hands pageable copies to the copies
+part. Checks run in the order of the spec; queued work is executed only by a
+synchronisation (or by destroying its stream, which waits). Memory of the pinned host
+pool and of the device is touched when the work runs, so data read before
+synchronising is stale, as on hardware.
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
-from typing import TYPE_CHECKING
 
 from ..enums import MemcpyKind
 from . import codes
-from .streams import Hazards, Op, Stream, StreamTable
+from .addresses import AddressMap, Located
+from .copies import Copies
+from .diagnostics import Diagnostics
+from .state import EngineState
+from .streams import Op, Stream
 
-if TYPE_CHECKING:
-    from .checker import Checker
-    from .profiles import Profile
-    from .runtime import FakeRuntime
-
-#: ``(host address, device id or None, pinned host?, allocations touched)``
-Located = tuple[int, "int | None", bool, tuple[object, ...]]
-
-__all__ = ["StreamCalls"]
+__all__ = ["StreamCalls", "corrected_kind"]
 
 _H2H, _H2D, _D2H, _D2D, _DEFAULT, _BUF = 0, 1, 2, 3, 4, 5
 # What the runtime accepts per (src, dst) location and what DEFAULT becomes (spec §3.10).
@@ -55,75 +53,66 @@ def corrected_kind(src: str, dst: str, kind: int) -> int | None:
 class StreamCalls:
     """aclrtCreateStream ... aclrtMemsetAsync for the fake."""
 
-    streams: StreamTable
-    hazards: Hazards
-    profile: Profile
-    runtime: FakeRuntime
-    _lock: threading.RLock
-
-    checker: Checker | None
-
-    if TYPE_CHECKING:  # provided by FakeBackend
-        def checker_verify(self, when: str = ...) -> list[tuple[str, str]]: ...
-        def _check_bounds(self, address: int, count: int, what: str) -> None: ...
-        def _resolve(self, address: int, count: int) -> Located | None: ...
-        def _still_live(self, target: object) -> bool: ...
-        def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int,
-                        kind: int) -> int: ...
+    def __init__(self, state: EngineState, addresses: AddressMap, diagnostics: Diagnostics,
+                 copies: Copies) -> None:
+        self._state = state
+        self._addresses = addresses
+        self._diagnostics = diagnostics
+        self._copies = copies
 
     # -- stream lifetime (spec §3.4) -------------------------------------------------
     def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
-        with self._lock:
-            context = self.runtime.current_context()
+        with self._state.lock:
+            context = self._state.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL, 0
-            if self.streams.count_on(*context) >= self.profile.max_streams:
+            if self._state.streams.count_on(*context) >= self._state.profile.max_streams:
                 return codes.NO_STREAM_RESOURCE, 0
-            return codes.SUCCESS, self.streams.create(*context).handle
+            return codes.SUCCESS, self._state.streams.create(*context).handle
 
     def aclrtDestroyStream(self, stream: int) -> int:
         if stream == 0:
             return codes.INVALID_PARAM
-        with self._lock:
-            found = self.streams.streams.get(stream)
+        with self._state.lock:
+            found = self._state.streams.streams.get(stream)
             if found is None or not self._stream_alive(found):
                 return codes.INVALID_HANDLE
-            context = self.runtime.current_context()
+            context = self._state.runtime.current_context()
             if context is not None and context != (found.device, found.generation):
                 return codes.STREAM_CONTEXT
-            with self.hazards.held():
+            with self._state.hazards.held():
                 if found.pending:
-                    self.hazards.report("destroy-with-pending-work",
-                                        f"stream {stream:#x} destroyed with "
-                                        f"{len(found.pending)} queued operation(s); the "
-                                        "runtime waits for them")
+                    self._state.hazards.report("destroy-with-pending-work",
+                                               f"stream {stream:#x} destroyed with "
+                                               f"{len(found.pending)} queued operation(s); "
+                                               "the runtime waits for them")
                 self._drain(found)
-                self.streams.forget(found)
+                self._state.streams.forget(found)
             return codes.SUCCESS
 
     def aclrtSynchronizeStream(self, stream: int) -> int:
-        with self._lock:
+        with self._state.lock:
             found, rc = self._resolve_stream(stream)
             if found is None:
                 return rc
-            with self.hazards.held():
+            with self._state.hazards.held():
                 self._drain(found)
             self._after_synchronize()
             return codes.SUCCESS
 
     def _after_synchronize(self) -> None:
-        if self.checker is not None:
-            self.checker_verify("synchronize")
+        if self._state.checker is not None:
+            self._diagnostics.checker_verify("synchronize")
 
     def aclrtSynchronizeDevice(self) -> int:
-        with self._lock:
-            context = self.runtime.current_context()
+        with self._state.lock:
+            context = self._state.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL
-            with self.hazards.held():
-                for stream in self.streams.of_context(*context):
+            with self._state.hazards.held():
+                for stream in self._state.streams.of_context(*context):
                     self._drain(stream)
             self._after_synchronize()
             return codes.SUCCESS
@@ -137,12 +126,13 @@ class StreamCalls:
             return codes.SUCCESS
         if dst == 0 or src == 0:
             return codes.INVALID_PARAM
-        with self._lock:
+        with self._state.lock:
             if stream != 0 and not self._handle_valid(stream):
                 return codes.INVALID_HANDLE
             if count > destMax:
                 return codes.RT_PARAM_INVALID
-            source, target = self._resolve(src, count), self._resolve(dst, count)
+            resolve = self._addresses.resolve
+            source, target = resolve(src, count), resolve(dst, count)
             if source is None or target is None:
                 return codes.RT_PARAM_INVALID
             real_kind = corrected_kind(_where(source), _where(target), kind)
@@ -158,7 +148,7 @@ class StreamCalls:
             if "unreg" in (_where(source), _where(target)):
                 # Pageable memory: the runtime synchronises the stream and copies now.
                 self._drain(found)
-                return self.aclrtMemcpy(dst, destMax, src, count, MemcpyKind.DEFAULT)
+                return self._copies.aclrtMemcpy(dst, destMax, src, count, MemcpyKind.DEFAULT)
             self._enqueue(found, Op(dst, target[0], src, source[0], count, None,
                                     target[3] + source[3]))
             return codes.SUCCESS
@@ -169,7 +159,7 @@ class StreamCalls:
             return codes.SUCCESS
         if devPtr == 0:
             return codes.INVALID_PARAM
-        with self._lock:
+        with self._state.lock:
             if stream != 0 and not self._handle_valid(stream):
                 return codes.INVALID_HANDLE
             if count > maxCount:
@@ -177,7 +167,7 @@ class StreamCalls:
             found, rc = self._resolve_stream(stream)
             if found is None:
                 return rc
-            target = self._resolve(devPtr, count)
+            target = self._addresses.resolve(devPtr, count)
             if target is None or _where(target) == "unreg":
                 return codes.RT_PARAM_INVALID
             self._enqueue(found, Op(devPtr, target[0], 0, 0, count, value & 0xFF, target[3]))
@@ -185,39 +175,39 @@ class StreamCalls:
 
     # -- helpers -----------------------------------------------------------------------
     def _stream_alive(self, stream: Stream) -> bool:
-        return self.runtime.references(stream.device) > 0 and \
-            self.runtime.generation(stream.device) == stream.generation
+        return self._state.runtime.references(stream.device) > 0 and \
+            self._state.runtime.generation(stream.device) == stream.generation
 
     def _handle_valid(self, handle: int) -> bool:
-        found = self.streams.streams.get(handle)
+        found = self._state.streams.streams.get(handle)
         return found is not None and self._stream_alive(found)
 
     def _resolve_stream(self, handle: int) -> tuple[Stream | None, int]:
         """The stream for ``handle`` (0 = default of the current context), or an error code."""
         if handle != 0 and not self._handle_valid(handle):
             return None, codes.INVALID_HANDLE
-        context = self.runtime.current_context()
+        context = self._state.runtime.current_context()
         if context is None:
             return None, codes.CONTEXT_NULL
         if handle == 0:
-            return self.streams.default(*context), codes.SUCCESS
-        found = self.streams.streams[handle]
+            return self._state.streams.default(*context), codes.SUCCESS
+        found = self._state.streams.streams[handle]
         if (found.device, found.generation) != context:
             return None, codes.STREAM_CONTEXT
         return found, codes.SUCCESS
 
     def _enqueue(self, stream: Stream, op: Op) -> None:
         # Index first: an op the index knows but no stream holds is dropped by remove().
-        self.streams.pending.add(op)
+        self._state.streams.pending.add(op)
         try:
             stream.pending.append(op)
         except BaseException:
-            self.streams.pending.remove(op)
+            self._state.streams.pending.remove(op)
             raise
 
     def _drain(self, stream: Stream) -> None:
         pending = stream.pending
-        index = self.streams.pending
+        index = self._state.streams.pending
         while pending:
             op = pending[0]
             # Unindexed before it leaves the queue: an interrupt in between leaves it at
@@ -229,47 +219,22 @@ class StreamCalls:
     def _run(self, op: Op) -> None:
         """Run one queued op, unless memory it touches was freed since it was queued."""
         for target in op.targets:
-            if not self._still_live(target):
-                self.hazards.report(
+            if not self._addresses.still_live(target):
+                self._state.hazards.report(
                     "queued-work-on-freed-memory",
                     f"a queued {op.describe()} ran after its memory was freed; on hardware "
                     "it corrupts whatever lives there now, here it was skipped")
                 return
+        checking = self._state.checker is not None
         if op.value is None:
-            if self.checker is not None:
-                self._check_bounds(op.dst, op.count, "queued aclrtMemcpyAsync write")
-                self._check_bounds(op.src, op.count, "queued aclrtMemcpyAsync read")
+            if checking:
+                self._diagnostics.check_bounds(op.dst, op.count, "queued aclrtMemcpyAsync write")
+                self._diagnostics.check_bounds(op.src, op.count, "queued aclrtMemcpyAsync read")
             ctypes.memmove(op.dst_host, op.src_host, op.count)
         else:
-            if self.checker is not None:
-                self._check_bounds(op.dst, op.count, "queued aclrtMemsetAsync")
+            if checking:
+                self._diagnostics.check_bounds(op.dst, op.count, "queued aclrtMemsetAsync")
             ctypes.memset(op.dst_host, op.value, op.count)
-
-    def check_pending(self, start: int, size: int, *, access: str, what: str,
-                      targets: tuple[object, ...] | None = None) -> None:
-        """Report a hazard if queued work races with ``what`` on ``[start, start+size)``.
-
-        ``access`` is "free" (races with any queued access: the free calls do not wait,
-        spec §3.6-§3.7), "write" (races with queued reads and writes) or "read" (races
-        with queued writes). ``targets`` are the allocations of the range when the
-        caller knows them; otherwise they are looked up.
-        """
-        with self._lock:
-            if not self.streams.any_pending():
-                return
-            if targets is None:
-                located = self._resolve(start, size)
-                targets = located[3] if located is not None else ()
-            end = start + size
-            for target in targets:
-                for op in self.streams.pending.on(target):
-                    if op.writes_into(start, end) if access == "read" else \
-                            op.touches(start, end):
-                        kind = "free-while-queued" if access == "free" else \
-                            "access-before-synchronize"
-                        self.hazards.report(kind, f"{what} while queued {op.describe()} is "
-                                            "pending; synchronise the stream first")
-                        return
 
 
 def _where(located: Located) -> str:

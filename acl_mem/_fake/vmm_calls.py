@@ -1,32 +1,39 @@
 """Virtual memory of the fake backend: reservations, physical handles, mappings (spec §4).
 
-Mixed into :class:`~acl_mem._fake.backend.FakeBackend`. Every check of spec §4 runs in
-the order the spec lists; driver-only checks use the spec's suggested codes (spec §8
-questions 2-8 and 12, see docs/fidelity.md).
+The VMM part of :class:`~acl_mem._fake.backend.FakeBackend`: reservations (kept in the
+state's :class:`~acl_mem._fake.vmm_space.ReservationIndex`, which the address map reads
+too), physical handles and their backing pools, mappings, access and cross-process
+sharing (``vmm_share.py``). Unmapping asks the diagnostics part for hazards with queued
+work. Every check of spec §4 runs in the order the spec lists; driver-only checks use
+the spec's suggested codes (spec §8 questions 2-8 and 12, see docs/fidelity.md).
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
-import threading
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from .._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from ..enums import MemLocationType
 from ..errors import AclError
 from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, align_up
 from . import codes
+from .diagnostics import Diagnostics
 from .extents import ExtentAllocator
+from .state import EngineState
 from .vmm_share import Record, ShareRegistry, new_shareable, self_identity
-from .vmm_space import VMM_WINDOW, PhysicalPool, map_mirror, unmap_mirror
-
-if TYPE_CHECKING:
-    from .profiles import Profile
-    from .runtime import FakeRuntime
-    from .streams import Hazards, StreamTable
+from .vmm_space import (
+    VMM_WINDOW,
+    Mapping,
+    Physical,
+    PhysicalPool,
+    Reservation,
+    granularity_of,
+    map_mirror,
+    page_kind,
+    unmap_mirror,
+)
 
 __all__ = ["VmmCalls"]
 
@@ -35,10 +42,6 @@ MAX_RESERVATION = 128 * GiB
 #: memAttr values aclrtMallocPhysical accepts (spec §4.3 step 9).
 _SUPPORTED_ATTRS = frozenset({2, 3, 4, 5, 6, 7, 10, 12, 13, 14, 15, 16, 17})
 _HOST_ONLY_ATTRS = frozenset({2, 3, 6, 7})
-_GIANT_ATTRS = frozenset({10, 14, 17})
-#: Attributes taken from the normal-page pool; every other device attribute takes huge
-#: pages (ACL_HBM_MEM_NORMAL is allocated as 2 MiB pages, spec §4.3).
-_NORMAL_POOL_ATTRS = frozenset({12, 15})
 _HANDLE_BASE, _HANDLE_STEP = 0x4A00_0000_0000, 0x40
 _HOST_POOL_SIZE = 1 << 40
 _MAX_PIDS = 65535
@@ -46,103 +49,14 @@ _MAX_PIDS = 65535
 _SHAREABLE_TRIES = 16
 
 
-@dataclass
-class Physical:
-    handle: int
-    size: int
-    prop: aclrtPhysicalMemProp
-    device: int | None
-    pool: PhysicalPool
-    offset: int
-    imported_from: int = 0
-    mappings: int = 0
-    freed: bool = False
-    exported: int = 0
-
-    @property
-    def kind(self) -> PageKind:
-        return page_kind(self.prop.memAttr)
-
-    @property
-    def granularity(self) -> int:
-        """Size unit and mapping alignment of this memory (spec §4.4, §4.5)."""
-        return granularity_of(self.prop.memAttr)
-
-
-def page_kind(mem_attr: int) -> PageKind:
-    """The device page pool physical memory of ``mem_attr`` comes from (fidelity row 47)."""
-    if mem_attr in _GIANT_ATTRS:
-        return PageKind.GIANT
-    return PageKind.NORMAL if mem_attr in _NORMAL_POOL_ATTRS else PageKind.HUGE
-
-
-def granularity_of(mem_attr: int) -> int:
-    return GIANT_PAGE if mem_attr in _GIANT_ATTRS else HUGE_PAGE
-
-
-@dataclass
-class Mapping:
-    va: int
-    size: int
-    physical: Physical
-
-
-@dataclass
-class Reservation:
-    base: int
-    size: int
-    span: int
-    mappings: dict[int, Mapping] = field(default_factory=dict)
-    #: Mapping addresses, sorted: lookups and overlap checks by bisection.
-    starts: list[int] = field(default_factory=list)
-    #: What the mapped handles are bound to: (device, imported?) of the first mapping.
-    binding: tuple[int | None, bool] | None = None
-
-    def mapping_at(self, address: int) -> Mapping | None:
-        i = bisect.bisect_right(self.starts, address) - 1
-        if i < 0:
-            return None
-        mapping = self.mappings[self.starts[i]]
-        return mapping if address < mapping.va + mapping.size else None
-
-    def overlaps(self, va: int, size: int) -> bool:
-        i = bisect.bisect_left(self.starts, va + size) - 1
-        return i >= 0 and self.mappings[self.starts[i]].va + \
-            self.mappings[self.starts[i]].size > va
-
-    def add(self, mapping: Mapping) -> None:
-        bisect.insort(self.starts, mapping.va)
-        self.mappings[mapping.va] = mapping
-
-    def remove(self, va: int) -> Mapping:
-        del self.starts[bisect.bisect_left(self.starts, va)]
-        mapping = self.mappings.pop(va)
-        if not self.mappings:
-            self.binding = None
-        return mapping
-
-
 class VmmCalls:
     """aclrtReserveMemAddress ... aclrtMemGetAllocationPropertiesFromHandle for the fake."""
 
-    profile: Profile
-    runtime: FakeRuntime
-    _lock: threading.RLock
-
-    if TYPE_CHECKING:  # provided by FakeBackend and StreamCalls
-        streams: StreamTable
-        hazards: Hazards
-
-        def _fault(self, call: str) -> int: ...
-        def _wait_for_copies(self) -> None: ...
-        def check_pending(self, start: int, size: int, *, access: str, what: str,
-                          targets: tuple[object, ...] | None = None) -> None: ...
-
-    def _vmm_init(self) -> None:
+    def __init__(self, state: EngineState, diagnostics: Diagnostics) -> None:
+        self._state = state
+        self._diagnostics = diagnostics
         self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0],
                                          exact=True)
-        self.reservations: dict[int, Reservation] = {}
-        self._reservation_starts: list[int] = []
         self.physicals: dict[int, Physical] = {}
         self._next_handle = _HANDLE_BASE
         self._pools: dict[int | None, PhysicalPool] = {}
@@ -150,12 +64,19 @@ class VmmCalls:
         self._registry: ShareRegistry | None = None
         self._still_shared: list[Physical] = []
 
-    def _vmm_after_fork(self) -> None:
-        """Forked child: the parent's mappings must not write into its shared memory."""
-        for reservation in self.reservations.values():
-            for mapping in reservation.mappings.values():
-                unmap_mirror(mapping.va, mapping.size)
-        self._vmm_init()
+    def after_fork(self) -> None:
+        """Forked child: the parent's mappings must not write into its shared memory, and
+        none of its reservations, handles or pools are this process's (call before the
+        state's own after_fork)."""
+        self._state.reservations.unmap_all_mirrors()
+        self._va_space = ExtentAllocator(VMM_WINDOW[0], VMM_WINDOW[1] - VMM_WINDOW[0],
+                                         exact=True)
+        self.physicals = {}
+        self._next_handle = _HANDLE_BASE
+        self._pools = {}
+        self._pool_space = {}
+        self._registry = None
+        self._still_shared = []
 
     # -- reservations (spec §4.2) ------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
@@ -167,12 +88,12 @@ class VmmCalls:
         if size > MAX_RESERVATION:
             return codes.MEMORY_ALLOCATION, 0
         span = align_up(size, HUGE_PAGE)
-        with self._lock:
-            fault = self._fault("aclrtReserveMemAddress")
+        with self._state.lock:
+            fault = self._state.fault("aclrtReserveMemAddress")
             if fault:
                 return fault, 0
             if expectPtr:
-                if not self.profile.dvpp and self.profile.padding == 0:
+                if not self._state.profile.dvpp and self._state.profile.padding == 0:
                     return codes.FEATURE_NOT_SUPPORT, 0  # Ascend950: only NULL (spec §4.2)
                 if expectPtr % _fixed_alignment(size):
                     return codes.RT_PARAM_INVALID, 0
@@ -187,19 +108,18 @@ class VmmCalls:
                 if found is None:
                     return codes.MEMORY_ALLOCATION, 0
                 base = found
-            self.reservations[base] = Reservation(base, size, span)
-            bisect.insort(self._reservation_starts, base)
+            self._state.reservations.add(Reservation(base, size, span))
             return codes.SUCCESS, base
 
     def aclrtReleaseMemAddress(self, virPtr: int) -> int:
         if virPtr == 0:
             return codes.INVALID_PARAM
-        with self._lock:
-            reservation = self.reservations.get(virPtr)
+        with self._state.lock:
+            reservations = self._state.reservations
+            reservation = reservations.reservations.get(virPtr)
             if reservation is None or reservation.mappings:
                 return codes.RT_PARAM_INVALID
-            del self.reservations[virPtr]
-            del self._reservation_starts[bisect.bisect_left(self._reservation_starts, virPtr)]
+            reservations.remove(virPtr)
             self._va_space.release(reservation.base, reservation.span)
             return codes.SUCCESS
 
@@ -213,7 +133,7 @@ class VmmCalls:
             return codes.INVALID_PARAM
         if prop.memAttr not in _SUPPORTED_ATTRS:
             return codes.INVALID_PARAM
-        if location == MemLocationType.DEVICE and not self.runtime.valid_device(
+        if location == MemLocationType.DEVICE and not self._state.runtime.valid_device(
                 prop.location.id):
             return codes.INVALID_DEVICEID
         return codes.SUCCESS
@@ -228,31 +148,32 @@ class VmmCalls:
         if rc:
             return rc, 0
         location = prop.location.type
-        with self._lock:
+        with self._state.lock:
             if location == MemLocationType.HOST_NUMA:
-                rc = codes.CONTEXT_NULL if self.runtime.current() is None else \
+                rc = codes.CONTEXT_NULL if self._state.runtime.current() is None else \
                     codes.FEATURE_NOT_SUPPORT
                 return rc, 0
             if location not in (MemLocationType.HOST, MemLocationType.DEVICE):
                 return codes.RT_PARAM_INVALID, 0
-            fault = self._fault("aclrtMallocPhysical")
+            fault = self._state.fault("aclrtMallocPhysical")
             if fault:
                 return fault, 0
             if self._still_shared:
                 self._reap_shared()
             kind = page_kind(prop.memAttr)
-            if kind is PageKind.GIANT and not self.profile.giant_pages:
+            if kind is PageKind.GIANT and not self._state.profile.giant_pages:
                 return codes.FEATURE_NOT_SUPPORT, 0
             granularity = granularity_of(prop.memAttr)
             if size % granularity:
                 return codes.RT_PARAM_INVALID, 0
             device = prop.location.id if location == MemLocationType.DEVICE else None
-            if device is not None and not self.runtime.devices[device].pools.take(kind, size):
+            devices = self._state.runtime.devices
+            if device is not None and not devices[device].pools.take(kind, size):
                 return codes.MEMORY_ALLOCATION, 0
             offset = self._pool_space_for(device).allocate(size, granularity)
             if offset is None:
                 if device is not None:
-                    self.runtime.devices[device].pools.give_back(kind, size)
+                    devices[device].pools.give_back(kind, size)
                 return codes.MEMORY_ALLOCATION, 0
             stored = replace(prop, location=replace(prop.location,
                                                     id=prop.location.id if device is not None
@@ -269,7 +190,7 @@ class VmmCalls:
 
     def _pool_for(self, device: int | None) -> PhysicalPool:
         if device not in self._pools:
-            size = self.profile.capacity if device is not None else _HOST_POOL_SIZE
+            size = self._state.profile.capacity if device is not None else _HOST_POOL_SIZE
             self._pools[device] = PhysicalPool(f"dev{device}" if device is not None
                                                else "host", size)
         return self._pools[device]
@@ -282,7 +203,7 @@ class VmmCalls:
     def aclrtFreePhysical(self, handle: int) -> int:
         if handle == 0:
             return codes.INVALID_PARAM
-        with self._lock:
+        with self._state.lock:
             physical = self.physicals.get(handle)
             if physical is None or physical.freed:
                 return codes.RT_PARAM_INVALID
@@ -318,6 +239,11 @@ class VmmCalls:
         except AclError:
             return False  # the share directory is unusable now; keep it and ask again
 
+    def reap_shared(self) -> None:
+        """Give back exported memory nobody holds any more, if there is any to ask about."""
+        if self._still_shared:
+            self._reap_shared()
+
     def _reap_shared(self) -> None:
         """Give back exported memory whose importers have freed it or died meanwhile."""
         for physical in list(self._still_shared):
@@ -330,7 +256,8 @@ class VmmCalls:
     def _return_to_pools(self, physical: Physical) -> None:
         self._pool_space_for(physical.device).release(physical.offset, physical.size)
         if physical.device is not None:
-            self.runtime.devices[physical.device].pools.give_back(physical.kind, physical.size)
+            pools = self._state.runtime.devices[physical.device].pools
+            pools.give_back(physical.kind, physical.size)
 
     def aclrtMemGetAllocationGranularity(self, prop: aclrtPhysicalMemProp | None, option: int,
                                          null_outputs: int = 0) -> tuple[int, int]:
@@ -345,9 +272,9 @@ class VmmCalls:
     def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int:
         if virPtr == 0 or handle == 0 or size == 0 or flags != 0:
             return codes.INVALID_PARAM
-        with self._lock:
+        with self._state.lock:
             physical = self.physicals.get(handle)
-            reservation = self._reservation_of(virPtr)
+            reservation = self._state.reservations.of(virPtr)
             if physical is None or physical.freed or offset != 0 or size != physical.size:
                 return codes.RT_PARAM_INVALID
             if reservation is None or virPtr % physical.granularity or \
@@ -358,7 +285,7 @@ class VmmCalls:
             binding = (physical.device, bool(physical.imported_from))
             if reservation.binding not in (None, binding):
                 return codes.RT_PARAM_INVALID  # two devices, or mixed handles: spec §4.4, §8.5
-            fault = self._fault("aclrtMapMem")
+            fault = self._state.fault("aclrtMapMem")
             if fault:
                 return fault
             if not map_mirror(virPtr, size, physical.pool.fd, physical.offset):
@@ -371,18 +298,18 @@ class VmmCalls:
     def aclrtUnmapMem(self, virPtr: int) -> int:
         if virPtr == 0:
             return codes.INVALID_PARAM
-        with self._lock:
-            reservation = self._reservation_of(virPtr)
+        with self._state.lock:
+            reservation = self._state.reservations.of(virPtr)
             mapping = reservation.mappings.get(virPtr) if reservation is not None else None
             if reservation is None or mapping is None:
                 return codes.RT_PARAM_INVALID
             # A hazard in raise mode propagates once the unmap is done.
-            with self.hazards.held():
-                if self.streams.any_pending():
-                    self.check_pending(virPtr, mapping.size, access="free",
+            with self._state.hazards.held():
+                if self._state.streams.any_pending():
+                    self._diagnostics.check_pending(virPtr, mapping.size, access="free",
                                        what=f"mapping {virPtr:#x} unmapped",
                                        targets=(mapping,))
-                self._wait_for_copies()
+                self._state.wait_for_copies()
                 reservation.remove(virPtr)
                 unmap_mirror(virPtr, mapping.size)
                 mapping.physical.mappings -= 1
@@ -390,51 +317,19 @@ class VmmCalls:
                     self._release_physical(mapping.physical)
             return codes.SUCCESS
 
-    def _reservation_of(self, address: int) -> Reservation | None:
-        i = bisect.bisect_right(self._reservation_starts, address) - 1
-        if i < 0:
-            return None
-        reservation = self.reservations[self._reservation_starts[i]]
-        return reservation if address < reservation.base + reservation.span else None
-
-    def vmm_mapping_at(self, address: int) -> Mapping | None:
-        reservation = self._reservation_of(address)
-        return None if reservation is None else reservation.mapping_at(address)
-
-    def vmm_covering(self, address: int, count: int) -> tuple[Mapping, ...] | None:
-        """The mappings of ``[address, address+count)`` if it is mapped end to end."""
-        mapping = self.vmm_mapping_at(address)
-        if mapping is None:
-            return None
-        found = [mapping]
-        end = address + count
-        while mapping.va + mapping.size < end:
-            mapping = self.vmm_mapping_at(mapping.va + mapping.size)
-            if mapping is None:
-                return None
-            found.append(mapping)
-        return tuple(found)
-
-    def vmm_is_mapped(self, mapping: object) -> bool:
-        """Whether ``mapping`` (captured by queued work) is still mapped."""
-        if not isinstance(mapping, Mapping):
-            return False
-        reservation = self._reservation_of(mapping.va)
-        return reservation is not None and reservation.mappings.get(mapping.va) is mapping
-
     # -- access (spec §4.7) -----------------------------------------------------------
     def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,
                           count: int) -> int:
         if virPtr == 0 or desc is None:
             return codes.RT_PARAM_INVALID
-        with self._lock:
-            mapping = self.vmm_mapping_at(virPtr)
+        with self._state.lock:
+            mapping = self._state.reservations.mapping_at(virPtr)
             if mapping is None or mapping.va != virPtr or mapping.size != size:
                 return codes.RT_PARAM_INVALID
             for entry in desc[:count]:
                 if entry.flags != 3 or entry.location.type not in (0, 1) or any(entry.rsv):
                     return codes.RT_PARAM_INVALID
-                if entry.location.type == 1 and not self.runtime.valid_device(
+                if entry.location.type == 1 and not self._state.runtime.valid_device(
                         entry.location.id):
                     return codes.INVALID_DEVICEID
             return codes.SUCCESS
@@ -451,7 +346,7 @@ class VmmCalls:
             return codes.INVALID_PARAM, 0
         if flags > 1:
             return codes.RT_PARAM_INVALID, 0
-        with self._lock:
+        with self._state.lock:
             physical = self.physicals.get(handle)
             if physical is None or physical.freed or physical.exported or \
                     physical.imported_from or physical.device is None:
@@ -489,11 +384,11 @@ class VmmCalls:
                                           null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
-        if not self.runtime.valid_device(deviceId):
+        if not self._state.runtime.valid_device(deviceId):
             return codes.INVALID_DEVICEID, 0
         me = self_identity()
         fd = -1
-        with self._lock:
+        with self._state.lock:
             try:
                 rc, fd, record = self._share().acquire(shareableHandle, me)
                 if rc or record is None:
@@ -522,8 +417,8 @@ class VmmCalls:
                                        null_outputs: int = 0) -> tuple[int, int]:
         if virPtr == 0 or null_outputs & 1:
             return codes.INVALID_PARAM, 0
-        with self._lock:
-            mapping = self.vmm_mapping_at(virPtr)
+        with self._state.lock:
+            mapping = self._state.reservations.mapping_at(virPtr)
             if mapping is None:
                 return codes.RT_PARAM_INVALID, 0
             return codes.SUCCESS, mapping.physical.handle
@@ -533,7 +428,7 @@ class VmmCalls:
     ) -> tuple[int, aclrtPhysicalMemProp | None]:
         if handle == 0 or null_outputs & 1:
             return codes.INVALID_PARAM, None
-        with self._lock:
+        with self._state.lock:
             physical = self.physicals.get(handle)
             if physical is None:
                 return codes.RT_PARAM_INVALID, None

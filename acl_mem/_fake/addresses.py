@@ -1,0 +1,116 @@
+"""The fake's address map: which block, mapping or pinned range an address is in.
+
+Device blocks live in per-device slots from ``DEVICE_SPACE_BASE``, VMM mappings in the
+reservation window (their bytes at the mirror), pinned host blocks anywhere the host
+put them; anything else is pageable host memory, vouched for by the Pythonic layer or
+proven usable by the copy that touches it (spec §3.10, fidelity row 5).
+"""
+
+from __future__ import annotations
+
+from .device import DEVICE_SLOT, DEVICE_SPACE_BASE, MAX_DEVICES, FakeDevice
+from .extents import Block, BlockIndex
+from .hostmem import plausible_host_range
+from .state import EngineState
+from .vmm_space import MIRROR_OFFSET, VMM_WINDOW
+
+__all__ = ["DEVICE_SPACE_END", "AddressMap", "Located"]
+
+DEVICE_SPACE_END = DEVICE_SPACE_BASE + MAX_DEVICES * DEVICE_SLOT
+
+#: ``(host address, device id or None, pinned host?, allocations touched)``
+Located = tuple[int, "int | None", bool, tuple[object, ...]]
+
+
+class AddressMap:
+    """Resolves addresses against the devices' blocks, the VMM reservations and the
+    pinned host blocks of ``state``."""
+
+    def __init__(self, state: EngineState) -> None:
+        self._state = state
+
+    def device_of(self, address: int) -> FakeDevice | None:
+        if not DEVICE_SPACE_BASE <= address < DEVICE_SPACE_END:
+            return None
+        index = (address - DEVICE_SPACE_BASE) // DEVICE_SLOT
+        devices = self._state.runtime.devices
+        return devices[index] if index < len(devices) else None
+
+    def resolve(self, address: int, count: int) -> Located | None:
+        """Where ``[address, address+count)`` lives: ``(host address of the bytes, device id
+        or None, pinned host?, the blocks or mappings it covers)``, or None if invalid.
+
+        Pageable host memory has no allocations; it is vouched for by the Pythonic layer
+        (the buffer it holds) or proven usable by the copy itself.
+        """
+        if DEVICE_SPACE_BASE <= address < DEVICE_SPACE_END:
+            device = self.device_of(address)
+            if device is None:
+                return None
+            blocks = device.blocks
+            block = blocks.at(address) or blocks.containing(address)
+            if block is None:
+                return None
+            if address + count <= block.end:
+                targets: tuple[object, ...] = (block,)
+            else:
+                covered = _covered(blocks, block, address + count)
+                if covered is None:
+                    return None
+                targets = covered
+            return device.region_of(address).host_address(address), device.id, False, targets
+        state = self._state
+        if VMM_WINDOW[0] <= address < VMM_WINDOW[1]:
+            mappings = state.reservations.covering(address, count)
+            if mappings is None:
+                return None
+            device_id = mappings[0].physical.device
+            return address + MIRROR_OFFSET, device_id, device_id is None, mappings
+        pinned = state.pinned.containing(address)
+        if pinned is not None:
+            if address + count > pinned.end:
+                return None
+            return address, None, True, (pinned,)
+        if not plausible_host_range(address, count):
+            return None
+        return address, None, False, ()
+
+    def locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None:
+        """``(host address of the bytes, device id or None, pinned host?)`` or None."""
+        found = self.resolve(address, count)
+        return None if found is None else found[:3]
+
+    def still_live(self, target: object) -> bool:
+        """Whether a block or mapping captured by queued work still exists."""
+        if isinstance(target, Block):
+            if target.device is None:
+                return self._state.pinned.at(target.start) is target
+            return self._state.runtime.devices[target.device].blocks.at(target.start) is target
+        return self._state.reservations.is_mapped(target)
+
+    def block_at(self, address: int) -> Block | None:
+        """The device or pinned host block containing ``address``."""
+        device = self.device_of(address)
+        if device is not None:
+            return device.blocks.containing(address)
+        return self._state.pinned.containing(address)
+
+    def host_of(self, block: Block) -> int:
+        """Host address of a block's first byte."""
+        if block.device is None:
+            return block.start
+        return self._state.runtime.devices[block.device].region_of(block.start).host_address(
+            block.start)
+
+
+def _covered(blocks: BlockIndex, first: Block, end: int) -> tuple[Block, ...] | None:
+    """Back-to-back live blocks from ``first`` up to ``end`` (spec §3.10, fidelity 5)."""
+    found = [first]
+    block = first
+    while block.end < end:
+        nxt = blocks.at(block.end)
+        if nxt is None:
+            return None
+        found.append(nxt)
+        block = nxt
+    return tuple(found)

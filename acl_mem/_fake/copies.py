@@ -1,0 +1,106 @@
+"""Synchronous copies and memset of the fake backend (spec §3.10, §3.11).
+
+Checks run under the engine lock; the bytes move with the lock released, so other
+threads allocate and copy meanwhile. A running copy is registered in the state's
+copies-in-flight, and whatever unmaps host memory (frees, unmaps, device resets) waits
+for it first (:meth:`~acl_mem._fake.state.EngineState.wait_for_copies`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from . import codes
+from .addresses import AddressMap
+from .diagnostics import Diagnostics
+from .hostmem import COPIED, PROVEN, prove_untrusted
+from .state import EngineState
+
+__all__ = ["Copies"]
+
+
+class Copies:
+    """aclrtMemcpy and aclrtMemset for the fake."""
+
+    def __init__(self, state: EngineState, addresses: AddressMap,
+                 diagnostics: Diagnostics) -> None:
+        self._state = state
+        self._addresses = addresses
+        self._diagnostics = diagnostics
+
+    def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
+        if kind > 5:
+            return codes.INVALID_PARAM
+        if count == 0:
+            return codes.SUCCESS
+        if dst == 0 or src == 0:
+            return codes.INVALID_PARAM
+        if destMax == 0 or count > destMax:
+            return codes.RT_PARAM_INVALID
+        if dst == src:
+            return codes.SUCCESS
+        state = self._state
+        token = 0
+        try:
+            with state.lock:
+                if state.runtime.current() is None:
+                    return codes.CONTEXT_NULL
+                resolve = self._addresses.resolve
+                target = resolve(dst, count)
+                source = resolve(src, count)
+                if target is None or source is None:
+                    return codes.RT_PARAM_INVALID
+                dst_host, dst_dev, dst_pinned, dst_targets = target
+                src_host, src_dev, src_pinned, src_targets = source
+                if dst_dev is not None and src_dev is not None and dst_dev != src_dev:
+                    return codes.RT_PARAM_INVALID
+                if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
+                    return codes.RT_PARAM_INVALID
+                if state.streams.any_pending():
+                    check_pending = self._diagnostics.check_pending
+                    check_pending(dst, count, access="write", what="aclrtMemcpy writes",
+                                  targets=dst_targets)
+                    check_pending(src, count, access="read", what="aclrtMemcpy reads",
+                                  targets=src_targets)
+                if state.checker is not None:
+                    self._diagnostics.check_bounds(dst, count, "aclrtMemcpy write")
+                    self._diagnostics.check_bounds(src, count, "aclrtMemcpy read")
+                untrusted = "dst" if not dst_targets else "src" if not src_targets else ""
+                token = threading.get_ident()
+                state.copies[token] = None
+            # The bytes move with the lock released (and the GIL, in ctypes.memmove), so
+            # other threads allocate and copy meanwhile; memory under a running copy is
+            # not unmapped (see wait_for_copies). Pageable memory is proven usable first
+            # (or copied by the kernel), outside the lock too: it is not the fake's.
+            if untrusted:
+                found = prove_untrusted(dst_host, src_host, count, untrusted)
+                if found != PROVEN:
+                    return codes.SUCCESS if found == COPIED else codes.RT_PARAM_INVALID
+            ctypes.memmove(dst_host, src_host, count)
+            return codes.SUCCESS
+        finally:
+            if token:
+                state.copies.pop(token, None)
+
+    def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
+        if count == 0:
+            return codes.SUCCESS
+        if devPtr == 0:
+            return codes.INVALID_PARAM
+        state = self._state
+        with state.lock:
+            if state.runtime.current() is None:
+                return codes.CONTEXT_NULL
+            if count > maxCount:
+                return codes.RT_PARAM_INVALID
+            target = self._addresses.resolve(devPtr, count)
+            if target is None or not target[3]:
+                return codes.RT_PARAM_INVALID
+            if state.streams.any_pending():
+                self._diagnostics.check_pending(devPtr, count, access="write",
+                                                what="aclrtMemset writes", targets=target[3])
+            if state.checker is not None:
+                self._diagnostics.check_bounds(devPtr, count, "aclrtMemset")
+            ctypes.memset(target[0], value & 0xFF, count)
+            return codes.SUCCESS

@@ -1,0 +1,124 @@
+"""The state every part of the fake engine shares, declared in one place.
+
+:class:`EngineState` is built once per :class:`~acl_mem._fake.backend.FakeBackend` and
+handed to each part (device memory, copies, streams, VMM, diagnostics, address map).
+Parts keep no copy of what is here: they read it through the state on every call, so
+a forked child's fresh lock, stream table and pinned-host index (:meth:`after_fork`)
+are what every part sees next.
+
+Beside the data it holds the few operations that are about the shared state itself:
+the fault plan's countdown, the wait for copies in flight, and releasing a device
+(queued work dropped, the checker told, the device emptied).
+"""
+
+from __future__ import annotations
+
+import mmap
+import threading
+import time
+
+from .checker import Checker
+from .device import FakeDevice
+from .extents import BlockIndex
+from .profiles import Profile
+from .runtime import FakeRuntime
+from .streams import Hazards, Op, StreamTable
+from .vmm_space import ReservationIndex
+
+__all__ = ["COPY_WAIT_LIMIT", "EngineState"]
+
+#: Seconds a free or unmap waits for copies in other threads before it goes ahead.
+COPY_WAIT_LIMIT = 5.0
+
+
+class EngineState:
+    """Profile, runtime (devices, contexts, the lock), streams, hazards, checker, fault
+    plan, copies in flight, pinned host memory and the VMM reservations."""
+
+    def __init__(self, profile: Profile, *, hazards: str, check: bool) -> None:
+        self.profile = profile
+        self.streams = StreamTable()
+        self.hazards = Hazards(hazards)
+        self.runtime = FakeRuntime(profile, self.release_device)
+        #: The runtime's lock: every part takes it around its checks and changes.
+        self.lock: threading.RLock = self.runtime.lock
+        self.checker: Checker | None = Checker(hazards) if check else None
+        #: Planned failures: call name -> [countdown, code] (inject_fault).
+        self.faults: dict[str, list[int]] = {}
+        #: Copies moving bytes with the lock released, by thread; unmapping host memory
+        #: waits for them (a copy into memory unmapped under it would crash the process).
+        self.copies: dict[int, None] = {}
+        self.copies_done = threading.Condition(self.lock)
+        #: The queued ops of every stream (shared with the stream table): empty = no
+        #: hazard can arise, the common case tested first.
+        self.queued: dict[Op, None] = self.streams.pending.ops
+        #: aclrtMallocHost blocks, and the anonymous mapping behind each.
+        self.pinned = BlockIndex()
+        self.pinned_maps: dict[int, mmap.mmap] = {}
+        #: Pinned mappings a fork left behind (views of them may still exist).
+        self.orphaned_maps: list[mmap.mmap] = []
+        self.reservations = ReservationIndex()
+
+    def after_fork(self) -> None:
+        """Forked child: fresh locks, no contexts, empty devices, no streams or pinned
+        blocks (the mappings stay, unregistered), no reservations, no planned faults."""
+        self.runtime.after_fork()
+        self.lock = self.runtime.lock
+        self.copies = {}
+        self.copies_done = threading.Condition(self.lock)
+        self.streams = StreamTable()
+        self.queued = self.streams.pending.ops
+        for device in self.runtime.devices:
+            device.release_all()
+            device.pools.reset()
+        self.orphaned_maps += self.pinned_maps.values()
+        self.pinned_maps = {}
+        self.pinned = BlockIndex()
+        self.reservations = ReservationIndex()
+        if self.checker is not None:
+            self.checker = Checker(self.checker.mode)
+        self.faults = {}
+
+    def fault(self, call: str) -> int:
+        """The code a planned failure of ``call`` returns now, or 0 (call with the lock)."""
+        if not self.faults:
+            return 0
+        plan = self.faults.get(call)
+        if plan is None:
+            return 0
+        plan[0] -= 1
+        if plan[0] > 0:
+            return 0
+        del self.faults[call]
+        return plan[1]
+
+    def wait_for_copies(self) -> None:
+        """Block until no other thread moves bytes outside the lock (call with the lock
+        held). A thread's entry can outlive its copy only if an interrupt hit the line
+        that removes it: the calling thread's own entry and dead threads' entries are
+        ignored, and the wait gives up after :data:`COPY_WAIT_LIMIT` seconds."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + COPY_WAIT_LIMIT
+        while True:
+            others = [ident for ident in list(self.copies) if ident != me]
+            if not others:
+                return
+            alive = {thread.ident for thread in threading.enumerate()}
+            if not any(ident in alive for ident in others) or time.monotonic() > deadline:
+                return
+            # A timeout, so a copier that finished between our check and our wait is
+            # noticed without it having to notify.
+            self.copies_done.wait(0.01)
+
+    def release_device(self, device: FakeDevice) -> None:
+        """The runtime dropped the device's last reference (reset or finalize)."""
+        self.wait_for_copies()
+        lost = self.streams.drop_device(device.id)
+        if self.checker is not None:
+            self.checker.forget_device(device)
+        device.release_all()
+        if lost:
+            # After the release: in raise mode the HazardError comes with the effect done.
+            self.hazards.report("reset-with-pending-work",
+                                f"device {device.id} released with {len(lost)} queued "
+                                "operation(s) never synchronised; they never ran")
