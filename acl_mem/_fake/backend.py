@@ -34,7 +34,7 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from . import codes
 from .addresses import DEVICE_SPACE_END, AddressMap
@@ -44,7 +44,7 @@ from .device import DEVICE_SPACE_BASE
 from .diagnostics import Diagnostics
 from .extents import BlockIndex
 from .hostmem import HOST_PAGE, reserve_address_space
-from .memory import DeviceMemory, _Plan
+from .memory import DeviceMemory, Plan
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
 from .state import EngineState
@@ -52,6 +52,9 @@ from .stream_calls import StreamCalls
 from .streams import Hazards, StreamTable
 from .vmm_calls import VmmCalls
 from .vmm_space import MIRROR_OFFSET, VMM_WINDOW, Physical, Reservation
+
+if TYPE_CHECKING:
+    from .._backend import Backend
 
 __all__ = ["FakeBackend"]
 
@@ -229,7 +232,7 @@ class FakeBackend:
         return self._state.pinned
 
     @property
-    def _plans(self) -> dict[tuple[str, int], _Plan]:
+    def _plans(self) -> dict[tuple[str, int], Plan]:
         return self._memory.plans
 
     @property
@@ -314,6 +317,11 @@ class FakeBackend:
         """Host RAM this process uses now (RSS), for the sparse-backing checks."""
         with open(f"/proc/{os.getpid()}/statm") as handle:
             return int(handle.read().split()[1]) * HOST_PAGE
+
+
+def _implements_the_protocol(backend: FakeBackend) -> Backend:
+    """Never called: mypy checks here that every call's signature matches the protocol."""
+    return backend
 
 
 _CALLS = [(name, entry) for name, entry in vars(FakeBackend).items()

@@ -34,7 +34,7 @@ from .state import EngineState
 from .vmm_calls import VmmCalls
 from .vmm_space import VMM_WINDOW
 
-__all__ = ["DeviceMemory"]
+__all__ = ["DeviceMemory", "Plan"]
 
 _P2P = frozenset({3, 4, 5, 7})
 _GIANT = frozenset({MallocPolicy.HUGE1G_ONLY, MallocPolicy.HUGE1G_ONLY_P2P})
@@ -54,10 +54,10 @@ class DeviceMemory:
         self._diagnostics = diagnostics
         self._vmm = vmm
         #: Allocation arithmetic by (api, policy), computed on first use.
-        self.plans: dict[tuple[str, int], _Plan] = {}
+        self.plans: dict[tuple[str, int], Plan] = {}
 
     # -- device allocation (spec §3.5, §3.6) -------------------------------------
-    def _plan(self, api: AllocApi, policy: int) -> _Plan:
+    def _plan(self, api: AllocApi, policy: int) -> Plan:
         """What ``api(size, policy)`` needs beyond the size, computed once per pair."""
         plan = self.plans.get((api.value, policy))
         if plan is None:
@@ -72,7 +72,7 @@ class DeviceMemory:
             rounding = 31 if api is AllocApi.MALLOC_ALIGN32 else 31 + pad
             small = page_kinds(1, chosen)
             large = page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen)
-            plan = _Plan(api.value, 32 + pad, rounding, unsupported, small, large)
+            plan = Plan(api.value, 32 + pad, rounding, unsupported, small, large)
             self.plans[(api.value, policy)] = plan
         return plan
 
@@ -324,7 +324,7 @@ class DeviceMemory:
             return codes.SUCCESS, MemLocationType.UNREGISTERED, 0, HOST_PAGE
 
 
-class _Plan:
+class Plan:
     """An (api, policy) pair's allocation arithmetic, computed once (spec §3.5)."""
 
     __slots__ = ("api", "large", "overhead", "rounding", "small", "unsupported")
