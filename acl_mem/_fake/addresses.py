@@ -44,9 +44,11 @@ class AddressMap:
         (the buffer it holds) or proven usable by the copy itself.
         """
         if DEVICE_SPACE_BASE <= address < DEVICE_SPACE_END:
-            device = self.device_of(address)
-            if device is None:
+            index = (address - DEVICE_SPACE_BASE) // DEVICE_SLOT
+            devices = self._state.runtime.devices
+            if index >= len(devices):
                 return None
+            device = devices[index]
             blocks = device.blocks
             block = blocks.at(address) or blocks.containing(address)
             if block is None:
