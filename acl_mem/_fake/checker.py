@@ -24,11 +24,12 @@ import os
 import sys
 import warnings
 from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from types import CodeType
 
 from ..errors import MemoryCheckError, MemoryCheckWarning
 from .extents import Block
-from .hostmem import ffi
 
 __all__ = ["Checker", "Finding", "Segment"]
 
@@ -37,7 +38,7 @@ POISON_ALLOCATED = 0xA5
 POISON_FREED = 0xDD
 #: Poison at most this many bytes at the start of an allocation: poisoning whole blocks
 #: would make the sparse device dense and cost a full memset per allocation.
-POISON_LIMIT = 64 << 10
+POISON_LIMIT = 16 << 10
 QUARANTINE_ENTRIES = 64
 
 
@@ -53,7 +54,7 @@ class Segment:
     start: int
     requested: int
     size: int
-    stack: tuple[str, ...] | None
+    stack: Stack | None
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,31 +62,60 @@ _CHECKS = os.path.join(_PACKAGE, "conformance", "checks")
 
 
 def _library_frame(filename: str) -> bool:
-    return filename.startswith(_PACKAGE) and not filename.startswith(_CHECKS)
+    library = _LIBRARY_FILES.get(filename)
+    if library is None:
+        library = filename.startswith(_PACKAGE) and not filename.startswith(_CHECKS)
+        _LIBRARY_FILES[filename] = library
+    return library
 
 
 #: Frames kept per allocation stack, and frames walked at most to find them.
 STACK_DEPTH = 8
 _STACK_WALK = 64
+#: Whether a source file is acl_mem's own (the same few files come up at every capture).
+_LIBRARY_FILES: dict[str, bool] = {}
 
 
-def allocation_stack() -> tuple[str, ...]:
+class Stack:
+    """Where an allocation was made: (code, line) pairs, formatted only when shown.
+
+    Iterating gives traceback-style lines, outermost first, so ``"".join(stack)`` reads
+    like a traceback.
+    """
+
+    __slots__ = ("_frames",)
+
+    def __init__(self, frames: tuple[tuple[CodeType, int], ...]) -> None:
+        self._frames = frames
+
+    def __iter__(self) -> Iterator[str]:
+        for code, line in reversed(self._frames):
+            yield f'  File "{code.co_filename}", line {line}, in {code.co_name}\n'
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+
+def allocation_stack() -> Stack:
     """The caller's Python stack without acl_mem's own frames (innermost 8 kept).
 
-    Bounded: at most 64 frames are looked at, whatever the depth of the stack, and
-    source lines are not read (that is most of the cost); file and line number are.
+    Bounded: at most 64 frames are looked at, whatever the depth of the stack; nothing
+    is formatted (or read from source files) until the stack is shown.
     """
-    frames: list[str] = []
+    frames: list[tuple[CodeType, int]] = []
     frame = sys._getframe(1)
     walked = 0
+    library_files = _LIBRARY_FILES
     while frame is not None and len(frames) < STACK_DEPTH and walked < _STACK_WALK:
         code = frame.f_code
-        if not _library_frame(code.co_filename):
-            frames.append(f'  File "{code.co_filename}", line {frame.f_lineno}, '
-                          f"in {code.co_name}\n")
+        library = library_files.get(code.co_filename)
+        if library is None:
+            library = _library_frame(code.co_filename)
+        if not library:
+            frames.append((code, frame.f_lineno))
         frame = frame.f_back  # type: ignore[assignment]
         walked += 1
-    return tuple(reversed(frames))
+    return Stack(tuple(frames))
 
 
 class Checker:
@@ -167,10 +197,10 @@ class Checker:
 
     # -- helpers -------------------------------------------------------------------------
     def _verify(self, host: int, length: int, what: str, offset: int,
-                stack: tuple[str, ...] | None, when: str) -> None:
+                stack: Iterable[str] | None, when: str) -> None:
         if length <= 0:
             return
-        data = bytes(ffi.buffer(ffi.cast("char *", host), length))
+        data = ctypes.string_at(host, length)
         if data.count(CANARY) == length:
             return
         damaged = [i for i, byte in enumerate(data) if byte != CANARY]

@@ -49,9 +49,9 @@ class Diagnostics:
         if state.checker is None:
             return
         with state.lock:
-            located = self._addresses.locate(start, size)
-            if located is not None:
-                state.checker.on_segment(parent, start, requested, size, located[0])
+            host = self._segment_host(start, size)
+            if host is not None:
+                state.checker.on_segment(parent, start, requested, size, host)
 
     def checker_segment_freed(self, start: int) -> None:
         state = self._state
@@ -59,10 +59,18 @@ class Diagnostics:
             return
         with state.lock:
             segment = state.checker.segment_at(start)
-            located = self._addresses.locate(start, segment.size) if segment is not None \
-                else None
-            if located is not None:
-                state.checker.on_segment_freed(start, located[0])
+            host = self._segment_host(start, segment.size) if segment is not None else None
+            if host is not None:
+                state.checker.on_segment_freed(start, host)
+
+    def _segment_host(self, start: int, size: int) -> int | None:
+        """Host address of a pool segment's bytes (device memory by arithmetic: the pool
+        holds its parent block, so the range is live)."""
+        device = self._addresses.device_of(start)
+        if device is not None:
+            return device.region_of(start).host_address(start)
+        located = self._addresses.locate(start, size)
+        return None if located is None else located[0]
 
     def check_bounds(self, address: int, count: int, what: str) -> None:
         """Report a copy or memset running past a segment or block end (checker on)."""

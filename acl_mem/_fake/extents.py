@@ -9,7 +9,7 @@ before the exception propagates.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 
 __all__ = ["Block", "BlockIndex", "ExtentAllocator", "SortedInts"]
@@ -321,7 +321,7 @@ class Block:
         #: Bytes the caller asked for (the memory checker's canary starts here).
         self.requested = requested
         #: Where it was allocated (recorded only while the memory checker is on).
-        self.stack: tuple[str, ...] | None = None
+        self.stack: Iterable[str] | None = None
 
     def __repr__(self) -> str:
         return (f"Block({self.api} {self.start:#x}+{self.extent:#x}, page {self.page_size}, "
