@@ -30,7 +30,7 @@ from ._raw_vmm import (
     aclrtUnmapMem,
 )
 from ._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
-from .enums import MallocPolicy, MemLocationType
+from .enums import MallocPolicy, MemcpyKind, MemLocationType
 from .errors import AclError, HazardError
 
 __all__ = [
@@ -263,7 +263,8 @@ def hi_mpi_dvpp_free(dev_ptr: int) -> None:
 def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None:
     """Synchronous copy; the runtime decides the direction from the addresses (spec §3.10)."""
     call = "aclrtMemcpy"
-    if (type(dst) is type(destMax) is type(src) is type(count) is type(kind) is int
+    if (type(dst) is type(destMax) is type(src) is type(count) is int
+            and (type(kind) is int or type(kind) is MemcpyKind)
             and 0 <= dst < _SIZE_LIMIT and 0 <= destMax < _SIZE_LIMIT
             and 0 <= src < _SIZE_LIMIT and 0 <= count < _SIZE_LIMIT
             and 0 <= kind < _U32_LIMIT):

@@ -68,7 +68,7 @@ class AddressMap:
                 return None
             device_id = mappings[0].physical.device
             return address + MIRROR_OFFSET, device_id, device_id is None, mappings
-        pinned = state.pinned.containing(address)
+        pinned = state.pinned.containing(address) if len(state.pinned) else None
         if pinned is not None:
             if address + count > pinned.end:
                 return None
