@@ -176,7 +176,7 @@ def _malloc(call: str, size: object, policy: object) -> int:
         c_uint(size, call, "size")
     pol = policy if type(policy) is int and 0 <= policy < _U32_LIMIT else \
         c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
-    backend = _backend.get()
+    backend = _backend._active or _backend.get()
     rc, ptr = getattr(backend, call)(nbytes, pol)
     try:
         if rc:
@@ -207,7 +207,7 @@ def aclrtMallocCached(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
 def _free(call: str, arg: str, ptr: object) -> None:
     address = ptr if type(ptr) is int and 0 <= ptr < _SIZE_LIMIT else \
         c_uint(ptr, call, arg, 64, "void *")
-    rc = getattr(_backend.get(), call)(address)
+    rc = getattr(_backend._active or _backend.get(), call)(address)
     if rc:
         raise _fail(rc, f"{call}({arg}={address:#x})")
 

@@ -12,7 +12,7 @@ import mmap
 import sys
 from dataclasses import dataclass
 
-from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, PageKind, align_up
+from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, align_up
 from .extents import Block, BlockIndex, ExtentAllocator
 from .hostmem import address_of
 from .profiles import Profile
@@ -206,7 +206,7 @@ class FakeDevice:
         self._recycled_bytes = 0
 
     def allocate(
-        self, api: str, padded: int, kinds: tuple[PageKind, ...], *, dvpp: bool = False,
+        self, api: str, padded: int, kinds: tuple[int, ...], *, dvpp: bool = False,
         requested: int = 0,
     ) -> Block | None:
         """Take pages of the first kind in ``kinds`` that has room; None when none has.

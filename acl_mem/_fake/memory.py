@@ -57,10 +57,11 @@ class DeviceMemory:
         self.plans: dict[tuple[str, int], Plan] = {}
 
     # -- device allocation (spec §3.5, §3.6) -------------------------------------
-    def _plan(self, api: AllocApi, policy: int) -> Plan:
-        """What ``api(size, policy)`` needs beyond the size, computed once per pair."""
-        plan = self.plans.get((api.value, policy))
+    def _plan(self, call: str, policy: int) -> Plan:
+        """What ``call(size, policy)`` needs beyond the size, computed once per pair."""
+        plan = self.plans.get((call, policy))
         if plan is None:
+            api = AllocApi(call)
             chosen = effective_policy(api, policy)
             pad = 0 if api is AllocApi.MALLOC_ALIGN32 or policy in _GIANT else \
                 self._state.profile.padding
@@ -70,16 +71,17 @@ class DeviceMemory:
             if chosen in _P2P and not self._state.profile.p2p_policies:
                 unsupported = codes.FEATURE_NOT_SUPPORT
             rounding = 31 if api is AllocApi.MALLOC_ALIGN32 else 31 + pad
-            small = page_kinds(1, chosen)
-            large = page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen)
-            plan = Plan(api.value, 32 + pad, rounding, unsupported, small, large)
-            self.plans[(api.value, policy)] = plan
+            # Plain ints: page sizes are dict keys on the hot path (an enum hashes slowly).
+            small = tuple(int(kind) for kind in page_kinds(1, chosen))
+            large = tuple(int(kind) for kind in page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen))
+            plan = Plan(call, 32 + pad, rounding, unsupported, small, large)
+            self.plans[(call, policy)] = plan
         return plan
 
-    def _malloc(self, api: AllocApi, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
+    def _malloc(self, call: str, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
         if null_outputs & 1 or size == 0:
             return codes.INVALID_PARAM, 0
-        plan = self.plans.get((api.value, policy)) or self._plan(api, policy)
+        plan = self.plans.get((call, policy)) or self._plan(call, policy)
         # The ACL layer computes size + 32 + pad first and rejects a wrap (spec §3.5 step 3).
         if size + plan.overhead > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
@@ -89,7 +91,7 @@ class DeviceMemory:
             if device is None:
                 return codes.CONTEXT_NULL, 0
             if state.faults:
-                fault = state.fault(api.value)
+                fault = state.fault(call)
                 if fault:
                     return fault, 0
             if plan.unsupported:
@@ -109,17 +111,17 @@ class DeviceMemory:
                 raise
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
-        return self._malloc(AllocApi.MALLOC, size, policy, null_outputs)
+        return self._malloc(_MALLOC, size, policy, null_outputs)
 
     def aclrtMallocAlign32(
         self, size: int, policy: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        return self._malloc(AllocApi.MALLOC_ALIGN32, size, policy, null_outputs)
+        return self._malloc(_MALLOC_ALIGN32, size, policy, null_outputs)
 
     def aclrtMallocCached(
         self, size: int, policy: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        return self._malloc(AllocApi.MALLOC_CACHED, size, policy, null_outputs)
+        return self._malloc(_MALLOC_CACHED, size, policy, null_outputs)
 
     def _free_device_block(self, ptr: int, apis: frozenset[str]) -> int:
         if ptr == 0:
@@ -330,7 +332,7 @@ class Plan:
     __slots__ = ("api", "large", "overhead", "rounding", "small", "unsupported")
 
     def __init__(self, api: str, overhead: int, rounding: int, unsupported: int,
-                 small: tuple[PageKind, ...], large: tuple[PageKind, ...]) -> None:
+                 small: tuple[int, ...], large: tuple[int, ...]) -> None:
         self.api = api
         #: What the ACL layer adds before its overflow check (32 + padding).
         self.overhead = overhead
@@ -342,6 +344,9 @@ class Plan:
         self.large = large
 
 
+_MALLOC = AllocApi.MALLOC.value
+_MALLOC_ALIGN32 = AllocApi.MALLOC_ALIGN32.value
+_MALLOC_CACHED = AllocApi.MALLOC_CACHED.value
 _MALLOC_APIS = frozenset(
     {AllocApi.MALLOC.value, AllocApi.MALLOC_ALIGN32.value, AllocApi.MALLOC_CACHED.value}
 )
