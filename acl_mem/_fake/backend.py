@@ -224,7 +224,7 @@ class FakeBackend:
         return self._state.lock
 
     @property
-    def _copies(self) -> dict[int, None]:
+    def _copies(self) -> dict[int, tuple[int, int, int]]:
         return self._state.copies
 
     @property

@@ -44,6 +44,9 @@ class Copies:
         token = 0
         try:
             with state.lock:
+                if state.draining:
+                    # Before the addresses are resolved: what is being freed is gone then.
+                    state.wait_for_drains((dst, src, count))
                 if state.runtime.current() is None:
                     return codes.CONTEXT_NULL
                 resolve = self._addresses.resolve
@@ -68,7 +71,7 @@ class Copies:
                     self._diagnostics.check_bounds(src, count, "aclrtMemcpy read")
                 untrusted = "dst" if not dst_targets else "src" if not src_targets else ""
                 token = threading.get_ident()
-                state.copies[token] = None
+                state.copies[token] = (dst, src, count)
             # The bytes move with the lock released (and the GIL, in ctypes.memmove), so
             # other threads allocate and copy meanwhile; memory under a running copy is
             # not unmapped (see wait_for_copies). Pageable memory is proven usable first

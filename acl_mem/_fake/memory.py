@@ -246,7 +246,7 @@ class DeviceMemory:
                 if self._state.checker is not None:
                     self._state.checker.verify_block(block, block.start, "free")
                     self._state.checker.drop_segments_of(block)
-                self._state.wait_for_copies()
+                self._state.wait_for_copies(block.start, block.end)
                 self._state.pinned.discard(block)
                 host_map = self._state.pinned_maps.pop(hostPtr, None)
                 # If something still exports the mapping, it goes with the last view.

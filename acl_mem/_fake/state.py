@@ -47,7 +47,11 @@ class EngineState:
         self.faults: dict[str, list[int]] = {}
         #: Copies moving bytes with the lock released, by thread; unmapping host memory
         #: waits for them (a copy into memory unmapped under it would crash the process).
-        self.copies: dict[int, None] = {}
+        #: Copies moving bytes outside the lock, by thread: (dst, src, count) as the caller
+        #: gave them (pinned and VMM addresses are what frees and unmaps name too).
+        self.copies: dict[int, CopyRanges] = {}
+        #: Threads waiting in wait_for_copies to unmap a host range.
+        self.draining: dict[int, tuple[int, int]] = {}
         self.copies_done = threading.Condition(self.lock)
         #: The queued ops of every stream (shared with the stream table): empty = no
         #: hazard can arise, the common case tested first.
@@ -65,6 +69,7 @@ class EngineState:
         self.runtime.after_fork()
         self.lock = self.runtime.lock
         self.copies = {}
+        self.draining = {}
         self.copies_done = threading.Condition(self.lock)
         self.streams = StreamTable()
         self.queued = self.streams.pending.ops
@@ -92,22 +97,43 @@ class EngineState:
         del self.faults[call]
         return plan[1]
 
-    def wait_for_copies(self) -> None:
-        """Block until no other thread moves bytes outside the lock (call with the lock
-        held). A thread's entry can outlive its copy only if an interrupt hit the line
-        that removes it: the calling thread's own entry and dead threads' entries are
-        ignored, and the wait gives up after :data:`COPY_WAIT_LIMIT` seconds."""
+    def wait_for_copies(self, start: int = 0, end: int = 1 << 64) -> None:
+        """Block until no other thread moves bytes of ``[start, end)`` (pinned or VMM
+        addresses) outside the lock (call with the lock held, before unmapping it).
+
+        A thread's entry can outlive its copy only if an interrupt hit the line that
+        removes it: the calling thread's own entry and dead threads' entries are
+        ignored, and the wait gives up after :data:`COPY_WAIT_LIMIT` seconds.
+        """
         me = threading.get_ident()
         deadline = time.monotonic() + COPY_WAIT_LIMIT
-        while True:
-            others = [ident for ident in list(self.copies) if ident != me]
-            if not others:
-                return
-            alive = {thread.ident for thread in threading.enumerate()}
-            if not any(ident in alive for ident in others) or time.monotonic() > deadline:
-                return
-            # A timeout, so a copier that finished between our check and our wait is
-            # noticed without it having to notify.
+        # Copies into the range hold back while we wait (see wait_for_drains), or a busy
+        # copier could keep us waiting for ever.
+        self.draining[me] = (start, end)
+        try:
+            while True:
+                others = [ident for ident, ranges in list(self.copies.items())
+                          if ident != me and _touches(ranges, start, end)]
+                if not others:
+                    return
+                alive = {thread.ident for thread in threading.enumerate()}
+                if not any(ident in alive for ident in others) or \
+                        time.monotonic() > deadline:
+                    return
+                # A timeout, so a copier that finished between our check and our wait
+                # is noticed without it having to notify.
+                self.copies_done.wait(0.01)
+        finally:
+            self.draining.pop(me, None)
+
+    def wait_for_drains(self, ranges: CopyRanges) -> None:
+        """Before a copy through ``ranges`` starts (lock held): frees waiting to unmap
+        memory it touches go first."""
+        me = threading.get_ident()
+        deadline = time.monotonic() + COPY_WAIT_LIMIT
+        while time.monotonic() < deadline and any(
+                ident != me and _touches(ranges, *drained)
+                for ident, drained in list(self.draining.items())):
             self.copies_done.wait(0.01)
 
     def release_device(self, device: FakeDevice) -> None:
@@ -122,3 +148,12 @@ class EngineState:
             self.hazards.report("reset-with-pending-work",
                                 f"device {device.id} released with {len(lost)} queued "
                                 "operation(s) never synchronised; they never ran")
+
+
+#: The host bytes one copy moves: ``(dst, src, count)``.
+CopyRanges = tuple[int, int, int]
+
+
+def _touches(ranges: CopyRanges, start: int, end: int) -> bool:
+    dst, src, count = ranges
+    return (dst < end and start < dst + count) or (src < end and start < src + count)

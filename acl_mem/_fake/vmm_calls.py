@@ -309,7 +309,7 @@ class VmmCalls:
                     self._diagnostics.check_pending(virPtr, mapping.size, access="free",
                                        what=f"mapping {virPtr:#x} unmapped",
                                        targets=(mapping,))
-                self._state.wait_for_copies()
+                self._state.wait_for_copies(virPtr, virPtr + mapping.size)
                 reservation.remove(virPtr)
                 unmap_mirror(virPtr, mapping.size)
                 mapping.physical.mappings -= 1

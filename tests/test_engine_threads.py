@@ -1,0 +1,127 @@
+"""Threads hammering the fake at once: copies run with its lock released, so frees of
+pinned memory, allocations and copies interleave for real. Nothing may crash, leak or
+lose bytes, and the pools must add up afterwards."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+import acl_mem
+from acl_mem import MemAttr, MemcpyKind, raw
+from acl_mem._hostbuf import ffi
+
+THREADS = 4
+ROUNDS = 150
+
+
+def _address(buffer: bytearray) -> int:
+    return int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
+
+
+@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
+def test_threads_allocate_copy_and_free_at_once(fake, dev):
+    total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[1]
+    errors: list[BaseException] = []
+    start = threading.Barrier(THREADS)
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with acl_mem.Device(0):
+                start.wait()
+                for _ in range(ROUNDS):
+                    size = rng.choice((64, 4096, 1 << 20))
+                    fill = bytearray([seed + 1]) * size
+                    back = bytearray(size)
+                    device = raw.aclrtMalloc(size, 0)
+                    pinned = raw.aclrtMallocHost(size)
+                    raw.aclrtMemcpy(device, size, _address(fill), size,
+                                    MemcpyKind.HOST_TO_DEVICE)
+                    raw.aclrtMemcpy(pinned, size, device, size, MemcpyKind.DEVICE_TO_HOST)
+                    raw.aclrtMemcpy(_address(back), size, pinned, size,
+                                    MemcpyKind.HOST_TO_HOST)
+                    assert back == fill
+                    raw.aclrtFreeHost(pinned)
+                    raw.aclrtFree(device)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a worker hung"
+    assert errors == []
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[0] == total
+    assert fake.live_blocks() == []
+    assert not fake._copies
+
+
+@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
+def test_freeing_pinned_memory_under_a_running_copy_never_crashes(fake, dev):
+    """The free waits for the copy moving bytes through that memory; copies issued after
+    the free fail with 107000."""
+    size = 32 << 20
+    device = raw.aclrtMalloc(size, 0)
+    pinned = raw.aclrtMallocHost(size)
+    copying = threading.Event()
+    outcomes: list[int] = []
+
+    def copier() -> None:
+        with acl_mem.Device(0):
+            for _ in range(20):
+                copying.set()
+                try:
+                    raw.aclrtMemcpy(pinned, size, device, size, MemcpyKind.DEVICE_TO_HOST)
+                    outcomes.append(0)
+                except acl_mem.AclError as exc:
+                    outcomes.append(exc.code)
+
+    thread = threading.Thread(target=copier)
+    thread.start()
+    copying.wait(5)
+    raw.aclrtFreeHost(pinned)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert outcomes and set(outcomes) <= {0, 107000}
+    assert outcomes[-1] == 107000
+    raw.aclrtFree(device)
+
+
+@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
+def test_unmapping_under_a_running_copy_never_crashes(fake, dev):
+    size = 32 << 20
+    prop = raw.aclrtPhysicalMemProp(memAttr=MemAttr.HBM_MEM_HUGE,
+                                    location=raw.aclrtMemLocation(id=0, type=1))
+    base = raw.aclrtReserveMemAddress(size, 0, 0, 0)
+    handle = raw.aclrtMallocPhysical(size, prop, 0)
+    raw.aclrtMapMem(base, size, 0, handle, 0)
+    device = raw.aclrtMalloc(size, 0)
+    copying = threading.Event()
+    outcomes: list[int] = []
+
+    def copier() -> None:
+        with acl_mem.Device(0):
+            for _ in range(20):
+                copying.set()
+                try:
+                    raw.aclrtMemcpy(base, size, device, size, MemcpyKind.DEVICE_TO_DEVICE)
+                    outcomes.append(0)
+                except acl_mem.AclError as exc:
+                    outcomes.append(exc.code)
+
+    thread = threading.Thread(target=copier)
+    thread.start()
+    copying.wait(5)
+    raw.aclrtUnmapMem(base)
+    thread.join(30)
+    assert not thread.is_alive()
+    assert outcomes and set(outcomes) <= {0, 107000}
+    assert outcomes[-1] == 107000
+    raw.aclrtFreePhysical(handle)
+    raw.aclrtReleaseMemAddress(base)
+    raw.aclrtFree(device)
