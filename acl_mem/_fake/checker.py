@@ -142,8 +142,7 @@ class Checker:
         _fill(host + block.requested, CANARY, block.padded - block.requested)
 
     def verify_block(self, block: Block, host: int, when: str) -> None:
-        self._verify(host + block.requested, block.padded - block.requested,
-                     f"{block.api} block {block.start:#x} ({block.requested} bytes requested)",
+        self._verify(host + block.requested, block.padded - block.requested, block,
                      block.requested, block.stack, when)
 
     # -- pool segments -----------------------------------------------------------------
@@ -160,8 +159,8 @@ class Checker:
         if segment is None:
             return
         del self._segment_starts[bisect.bisect_left(self._segment_starts, start)]
-        self._verify(host + segment.requested, segment.size - segment.requested,
-                     _describe_segment(segment), segment.requested, segment.stack, "free")
+        self._verify(host + segment.requested, segment.size - segment.requested, segment,
+                     segment.requested, segment.stack, "free")
         _fill(host, POISON_FREED, min(segment.size, POISON_LIMIT))
 
     def forget_device(self, device: object) -> None:
@@ -187,8 +186,8 @@ class Checker:
         return segment if address < segment.start + segment.size else None
 
     def verify_segment(self, segment: Segment, host: int, when: str) -> None:
-        self._verify(host + segment.requested, segment.size - segment.requested,
-                     _describe_segment(segment), segment.requested, segment.stack, when)
+        self._verify(host + segment.requested, segment.size - segment.requested, segment,
+                     segment.requested, segment.stack, when)
 
     def next_segment(self, segment: Segment) -> Segment | None:
         i = bisect.bisect_right(self._segment_starts, segment.start)
@@ -196,7 +195,7 @@ class Checker:
             else None
 
     # -- helpers -------------------------------------------------------------------------
-    def _verify(self, host: int, length: int, what: str, offset: int,
+    def _verify(self, host: int, length: int, subject: Block | Segment, offset: int,
                 stack: Iterable[str] | None, when: str) -> None:
         if length <= 0:
             return
@@ -205,6 +204,9 @@ class Checker:
             return
         damaged = [i for i, byte in enumerate(data) if byte != CANARY]
         where = "".join(stack or ()).rstrip() or "  (stack not recorded)"
+        # Described only now: a description per verified canary cost more than the check.
+        what = _describe_segment(subject) if isinstance(subject, Segment) else (
+            f"{subject.api} block {subject.start:#x} ({subject.requested} bytes requested)")
         self.report("canary-overwritten",
                     f"{what}: {len(damaged)} byte(s) after the requested size were "
                     f"overwritten, at offsets {offset + damaged[0]}..{offset + damaged[-1]} "
