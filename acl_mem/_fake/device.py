@@ -227,9 +227,14 @@ class FakeDevice:
             start: int | None = None
             block: Block | None = None
             try:
-                start = self._take_address(space, extent, kind, dvpp)
-                if start is None:
-                    continue
+                recycled = self._recycled.get((extent, kind, dvpp))
+                if recycled:
+                    self._recycled_bytes -= extent
+                    start = recycled.pop()
+                else:
+                    start = self._take_address(space, extent, kind)
+                    if start is None:
+                        continue
                 block = Block(start, padded, extent, kind, api, self.id, requested)
                 if kind == NORMAL_PAGE:
                     pools.normal_used += extent
@@ -246,12 +251,9 @@ class FakeDevice:
                 raise
         return None
 
-    def _take_address(self, space: ExtentAllocator, extent: int, kind: int,
-                      dvpp: bool) -> int | None:
-        recycled = self._recycled.get((extent, kind, dvpp))
-        if recycled:
-            self._recycled_bytes -= extent
-            return recycled.pop()
+    def _take_address(self, space: ExtentAllocator, extent: int, kind: int) -> int | None:
+        """Free addresses from the allocator (recycled ones of this size are used first,
+        in :meth:`allocate`), flushing the recycled ones back when it is full."""
         found = space.allocate(extent, kind)
         if found is None and self._recycled:
             self._flush_recycled()

@@ -42,6 +42,10 @@ _DDR_ATTRS = frozenset({0, 2, 3, 6, 7})
 _BOTH_POOLS = frozenset({MemAttr.DDR_MEM, MemAttr.HBM_MEM})
 _HUGE_ATTRS = frozenset({2, 4, 6, 8, 13, 16})
 _GIANT_ATTRS = frozenset({10, 11, 14, 17})
+#: Calls whose memory aclrtFree accepts.
+_MALLOC_FAMILY = frozenset(
+    {AllocApi.MALLOC.value, AllocApi.MALLOC_ALIGN32.value, AllocApi.MALLOC_CACHED.value}
+)
 
 
 class DeviceMemory:
@@ -78,7 +82,10 @@ class DeviceMemory:
             self.plans[(call, policy)] = plan
         return plan
 
-    def _malloc(self, call: str, size: int, policy: int, null_outputs: int) -> tuple[int, int]:
+    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0,
+                    call: str = AllocApi.MALLOC.value) -> tuple[int, int]:
+        """aclrtMalloc itself (the hot path: no extra call); the other two calls of the
+        family pass their name as ``call``."""
         if null_outputs & 1 or size == 0:
             return codes.INVALID_PARAM, 0
         plan = self.plans.get((call, policy)) or self._plan(call, policy)
@@ -110,20 +117,19 @@ class DeviceMemory:
                 device.release(block)
                 raise
 
-    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
-        return self._malloc(_MALLOC, size, policy, null_outputs)
-
     def aclrtMallocAlign32(
         self, size: int, policy: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        return self._malloc(_MALLOC_ALIGN32, size, policy, null_outputs)
+        return self.aclrtMalloc(size, policy, null_outputs, _MALLOC_ALIGN32)
 
     def aclrtMallocCached(
         self, size: int, policy: int, null_outputs: int = 0
     ) -> tuple[int, int]:
-        return self._malloc(_MALLOC_CACHED, size, policy, null_outputs)
+        return self.aclrtMalloc(size, policy, null_outputs, _MALLOC_CACHED)
 
-    def _free_device_block(self, ptr: int, apis: frozenset[str]) -> int:
+    def aclrtFree(self, devPtr: int, apis: frozenset[str] = _MALLOC_FAMILY) -> int:
+        """aclrtFree itself; the DVPP frees pass the calls whose memory they accept."""
+        ptr = devPtr
         if ptr == 0:
             return codes.INVALID_PARAM
         state = self._state
@@ -162,9 +168,6 @@ class DeviceMemory:
             old_device, start, extent = checker.quarantine.popleft()
             old_device.release_address(start, extent)  # type: ignore[attr-defined]
 
-    def aclrtFree(self, devPtr: int) -> int:
-        return self._free_device_block(devPtr, _MALLOC_APIS)
-
     # -- DVPP (spec §3.8, §3.9) --------------------------------------------------
     def _dvpp_malloc(self, api: AllocApi, size: int, null_outputs: int) -> tuple[int, int]:
         if null_outputs & 1 or size + 63 > SIZE_T_MAX:
@@ -191,7 +194,7 @@ class DeviceMemory:
         return self._dvpp_malloc(AllocApi.DVPP_MALLOC, size, null_outputs)
 
     def acldvppFree(self, devPtr: int) -> int:
-        return self._free_device_block(devPtr, _DVPP_APIS)
+        return self.aclrtFree(devPtr, _DVPP_APIS)
 
     def hi_mpi_dvpp_malloc(
         self, dev_id: int, size: int, null_outputs: int = 0
@@ -199,7 +202,7 @@ class DeviceMemory:
         return self._dvpp_malloc(AllocApi.HI_MPI_DVPP_MALLOC, size, null_outputs)
 
     def hi_mpi_dvpp_free(self, dev_ptr: int) -> int:
-        return self._free_device_block(dev_ptr, _DVPP_APIS)
+        return self.aclrtFree(dev_ptr, _DVPP_APIS)
 
     # -- host memory (spec §3.7) -------------------------------------------------
     def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
@@ -344,10 +347,6 @@ class Plan:
         self.large = large
 
 
-_MALLOC = AllocApi.MALLOC.value
 _MALLOC_ALIGN32 = AllocApi.MALLOC_ALIGN32.value
 _MALLOC_CACHED = AllocApi.MALLOC_CACHED.value
-_MALLOC_APIS = frozenset(
-    {AllocApi.MALLOC.value, AllocApi.MALLOC_ALIGN32.value, AllocApi.MALLOC_CACHED.value}
-)
 _DVPP_APIS = frozenset({AllocApi.DVPP_MALLOC.value, AllocApi.HI_MPI_DVPP_MALLOC.value})
