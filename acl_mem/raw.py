@@ -174,8 +174,8 @@ def _malloc(call: str, size: object, policy: object) -> int:
     # Plain in-range ints, the common case, skip the checking calls.
     nbytes = size if type(size) is int and 0 <= size < _SIZE_LIMIT else \
         c_uint(size, call, "size")
-    pol = policy if type(policy) is int and 0 <= policy < _U32_LIMIT else \
-        c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
+    pol = policy if (type(policy) is int or type(policy) is MallocPolicy) and \
+        0 <= policy < _U32_LIMIT else c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy")
     backend = _backend._active or _backend.get()
     rc, ptr = getattr(backend, call)(nbytes, pol)
     try:
