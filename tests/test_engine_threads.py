@@ -4,6 +4,7 @@ lose bytes, and the pools must add up afterwards."""
 
 from __future__ import annotations
 
+import _thread
 import random
 import threading
 
@@ -124,4 +125,34 @@ def test_unmapping_under_a_running_copy_never_crashes(fake, dev):
     assert outcomes[-1] == 107000
     raw.aclrtFreePhysical(handle)
     raw.aclrtReleaseMemAddress(base)
+    raw.aclrtFree(device)
+
+
+@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
+def test_free_waits_for_a_copy_in_a_thread_threading_does_not_know(fake, dev):
+    """A copy running in a thread started with _thread (or by C code) is invisible to
+    threading.enumerate(); the free used to take it for dead and unmap under it."""
+    size = 256 << 20
+    device = raw.aclrtMalloc(size, 0)
+    pinned = raw.aclrtMallocHost(size)
+    started, finished = threading.Event(), threading.Event()
+    outcome: list[int] = []
+
+    def copier() -> None:
+        raw.aclrtSetDevice(0)
+        started.set()
+        try:
+            raw.aclrtMemcpy(device, size, pinned, size, MemcpyKind.HOST_TO_DEVICE)
+            outcome.append(0)
+        except acl_mem.AclError as exc:
+            outcome.append(exc.code)
+        finally:
+            raw.aclrtResetDevice(0)
+            finished.set()
+
+    _thread.start_new_thread(copier, ())
+    started.wait(5)
+    raw.aclrtFreeHost(pinned)
+    assert finished.wait(30)
+    assert outcome in ([0], [107000])
     raw.aclrtFree(device)

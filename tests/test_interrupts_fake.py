@@ -178,3 +178,51 @@ def test_no_type_is_parsed_on_a_call_path(fake, dev, monkeypatch):
         view = pinned.view()
         view.release()
     assert acl_mem.fake.hazards() == {}
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_vmm_map_and_unmap_interrupted_anywhere(fake, dev):
+    """An interrupted aclrtMapMem used to leave the reservation's index and its mappings
+    disagreeing: every later map or memset there raised KeyError."""
+    granule = 2 << 20
+    prop = raw.aclrtPhysicalMemProp(memAttr=MemAttr.HBM_MEM_HUGE,
+                                    location=raw.aclrtMemLocation(id=0, type=1))
+    base = raw.aclrtReserveMemAddress(2 * granule, 0, 0, 0)
+    handles = [raw.aclrtMallocPhysical(granule, prop, 0) for _ in range(2)]
+    free_before = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
+
+    def consistent() -> None:
+        assert lock_is_free(fake._lock)
+        reservation = fake._state.reservations.of(base)
+        assert reservation is not None
+        assert reservation.starts == sorted(reservation.mappings)
+        for handle in handles:
+            physical = fake.physicals[handle]
+            assert physical.mappings == sum(1 for m in reservation.mappings.values()
+                                            if m.physical is physical)
+        for va in list(reservation.mappings):
+            raw.aclrtUnmapMem(va)
+        # Both granules map, take bytes and unmap again.
+        for k, handle in enumerate(handles):
+            raw.aclrtMapMem(base + k * granule, granule, 0, handle, 0)
+            raw.aclrtMemset(base + k * granule, granule, k + 1, 64)
+        for k in range(2):
+            raw.aclrtUnmapMem(base + k * granule)
+
+    def setup() -> Callable[[], object]:
+        def operation() -> None:
+            raw.aclrtMapMem(base, granule, 0, handles[0], 0)
+            raw.aclrtMapMem(base + granule, granule, 0, handles[1], 0)
+            raw.aclrtUnmapMem(base)
+
+        return operation
+
+    runs = 0
+    for _ in interrupted_runs(setup, where=_signalled):
+        consistent()
+        runs += 1
+    assert runs > 10
+    for handle in handles:
+        raw.aclrtFreePhysical(handle)
+    raw.aclrtReleaseMemAddress(base)
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0] == free_before + 2 * granule

@@ -28,6 +28,8 @@ class Copies:
         self._state = state
         self._addresses = addresses
         self._diagnostics = diagnostics
+        # Frees and unmaps recognise a thread still copying by this code on its stack.
+        state.copy_codes.add(Copies.aclrtMemcpy.__code__)
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
         if kind > 5:

@@ -14,8 +14,10 @@ the fault plan's countdown, the wait for copies in flight, and releasing a devic
 from __future__ import annotations
 
 import mmap
+import sys
 import threading
 import time
+from types import CodeType, FrameType
 
 from .checker import Checker
 from .device import FakeDevice
@@ -27,7 +29,8 @@ from .vmm_space import ReservationIndex
 
 __all__ = ["COPY_WAIT_LIMIT", "EngineState"]
 
-#: Seconds a free or unmap waits for copies in other threads before it goes ahead.
+#: Seconds a copy holds back for a free waiting to unmap memory it touches (the free
+#: itself waits for running copies as long as they take).
 COPY_WAIT_LIMIT = 5.0
 
 
@@ -50,6 +53,8 @@ class EngineState:
         #: Copies moving bytes outside the lock, by thread: (dst, src, count) as the caller
         #: gave them (pinned and VMM addresses are what frees and unmaps name too).
         self.copies: dict[int, CopyRanges] = {}
+        #: Code of the calls that move bytes outside the lock (registered by the parts).
+        self.copy_codes: set[CodeType] = set()
         #: Threads waiting in wait_for_copies to unmap a host range.
         self.draining: dict[int, tuple[int, int]] = {}
         self.copies_done = threading.Condition(self.lock)
@@ -101,12 +106,13 @@ class EngineState:
         """Block until no other thread moves bytes of ``[start, end)`` (pinned or VMM
         addresses) outside the lock (call with the lock held, before unmapping it).
 
-        A thread's entry can outlive its copy only if an interrupt hit the line that
-        removes it: the calling thread's own entry and dead threads' entries are
-        ignored, and the wait gives up after :data:`COPY_WAIT_LIMIT` seconds.
+        However long the copy takes: unmapping under it would crash the process. An
+        entry whose thread is no longer inside a copy (an interrupt hit the line that
+        removes it, or the thread is gone) is dropped; threads are looked at through
+        ``sys._current_frames()``, which also sees threads that ``threading`` does not
+        know (started by ``_thread`` or by C code).
         """
         me = threading.get_ident()
-        deadline = time.monotonic() + COPY_WAIT_LIMIT
         # Copies into the range hold back while we wait (see wait_for_drains), or a busy
         # copier could keep us waiting for ever.
         self.draining[me] = (start, end)
@@ -116,15 +122,23 @@ class EngineState:
                           if ident != me and _touches(ranges, start, end)]
                 if not others:
                     return
-                alive = {thread.ident for thread in threading.enumerate()}
-                if not any(ident in alive for ident in others) or \
-                        time.monotonic() > deadline:
-                    return
+                frames = sys._current_frames()
+                for ident in others:
+                    frame = frames.get(ident)
+                    if frame is None or not self._inside_copy(frame):
+                        self.copies.pop(ident, None)
                 # A timeout, so a copier that finished between our check and our wait
                 # is noticed without it having to notify.
                 self.copies_done.wait(0.01)
         finally:
             self.draining.pop(me, None)
+
+    def _inside_copy(self, frame: FrameType | None) -> bool:
+        while frame is not None:
+            if frame.f_code in self.copy_codes:
+                return True
+            frame = frame.f_back
+        return False
 
     def wait_for_drains(self, ranges: CopyRanges) -> None:
         """Before a copy through ``ranges`` starts (lock held): frees waiting to unmap

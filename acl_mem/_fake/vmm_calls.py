@@ -288,12 +288,23 @@ class VmmCalls:
             fault = self._state.fault("aclrtMapMem")
             if fault:
                 return fault
-            if not map_mirror(virPtr, size, physical.pool.fd, physical.offset):
-                return codes.MEMORY_ALLOCATION
-            reservation.add(Mapping(virPtr, size, physical))
-            reservation.binding = binding
-            physical.mappings += 1
-            return codes.SUCCESS
+            mapping = Mapping(virPtr, size, physical)
+            mapped, binding_before, count_before = False, reservation.binding, physical.mappings
+            try:
+                mapped = map_mirror(virPtr, size, physical.pool.fd, physical.offset)
+                if not mapped:
+                    return codes.MEMORY_ALLOCATION
+                reservation.add(mapping)
+                reservation.binding = binding
+                physical.mappings = count_before + 1
+                return codes.SUCCESS
+            except BaseException:
+                # Interrupted: as if never called.
+                reservation.discard(virPtr)
+                reservation.binding = binding_before
+                physical.mappings = count_before
+                unmap_mirror(virPtr, size)
+                raise
 
     def aclrtUnmapMem(self, virPtr: int) -> int:
         if virPtr == 0:
@@ -310,11 +321,20 @@ class VmmCalls:
                                        what=f"mapping {virPtr:#x} unmapped",
                                        targets=(mapping,))
                 self._state.wait_for_copies(virPtr, virPtr + mapping.size)
-                reservation.remove(virPtr)
-                unmap_mirror(virPtr, mapping.size)
-                mapping.physical.mappings -= 1
-                if mapping.physical.freed and mapping.physical.mappings == 0:
-                    self._release_physical(mapping.physical)
+                physical = mapping.physical
+                count_after = physical.mappings - 1
+                try:
+                    reservation.discard(virPtr)
+                    unmap_mirror(virPtr, mapping.size)
+                    physical.mappings = count_after
+                except BaseException:
+                    # Interrupted half-way: finish (every step is idempotent), then raise.
+                    reservation.discard(virPtr)
+                    unmap_mirror(virPtr, mapping.size)
+                    physical.mappings = count_after
+                    raise
+                if physical.freed and physical.mappings == 0:
+                    self._release_physical(physical)
             return codes.SUCCESS
 
     # -- access (spec §4.7) -----------------------------------------------------------

@@ -133,24 +133,30 @@ class Reservation:
         i = bisect.bisect_right(self.starts, address) - 1
         if i < 0:
             return None
-        mapping = self.mappings[self.starts[i]]
-        return mapping if address < mapping.va + mapping.size else None
+        mapping = self.mappings.get(self.starts[i])
+        return mapping if mapping is not None and address < mapping.va + mapping.size \
+            else None
 
     def overlaps(self, va: int, size: int) -> bool:
         i = bisect.bisect_left(self.starts, va + size) - 1
-        return i >= 0 and self.mappings[self.starts[i]].va + \
-            self.mappings[self.starts[i]].size > va
+        mapping = self.mappings.get(self.starts[i]) if i >= 0 else None
+        return mapping is not None and mapping.va + mapping.size > va
 
+    # add and discard are idempotent and keep the dict ahead of the sorted starts, so an
+    # interrupted one is completed or undone by calling it (or the other) again.
     def add(self, mapping: Mapping) -> None:
-        bisect.insort(self.starts, mapping.va)
         self.mappings[mapping.va] = mapping
+        i = bisect.bisect_left(self.starts, mapping.va)
+        if i == len(self.starts) or self.starts[i] != mapping.va:
+            self.starts.insert(i, mapping.va)
 
-    def remove(self, va: int) -> Mapping:
-        del self.starts[bisect.bisect_left(self.starts, va)]
-        mapping = self.mappings.pop(va)
+    def discard(self, va: int) -> None:
+        i = bisect.bisect_left(self.starts, va)
+        if i < len(self.starts) and self.starts[i] == va:
+            del self.starts[i]
+        self.mappings.pop(va, None)
         if not self.mappings:
             self.binding = None
-        return mapping
 
 
 class ReservationIndex:
@@ -165,18 +171,24 @@ class ReservationIndex:
 
     def add(self, reservation: Reservation) -> None:
         self.reservations[reservation.base] = reservation
-        bisect.insort(self.starts, reservation.base)
+        i = bisect.bisect_left(self.starts, reservation.base)
+        if i == len(self.starts) or self.starts[i] != reservation.base:
+            self.starts.insert(i, reservation.base)
 
     def remove(self, base: int) -> None:
-        del self.reservations[base]
-        del self.starts[bisect.bisect_left(self.starts, base)]
+        """Idempotent, like :meth:`add`: an interrupted remove is finished by another."""
+        i = bisect.bisect_left(self.starts, base)
+        if i < len(self.starts) and self.starts[i] == base:
+            del self.starts[i]
+        self.reservations.pop(base, None)
 
     def of(self, address: int) -> Reservation | None:
         i = bisect.bisect_right(self.starts, address) - 1
         if i < 0:
             return None
-        reservation = self.reservations[self.starts[i]]
-        return reservation if address < reservation.base + reservation.span else None
+        reservation = self.reservations.get(self.starts[i])
+        return reservation if reservation is not None and \
+            address < reservation.base + reservation.span else None
 
     def mapping_at(self, address: int) -> Mapping | None:
         reservation = self.of(address)
