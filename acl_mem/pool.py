@@ -536,7 +536,9 @@ class _PoolBase:
             self._rebuild(growing=False)
             raise
         # Last: in strict mode the checker raises, and the range must be back by then.
-        if self._on_freed is not None:
+        # Not after the runtime released the parent (reset): that memory is someone
+        # else's now.
+        if self._on_freed is not None and state.is_live(self._owner, self._token):
             self._on_freed(start)
 
     def _rebuild(self, growing: bool) -> None:
@@ -846,12 +848,11 @@ class ExpandablePool(_PoolBase):
     def _close_memory(self) -> None:
         self._blocks_freed += self._segment.size // self._segment.chunk
         self._reserved = 0
-        try:
-            if state.is_live(self._owner, self._token):
-                self._segment.close()
-        except Exception:
-            # The runtime refused; nothing more can be done for these addresses.
-            pass
+        # Virtual memory outlives the device's context (spec §4.1): the segment knows
+        # whether the runtime still holds it, so it is always asked to close. If the
+        # runtime refuses, nothing more can be done for these addresses.
+        with contextlib.suppress(Exception):
+            self._segment.close()
 
     def _parent_of(self, start: int) -> int:
         return self._base

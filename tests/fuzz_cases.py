@@ -609,7 +609,9 @@ class CopyFamily(Family):
         return None if self.include_known else known_failure(name, pointers, count)
 
     def teardown(self) -> None:
-        self.runner.must("aclrtSynchronizeDevice")
+        # Not a must: with the checker raising, a synchronisation runs the queued work and
+        # then reports what it overwrote (an acl_mem exception, counted like any call).
+        self.runner.call("aclrtSynchronizeDevice", [])
         self.runner.must("aclrtResetDevice", 0)
 
 

@@ -135,3 +135,88 @@ def test_raise_mode_unmap_is_done_before_raising(fake, dev, monkeypatch):
     raw.aclrtDestroyStream(stream)
     raw.aclrtFreePhysical(handle)
     raw.aclrtReleaseMemAddress(base)
+
+
+CHECKER = "the memory checker exists only in the fake"
+
+
+def _read(ptr: int, count: int) -> bytes:
+    out = bytearray(count)
+    raw.aclrtMemcpy(acl_mem._hostbuf.host_span(out, writable=True, call="t", name="out")
+                    .address, count, ptr, count, MemcpyKind.DEVICE_TO_HOST)
+    return bytes(out)
+
+
+@pytest.mark.fake_only(CHECKER)
+def test_checker_raise_mode_free_frees_before_raising(fake, dev, monkeypatch):
+    """A damaged canary used to make the block impossible to free (every free raised
+    before releasing it)."""
+    from acl_mem import MemoryCheckError
+
+    checker = acl_mem._fake.checker.Checker("count")
+    monkeypatch.setattr(fake._state, "checker", checker)
+    before = _free_hbm()
+    ptr = raw.aclrtMalloc(100, 0)
+    raw.aclrtMemset(ptr, 4096, 0, 110)      # 10 bytes into the padding
+    checker.mode = "raise"
+    with pytest.raises(MemoryCheckError):
+        raw.aclrtFree(ptr)
+    with pytest.raises(acl_mem.RtParamInvalidError):
+        raw.aclrtFree(ptr)                  # it is gone
+    assert _free_hbm() == before
+
+
+@pytest.mark.fake_only(CHECKER)
+def test_checker_raise_mode_synchronise_runs_every_op_first(fake, dev, monkeypatch):
+    from acl_mem import MemoryCheckError
+
+    checker = acl_mem._fake.checker.Checker("raise")
+    monkeypatch.setattr(fake._state, "checker", checker)
+    small = raw.aclrtMalloc(100, 0)
+    other = raw.aclrtMalloc(4096, 0)
+    stream = raw.aclrtCreateStream()
+    raw.aclrtMemsetAsync(small, 128, 0x11, 128, stream)   # crosses the requested end
+    raw.aclrtMemsetAsync(other, 4096, 0x22, 64, stream)
+    with pytest.raises(MemoryCheckError):
+        raw.aclrtSynchronizeStream(stream)
+    assert fake._state.streams.any_pending() is False
+    assert _read(other, 4) == b"\x22" * 4                  # the op after it ran too
+    monkeypatch.setattr(checker, "mode", "count")
+    raw.aclrtDestroyStream(stream)
+    raw.aclrtFree(small)
+    raw.aclrtFree(other)
+
+
+@pytest.mark.fake_only(CHECKER)
+def test_stale_pool_segment_after_reset_leaves_new_memory_alone(fake, backend, monkeypatch):
+    """Freeing a pool segment whose block a device reset released used to poison (0xDD)
+    whatever was allocated at that address since."""
+    checker = acl_mem._fake.checker.Checker("count")
+    monkeypatch.setattr(fake._state, "checker", checker)
+    raw.aclrtSetDevice(0)
+    pool = acl_mem.SegmentPool(acl_mem.Device(0))
+    segment = pool.allocate(100)
+    raw.aclrtResetDevice(0)
+    raw.aclrtSetDevice(0)
+    fresh = raw.aclrtMalloc(4096, 0)
+    raw.aclrtMemset(fresh, 4096, 0x11, 4096)
+    segment.free()
+    assert _read(fresh, 16) == b"\x11" * 16
+    assert [kind for kind, _ in acl_mem.check()] == []
+    raw.aclrtFree(fresh)
+    pool.close()
+    raw.aclrtResetDevice(0)
+
+
+@pytest.mark.fake_only("virtual memory outliving a context is checked through the fake's "
+                       "pools")
+def test_expandable_pool_closed_after_reset_returns_its_memory(fake, backend):
+    raw.aclrtSetDevice(0)
+    before = _free_hbm()
+    pool = acl_mem.ExpandablePool(acl_mem.Device(0), 1 << 30)
+    pool.allocate(10 << 20)
+    raw.aclrtResetDevice(0)
+    pool.close()
+    raw.aclrtSetDevice(0)
+    assert _free_hbm() == before
+    raw.aclrtResetDevice(0)

@@ -19,6 +19,7 @@ about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import os
 import sys
@@ -27,9 +28,13 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import CodeType
+from typing import TYPE_CHECKING
 
 from ..errors import MemoryCheckError, MemoryCheckWarning
 from .extents import Block
+
+if TYPE_CHECKING:
+    from .device import FakeDevice
 
 __all__ = ["Checker", "Finding", "Segment"]
 
@@ -122,6 +127,7 @@ class Checker:
     def __init__(self, mode: str = "warn") -> None:
         self.mode = mode
         self.findings: list[Finding] = []
+        self._held: list[str] | None = None
         self.quarantine: deque[tuple[object, int, int]] = deque()
         self._segments: dict[int, Segment] = {}
         self._segment_starts: list[int] = []
@@ -131,9 +137,28 @@ class Checker:
         finding = Finding(kind, message)
         self.findings.append(finding)
         if self.mode == "raise":
+            if self._held is not None:
+                self._held.append(f"{kind}: {message}")
+                return
             raise MemoryCheckError(f"{kind}: {message}")
         if self.mode == "warn":
             warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=2)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Findings in "raise" mode raise at the end of the block, so a free or a
+        synchronisation finishes its effect first (as hazards do)."""
+        outer = self._held is None
+        if outer:
+            self._held = []
+        try:
+            yield
+        finally:
+            if outer:
+                held, self._held = self._held, None
+        if outer and held:
+            raise MemoryCheckError(held[0] if len(held) == 1 else
+                                   f"{held[0]} (and {len(held) - 1} more)")
 
     # -- blocks ------------------------------------------------------------------------
     def on_allocate(self, block: Block, host: int) -> None:
@@ -163,9 +188,16 @@ class Checker:
                      segment.requested, segment.stack, "free")
         _fill(host, POISON_FREED, min(segment.size, POISON_LIMIT))
 
-    def forget_device(self, device: object) -> None:
-        """``device`` released every block at once: its quarantined ranges are free already."""
+    def forget_device(self, device: FakeDevice) -> None:
+        """``device`` released every block at once: its quarantined ranges are free
+        already, and its pool segments went with their blocks (a stale segment freed
+        later must not poison whatever lives there now)."""
         self.quarantine = deque(entry for entry in self.quarantine if entry[0] is not device)
+        gone = [start for start in self._segment_starts if device.owns(start)]
+        for start in gone:
+            self._segments.pop(start, None)
+        self._segment_starts = [start for start in self._segment_starts
+                                if not device.owns(start)]
 
     def drop_segments_of(self, parent: Block) -> None:
         """The parent block is gone: forget its segments (a pool giving a block back)."""

@@ -160,13 +160,14 @@ class DeviceMemory:
         if checker is None:
             device.release(block)
             return
-        checker.verify_block(block, self._addresses.host_of(block), "free")
-        checker.drop_segments_of(block)
-        device.release(block, keep_address=True)
-        checker.quarantine.append((device, block.start, block.extent))
-        if len(checker.quarantine) > QUARANTINE_ENTRIES:
-            old_device, start, extent = checker.quarantine.popleft()
-            old_device.release_address(start, extent)  # type: ignore[attr-defined]
+        with checker.held():  # a damaged canary raises once the block is freed
+            checker.verify_block(block, self._addresses.host_of(block), "free")
+            checker.drop_segments_of(block)
+            device.release(block, keep_address=True)
+            checker.quarantine.append((device, block.start, block.extent))
+            if len(checker.quarantine) > QUARANTINE_ENTRIES:
+                old_device, start, extent = checker.quarantine.popleft()
+                old_device.release_address(start, extent)  # type: ignore[attr-defined]
 
     # -- DVPP (spec §3.8, §3.9) --------------------------------------------------
     def _dvpp_malloc(self, api: AllocApi, size: int, null_outputs: int) -> tuple[int, int]:
@@ -241,14 +242,17 @@ class DeviceMemory:
             block = self._state.pinned.at(hostPtr)
             if block is None:
                 return codes.RT_PARAM_INVALID
-            with self._state.hazards.held():
+            checker = self._state.checker
+            # Hazards and checker findings raise once the block is freed.
+            with self._state.hazards.held(), \
+                    checker.held() if checker is not None else contextlib.nullcontext():
                 if self._state.streams.any_pending():
                     self._diagnostics.check_pending(
                         block.start, block.extent, access="free",
                         what=f"aclrtMallocHost block {hostPtr:#x} freed", targets=(block,))
-                if self._state.checker is not None:
-                    self._state.checker.verify_block(block, block.start, "free")
-                    self._state.checker.drop_segments_of(block)
+                if checker is not None:
+                    checker.verify_block(block, block.start, "free")
+                    checker.drop_segments_of(block)
                 self._state.wait_for_copies(block.start, block.end)
                 self._state.pinned.discard(block)
                 host_map = self._state.pinned_maps.pop(hostPtr, None)

@@ -12,6 +12,7 @@ synchronising is stale, as on hardware.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 
 from ..enums import MemcpyKind
@@ -82,7 +83,7 @@ class StreamCalls:
             context = self._state.runtime.current_context()
             if context is not None and context != (found.device, found.generation):
                 return codes.STREAM_CONTEXT
-            with self._state.hazards.held():
+            with self._state.hazards.held(), self._checker_held():
                 if found.pending:
                     self._state.hazards.report("destroy-with-pending-work",
                                                f"stream {stream:#x} destroyed with "
@@ -97,7 +98,7 @@ class StreamCalls:
             found, rc = self._resolve_stream(stream)
             if found is None:
                 return rc
-            with self._state.hazards.held():
+            with self._state.hazards.held(), self._checker_held():
                 self._drain(found)
             self._after_synchronize()
             return codes.SUCCESS
@@ -111,7 +112,7 @@ class StreamCalls:
             context = self._state.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL
-            with self._state.hazards.held():
+            with self._state.hazards.held(), self._checker_held():
                 for stream in self._state.streams.of_context(*context):
                     self._drain(stream)
             self._after_synchronize()
@@ -174,6 +175,11 @@ class StreamCalls:
             return codes.SUCCESS
 
     # -- helpers -----------------------------------------------------------------------
+    def _checker_held(self) -> contextlib.AbstractContextManager[None]:
+        """Checker findings of queued work raise after every op of the drain ran."""
+        checker = self._state.checker
+        return checker.held() if checker is not None else contextlib.nullcontext()
+
     def _stream_alive(self, stream: Stream) -> bool:
         return self._state.runtime.references(stream.device) > 0 and \
             self._state.runtime.generation(stream.device) == stream.generation
