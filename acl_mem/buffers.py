@@ -86,7 +86,6 @@ class Buffer:
     def __init__(
         self, ptr: int, size: int, api: AllocApi, device: Device, policy: int = 0
     ) -> None:
-        self._ptr = ptr
         self._size = size
         self._api = api
         self._policy = policy
@@ -96,12 +95,17 @@ class Buffer:
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
         self._backend = _backend.get()
+        # Last: a constructor interrupted before this owns nothing (its creator frees).
+        self._ptr = ptr
 
     def __del__(self) -> None:
         # The memory of a forgotten buffer goes back, unless the runtime already took it
         # (device reset, aclFinalize) or this is a forked child (its tokens are stale).
         ptr = getattr(self, "_ptr", 0)
-        if ptr and self._lifecycle.is_live(self._owner, self._token):
+        # getattr throughout: an interrupted constructor may have stopped before these.
+        token = getattr(self, "_token", None)
+        if ptr and token is not None and \
+                self._lifecycle.is_live(getattr(self, "_owner", None), token):
             # contextlib.suppress would need a module global; a finalizer must never raise.
             try:  # noqa: SIM105
                 getattr(self._backend, self._free_name)(ptr)

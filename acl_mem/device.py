@@ -186,9 +186,14 @@ def _adopt(allocate: Callable[[], int], free: Callable[[int], None],
     """
     with state.lock:
         ptr = allocate()
+        buffer: _B | None = None
         try:
-            return wrap(ptr)
+            buffer = wrap(ptr)
+            return buffer
         except BaseException:
             with contextlib.suppress(Exception):
-                free(ptr)
+                if buffer is not None:
+                    buffer.free()  # through the buffer, so its finalizer has nothing left
+                else:
+                    free(ptr)
             raise

@@ -740,8 +740,15 @@ class SegmentPool(_PoolBase):
             raise first
 
     def _block_of(self, start: int) -> _Block:
-        return self._blocks[self._block_starts[bisect.bisect_right(self._block_starts,
-                                                                   start) - 1]]
+        block = self._blocks.get(self._block_starts[bisect.bisect_right(self._block_starts,
+                                                                        start) - 1])
+        if block is None:
+            # The sorted starts lag the blocks after an interrupt hit _add_block or
+            # _release_unused between their two updates: the blocks are the truth.
+            self._block_starts = sorted(self._blocks)
+            block = self._blocks[self._block_starts[bisect.bisect_right(self._block_starts,
+                                                                        start) - 1]]
+        return block
 
     def _parent_of(self, start: int) -> int:
         return self._block_of(start).parent._ptr
