@@ -19,7 +19,6 @@ about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
 from __future__ import annotations
 
 import bisect
-import contextlib
 import ctypes
 import os
 import sys
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import MemoryCheckError, MemoryCheckWarning
 from .extents import Block
+from .postponed import Postponable
 
 if TYPE_CHECKING:
     from .device import FakeDevice
@@ -123,11 +123,14 @@ def allocation_stack() -> Stack:
     return Stack(tuple(frames))
 
 
-class Checker:
+class Checker(Postponable):
+    """Findings in "raise" mode raise at once, or inside :meth:`held` once the free or
+    synchronisation finished its effect (as hazards do)."""
+
     def __init__(self, mode: str = "warn") -> None:
+        super().__init__(MemoryCheckError)
         self.mode = mode
         self.findings: list[Finding] = []
-        self._held: list[str] | None = None
         self.quarantine: deque[tuple[object, int, int]] = deque()
         self._segments: dict[int, Segment] = {}
         self._segment_starts: list[int] = []
@@ -137,28 +140,9 @@ class Checker:
         finding = Finding(kind, message)
         self.findings.append(finding)
         if self.mode == "raise":
-            if self._held is not None:
-                self._held.append(f"{kind}: {message}")
-                return
-            raise MemoryCheckError(f"{kind}: {message}")
-        if self.mode == "warn":
+            self.raise_or_hold(f"{kind}: {message}")
+        elif self.mode == "warn":
             warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=2)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        """Findings in "raise" mode raise at the end of the block, so a free or a
-        synchronisation finishes its effect first (as hazards do)."""
-        outer = self._held is None
-        if outer:
-            self._held = []
-        try:
-            yield
-        finally:
-            if outer:
-                held, self._held = self._held, None
-        if outer and held:
-            raise MemoryCheckError(held[0] if len(held) == 1 else
-                                   f"{held[0]} (and {len(held) - 1} more)")
 
     # -- blocks ------------------------------------------------------------------------
     def on_allocate(self, block: Block, host: int) -> None:

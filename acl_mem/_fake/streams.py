@@ -14,7 +14,6 @@ O(all queued work) or O(streams).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import warnings
@@ -22,6 +21,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from ..errors import HazardError, HazardWarning
+from .postponed import Postponable
 
 __all__ = ["Hazards", "Op", "PendingIndex", "Stream", "StreamTable"]
 
@@ -113,7 +113,7 @@ class Stream:
         self.pending: deque[Op] = deque()
 
 
-class Hazards:
+class Hazards(Postponable):
     """What the fake noticed racing with queued work: counted always, warned or raised.
 
     Inside :meth:`held`, raising is postponed to the end of the block, so a free, a
@@ -125,33 +125,16 @@ class Hazards:
     def __init__(self, mode: str = "warn") -> None:
         if mode not in self.MODES:
             raise ValueError(f"hazards must be one of {self.MODES}, got {mode!r}")
+        super().__init__(HazardError)
         self.mode = mode
         self.seen: list[tuple[str, str]] = []
-        self._held: list[str] | None = None
 
     def report(self, kind: str, message: str) -> None:
         self.seen.append((kind, message))
         if self.mode == "raise":
-            if self._held is not None:
-                self._held.append(f"{kind}: {message}")
-                return
-            raise HazardError(f"{kind}: {message}")
-        if self.mode == "warn":
+            self.raise_or_hold(f"{kind}: {message}")
+        elif self.mode == "warn":
             warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=_user_stacklevel())
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        outer = self._held is None
-        if outer:
-            self._held = []
-        try:
-            yield
-        finally:
-            if outer:
-                held, self._held = self._held, None
-        if outer and held:
-            raise HazardError(held[0] if len(held) == 1 else
-                              f"{held[0]} (and {len(held) - 1} more)")
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
