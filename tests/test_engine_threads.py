@@ -7,6 +7,7 @@ from __future__ import annotations
 import _thread
 import random
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -62,13 +63,10 @@ def test_threads_allocate_copy_and_free_at_once(fake, dev):
     assert not fake._copies
 
 
-@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
-def test_freeing_pinned_memory_under_a_running_copy_never_crashes(fake, dev):
-    """The free waits for the copy moving bytes through that memory; copies issued after
-    the free fail with 107000."""
-    size = 32 << 20
-    device = raw.aclrtMalloc(size, 0)
-    pinned = raw.aclrtMallocHost(size)
+def _release_under_copies(dst: int, src: int, size: int, kind: int,
+                          release: Callable[[], None]) -> list[int]:
+    """Copy ``src`` to ``dst`` 20 times in a thread and call ``release`` (freeing or
+    unmapping ``dst``) once the copies run; the outcome code of each copy."""
     copying = threading.Event()
     outcomes: list[int] = []
 
@@ -77,7 +75,7 @@ def test_freeing_pinned_memory_under_a_running_copy_never_crashes(fake, dev):
             for _ in range(20):
                 copying.set()
                 try:
-                    raw.aclrtMemcpy(pinned, size, device, size, MemcpyKind.DEVICE_TO_HOST)
+                    raw.aclrtMemcpy(dst, size, src, size, kind)
                     outcomes.append(0)
                 except acl_mem.AclError as exc:
                     outcomes.append(exc.code)
@@ -85,9 +83,21 @@ def test_freeing_pinned_memory_under_a_running_copy_never_crashes(fake, dev):
     thread = threading.Thread(target=copier)
     thread.start()
     copying.wait(5)
-    raw.aclrtFreeHost(pinned)
+    release()
     thread.join(30)
     assert not thread.is_alive()
+    return outcomes
+
+
+@pytest.mark.fake_only("drives the fake's lock-free copy path from several threads")
+def test_freeing_pinned_memory_under_a_running_copy_never_crashes(fake, dev):
+    """The free waits for the copy moving bytes through that memory; copies issued after
+    the free fail with 107000."""
+    size = 32 << 20
+    device = raw.aclrtMalloc(size, 0)
+    pinned = raw.aclrtMallocHost(size)
+    outcomes = _release_under_copies(pinned, device, size, MemcpyKind.DEVICE_TO_HOST,
+                                     lambda: raw.aclrtFreeHost(pinned))
     assert outcomes and set(outcomes) <= {0, 107000}
     assert outcomes[-1] == 107000
     raw.aclrtFree(device)
@@ -102,25 +112,8 @@ def test_unmapping_under_a_running_copy_never_crashes(fake, dev):
     handle = raw.aclrtMallocPhysical(size, prop, 0)
     raw.aclrtMapMem(base, size, 0, handle, 0)
     device = raw.aclrtMalloc(size, 0)
-    copying = threading.Event()
-    outcomes: list[int] = []
-
-    def copier() -> None:
-        with acl_mem.Device(0):
-            for _ in range(20):
-                copying.set()
-                try:
-                    raw.aclrtMemcpy(base, size, device, size, MemcpyKind.DEVICE_TO_DEVICE)
-                    outcomes.append(0)
-                except acl_mem.AclError as exc:
-                    outcomes.append(exc.code)
-
-    thread = threading.Thread(target=copier)
-    thread.start()
-    copying.wait(5)
-    raw.aclrtUnmapMem(base)
-    thread.join(30)
-    assert not thread.is_alive()
+    outcomes = _release_under_copies(base, device, size, MemcpyKind.DEVICE_TO_DEVICE,
+                                     lambda: raw.aclrtUnmapMem(base))
     assert outcomes and set(outcomes) <= {0, 107000}
     assert outcomes[-1] == 107000
     raw.aclrtFreePhysical(handle)
