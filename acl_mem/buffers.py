@@ -306,7 +306,13 @@ class HostBuffer(Buffer):
         check_pending = getattr(self._backend, "check_pending", None)
         if check_pending is not None:
             check_pending(self._ptr, self._size, access="read", what="HostBuffer.view()")
-        return memoryview(ffi.buffer(self._handle, self._size))
+        view = memoryview(ffi.buffer(self._handle, self._size))
+        # A free() on another thread between the check above and the view would not
+        # have seen it; it is seen now, and the view is taken back before any use.
+        if self._ptr == 0:
+            view.release()
+            self._check_live("view")
+        return view
 
     def numpy(self, dtype: Any = "uint8") -> Any:
         """A numpy array over the memory (needs numpy; no copy)."""

@@ -129,5 +129,10 @@ def hazards() -> dict[str, int]:
 def _replace_active(fresh: FakeBackend) -> None:
     active = _backend._active
     if active is not None and active.name == "fake":
+        if isinstance(active, FakeBackend):
+            # Every fake maps virtual memory at the same host addresses: copies still
+            # running in the old one must end before the new one maps anything there.
+            with active._lock:
+                active._state.wait_for_copies()
         state.teardown()
         _backend._install(fresh, _backend._reason)

@@ -65,7 +65,13 @@ class Stream:
             self._handle = handle if handle == 0 else -1
             return
         if state.is_live(self._device.id, self._token):
-            raw.aclrtDestroyStream(handle)
+            try:
+                raw.aclrtDestroyStream(handle)
+            except BaseException:
+                # Refused (another thread's context, say): the runtime still holds the
+                # stream, so this object keeps it and may destroy it later.
+                self._handle = handle
+                raise
 
     def __enter__(self) -> Stream:
         return self

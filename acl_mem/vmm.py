@@ -61,11 +61,16 @@ class _Owned:
         if self._released:
             raise FreedBufferError(f"{type(self).__name__}.{what}: used after close(), which "
                                    f"released it; {self._renew}")
+        if self._token is not None and not self._lifecycle.is_live(None, self._token):
+            raise FreedBufferError(f"{type(self).__name__}.{what}: the runtime released it "
+                                   f"(aclFinalize, fork or fake reconfigured); {self._renew}")
 
     @property
     def closed(self) -> bool:
-        """True once ``close()`` released the resource (or the finalizer did)."""
-        return self._released
+        """True once ``close()`` released the resource (or the finalizer did), or the
+        runtime did (aclFinalize, fork, fake reconfigured)."""
+        return self._released or (self._token is not None and
+                                   not self._lifecycle.is_live(None, self._token))
 
     def close(self) -> None:
         """Release now; a second call does nothing.

@@ -220,3 +220,45 @@ def test_expandable_pool_closed_after_reset_returns_its_memory(fake, backend):
     raw.aclrtSetDevice(0)
     assert _free_hbm() == before
     raw.aclrtResetDevice(0)
+
+
+def test_a_refused_stream_destroy_keeps_the_stream(backend):
+    """Destroying a stream from another device's context fails (107003); the Stream used
+    to forget its handle anyway, so the runtime kept a stream nobody could destroy."""
+    raw.aclrtSetDevice(0)
+    raw.aclrtSetDevice(1)
+    zero, one = acl_mem.Device(0), acl_mem.Device(1)
+    zero.set_current()
+    stream = zero.stream()
+    one.set_current()
+    with pytest.raises(acl_mem.AclError) as refused:
+        stream.destroy()
+    assert refused.value.code == 107003
+    zero.set_current()
+    assert not stream.destroyed
+    stream.synchronize()
+    stream.destroy()
+    assert stream.destroyed
+    raw.aclrtResetDevice(1)
+    raw.aclrtResetDevice(0)
+
+
+@pytest.mark.fake_only("acl_mem.fake.configure replaces the fake under the program")
+def test_vmm_objects_from_before_a_reconfiguration_refuse_use(fake, backend):
+    """They used to keep writing into whatever the new fake mapped at the same address."""
+    raw.aclrtSetDevice(0)
+    old = acl_mem.reserve_and_map(2 * MiB)
+    acl_mem.fake.configure()
+    try:
+        raw.aclrtSetDevice(0)
+        new = acl_mem.reserve_and_map(2 * MiB)
+        new.write(b"NEW!")
+        assert old.closed
+        with pytest.raises(acl_mem.FreedBufferError):
+            old.write(b"OLD!")
+        assert new.read(4) == b"NEW!"
+        new.close()
+        old.close()
+        raw.aclrtResetDevice(0)
+    finally:
+        acl_mem.fake.configure()

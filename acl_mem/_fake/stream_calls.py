@@ -136,6 +136,8 @@ class StreamCalls:
             source, target = resolve(src, count), resolve(dst, count)
             if source is None or target is None:
                 return codes.RT_PARAM_INVALID
+            if source[1] is not None and target[1] is not None and source[1] != target[1]:
+                return codes.RT_PARAM_INVALID  # two devices: as the synchronous copy
             real_kind = corrected_kind(_where(source), _where(target), kind)
             if real_kind is None:
                 return codes.RT_PARAM_INVALID

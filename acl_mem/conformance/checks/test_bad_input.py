@@ -16,7 +16,7 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
-from acl_mem.enums import MallocPolicy, MemAttr
+from acl_mem.enums import MallocPolicy, MemAttr, MemcpyKind
 from acl_mem.errors import (
     AclError,
     BackendError,
@@ -24,6 +24,7 @@ from acl_mem.errors import (
     FreedBufferError,
     InvalidDeviceIdError,
     InvalidParamError,
+    RtParamInvalidError,
 )
 
 from .helpers import need_two_devices
@@ -555,6 +556,34 @@ def test_copy_between_devices_0_and_1_is_value_error(dev):
             assert not isinstance(e.value, AclError)
         assert b0.read() == b"\x10" * 16
     finally:
+        b1.free()
+        one.reset()
+        dev.reset()
+
+
+def test_raw_copies_between_devices_0_and_1_are_107000_sync_and_async(dev):
+    """spec §3.10 (fidelity row 4): device memory of two devices in one copy -> 107000,
+    queued or not; nothing is copied."""
+    need_two_devices()
+    b0 = dev.malloc(16)
+    b0.memset(0x10)
+    one = acl_mem.Device(1).set_current()
+    try:
+        b1 = one.malloc(16)
+        b1.memset(0x20)
+    finally:
+        dev.set_current()
+    stream = dev.stream()
+    try:
+        with pytest.raises(RtParamInvalidError):
+            raw.aclrtMemcpy(b0.ptr, 16, b1.ptr, 16, MemcpyKind.DEVICE_TO_DEVICE)
+        with pytest.raises(RtParamInvalidError):
+            raw.aclrtMemcpyAsync(b0.ptr, 16, b1.ptr, 16, MemcpyKind.DEVICE_TO_DEVICE,
+                                 stream.handle)
+        stream.synchronize()
+        assert b0.read() == b"\x10" * 16
+    finally:
+        stream.destroy()
         b1.free()
         one.reset()
         dev.reset()
