@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, ClassVar
 
 from . import raw
+from ._args import c_uint
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
@@ -265,6 +266,9 @@ class _Contents(_Owned):
         return bytes(out)
 
     def _check(self, what: str, offset: int, count: int) -> None:
+        call = f"{type(self).__name__}.{what}"
+        c_uint(offset, call, "offset")
+        c_uint(count, call, "count")
         if offset < 0 or count < 0 or offset + count > self._mapped():
             raise ValueError(f"{type(self).__name__}.{what}: [{offset}, {offset + count}) "
                              f"is outside the {self._mapped()} mapped bytes")
@@ -473,7 +477,7 @@ class ExpandableSegment(_Contents):
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
         self._open("grow")
-        wanted = -(-size // self._chunk)
+        wanted = -(-c_uint(size, "ExpandableSegment.grow", "size") // self._chunk)
         if wanted * self._chunk > self._max_size:
             raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self._max_size}")
         added: list[tuple[PhysicalMemory, Mapping]] = []
@@ -493,7 +497,7 @@ class ExpandableSegment(_Contents):
     def shrink(self, size: int) -> None:
         """Unmap and free chunks from the end until at most ``size`` bytes stay mapped."""
         self._open("shrink")
-        self._shrink(-(-size // self._chunk))
+        self._shrink(-(-c_uint(size, "ExpandableSegment.shrink", "size") // self._chunk))
 
     def _shrink(self, keep: int) -> None:
         chunk: tuple[PhysicalMemory, Mapping] | None = None

@@ -280,8 +280,11 @@ class FakeBackend:
         with ``code`` (as the driver would), once."""
         if call not in self.INJECTABLE:
             raise ValueError(f"inject_fault: call must be one of {self.INJECTABLE}, got {call!r}")
-        if nth < 1:
-            raise ValueError(f"inject_fault: nth must be >= 1, got {nth}")
+        if type(nth) is not int or nth < 1:
+            raise ValueError(f"inject_fault: nth must be an int >= 1, got {nth!r}")
+        if type(code) is not int or code == 0:
+            raise ValueError(f"inject_fault: code must be a non-zero aclError int, got "
+                             f"{code!r} (0 would make the call succeed)")
         with self._state.lock:
             self._state.faults[call] = [nth, code]
 
