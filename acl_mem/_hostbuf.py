@@ -63,5 +63,15 @@ def host_span(obj: object, *, writable: bool, call: str, name: str) -> HostSpan:
     except BufferError:
         raise ValueError(f"{call}: {name} is read-only but is written to") from None
     except ValueError as exc:
+        # numpy reports a read-only array as a ValueError too: say which it is.
+        if writable and _readonly(obj):
+            raise ValueError(f"{call}: {name} is read-only but is written to") from None
         raise ValueError(f"{call}: {name} must be C-contiguous ({exc})") from None
     return HostSpan(int(ffi.cast("uintptr_t", cdata)), len(cdata), cdata)
+
+
+def _readonly(obj: object) -> bool:
+    try:
+        return memoryview(obj).readonly  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
