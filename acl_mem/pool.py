@@ -19,7 +19,7 @@ Design
   free extent starts on an absolute multiple of ``A`` and is a multiple of ``A`` long,
   so any extent can hold any segment that fits, and alignment needs no per-segment
   arithmetic. A segment of ``m`` bytes occupies ``ALIGN_UP(m, A)`` bytes: the spacing
-  the seeds' table asks for (``ALIGN_UP(m, 64)``); that footprint is what
+  Huawei's secondary-allocation table asks for (``ALIGN_UP(m, 64)``); that footprint is what
   :attr:`PoolStats.in_use` counts. Parent addresses are aligned up (start) and down
   (end) to ``A`` before use, so alignment holds for absolute addresses whatever
   alignment the runtime gives (both backends give at least page alignment).
@@ -587,7 +587,7 @@ class SegmentPool(_PoolBase):
     reserves for one ordinary block (its padding included, so that a 32 MiB block costs
     exactly 32 MiB of huge pages); a request too big for one gets a block of its own.
     ``limit`` caps :attr:`PoolStats.reserved`. ``mixed_media=True`` starts every
-    segment on 128 bytes, the seeds' advice when media and inference buffers share
+    segment on 128 bytes, Huawei's advice when media and inference buffers share
     memory. The calling thread must have the device current when the pool grows.
     """
 

@@ -1,4 +1,4 @@
-"""The arithmetic of the seeds and the runtime, usable without a device.
+"""The arithmetic of Huawei's memory documentation and the runtime, usable without a device.
 
 Every function here is pure: plan memory on a laptop, get the numbers the device
 will use. Rules and sources: spec §3.5 (rounding and padding), §3.7-§3.9 (host and
@@ -77,7 +77,8 @@ def _api(api: AllocApi | str) -> AllocApi:
 
 
 def align_up(length: int, k: int) -> int:
-    """``ALIGN_UP(len, k) = ((len - 1) / k + 1) * k`` of the seeds (spec §3.14); 0 stays 0."""
+    """``ALIGN_UP(len, k) = ((len - 1) / k + 1) * k`` as Huawei documents it (spec §3.14);
+    0 stays 0."""
     if k <= 0:
         raise ValueError(f"align_up: k must be positive, got {k}")
     if length < 0:

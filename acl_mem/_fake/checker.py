@@ -1,8 +1,8 @@
 """The fake's memory checker: overwrites, leaks and use-after-free, found on a laptop.
 
 On hardware, writing past the bytes requested lands silently in the runtime's padding
-or in the neighbouring block or pool segment (the "memory overwriting" the seeds warn
-about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
+or in the neighbouring block or pool segment (the "memory overwriting" Huawei's
+documentation warns about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
 ``acl_mem.fake.configure(check=True)``) the fake:
 
 * fills the slack between requested and allocated size of every block and every pool
