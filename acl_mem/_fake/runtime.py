@@ -91,6 +91,7 @@ class FakeRuntime:
 
     def current(self) -> FakeDevice | None:
         """The calling thread's device, or None (107002) if its context is gone or unset."""
+        # current_context() spelled out: this runs on every allocation and copy.
         context: tuple[int, int] | None = getattr(self._local, "context", None)
         if context is None:
             return None
