@@ -3,7 +3,8 @@
 A backend is the C API with Python ints for pointers: each method returns the
 aclError code (0 on success), followed by the outputs C would write through its
 out-pointers. ``null_outputs`` is a bit mask: bit *i* set means "pass NULL for
-output *i*", so the NULL-argument checks of spec §1.2 can be driven on every backend.
+output *i*", so the NULL-argument checks of docs/runtime-model.md §1.2 can be driven on every
+backend.
 
 Nothing here touches a driver at import; the backend is chosen on first use
 (``ACL_MEM_BACKEND=native|fake|auto``, or :func:`use_backend`).
@@ -24,7 +25,7 @@ BACKEND_NAMES = ("native", "fake", "auto")
 
 
 class Backend(Protocol):
-    """What both backends implement; signatures follow ``acl_rt.h`` (spec §3)."""
+    """What both backends implement; signatures follow ``acl_rt.h`` (docs/runtime-model.md §3)."""
 
     name: str
 
@@ -78,7 +79,7 @@ class Backend(Protocol):
         self, devPtr: int, maxCount: int, value: int, count: int, stream: int
     ) -> int: ...
 
-    # -- virtual memory (spec §4); structs are acl_mem._structs objects, None is NULL ---
+    # -- virtual memory (§4); structs are acl_mem._structs objects, None is NULL -------------------
     def aclrtReserveMemAddress(
         self, size: int, alignment: int, expectPtr: int, flags: int, null_outputs: int = 0
     ) -> tuple[int, int]: ...

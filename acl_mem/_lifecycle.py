@@ -3,7 +3,7 @@
 Buffers remember an epoch token when they are created. A device reset to zero
 references, an aclFinalize or a fake reconfiguration moves the epoch on: the runtime
 has already released that memory, so finalizers and ``free()`` must not release it
-again (spec §3.1, §3.2). The mirror also knows each thread's current device, so the
+again (docs/runtime-model.md §3.1, §3.2). The mirror also knows each thread's current device, so the
 Pythonic layer can refuse to allocate on the wrong device without a runtime call.
 """
 

@@ -1,4 +1,4 @@
-"""Virtual-memory calls of :mod:`acl_mem.raw` (spec §4), re-exported there."""
+"""Virtual-memory calls of :mod:`acl_mem.raw` (docs/runtime-model.md §4), re-exported there."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def _ptr(value: object, call: str, name: str) -> int:
 
 def aclrtReserveMemAddress(size: int, alignment: int = 0, expectPtr: int = 0,
                            flags: int = 0) -> int:
-    """Reserve virtual addresses; expectPtr 0 lets the driver choose (spec §4.2)."""
+    """Reserve virtual addresses; expectPtr 0 lets the driver choose (docs/runtime-model.md
+    §4.2)."""
     call = "aclrtReserveMemAddress"
     n = c_uint(size, call, "size")
     a = c_uint(alignment, call, "alignment")
@@ -54,7 +55,7 @@ def aclrtReserveMemAddress(size: int, alignment: int = 0, expectPtr: int = 0,
 
 
 def aclrtReleaseMemAddress(virPtr: int) -> None:
-    """Release a reservation; it must be unmapped first (spec §4.2)."""
+    """Release a reservation; it must be unmapped first (docs/runtime-model.md §4.2)."""
     p = _ptr(virPtr, "aclrtReleaseMemAddress", "virPtr")
     rc = _backend.get().aclrtReleaseMemAddress(p)
     if rc:
@@ -63,7 +64,8 @@ def aclrtReleaseMemAddress(virPtr: int) -> None:
 
 def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
                         flags: int = 0) -> int:
-    """Physical memory of ``size`` bytes (a multiple of the granularity), spec §4.3."""
+    """Physical memory of ``size`` bytes (a multiple of the granularity), docs/runtime-model.md
+    §4.3."""
     call = "aclrtMallocPhysical"
     n = c_uint(size, call, "size")
     checked = _prop(prop, call)
@@ -75,7 +77,8 @@ def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
 
 
 def aclrtFreePhysical(handle: int) -> None:
-    """Free a physical handle; while mapped, released at the last unmap (spec §4.3)."""
+    """Free a physical handle; while mapped, released at the last unmap (docs/runtime-model.md
+    §4.3)."""
     h = _ptr(handle, "aclrtFreePhysical", "handle")
     rc = _backend.get().aclrtFreePhysical(h)
     if rc:
@@ -83,7 +86,8 @@ def aclrtFreePhysical(handle: int) -> None:
 
 
 def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0) -> None:
-    """Map a whole physical handle at ``virPtr`` inside a reservation (spec §4.4)."""
+    """Map a whole physical handle at ``virPtr`` inside a reservation (docs/runtime-model.md
+    §4.4)."""
     call = "aclrtMapMem"
     p = _ptr(virPtr, call, "virPtr")
     n = c_uint(size, call, "size")
@@ -97,7 +101,8 @@ def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0
 
 
 def aclrtUnmapMem(virPtr: int) -> None:
-    """Unmap the mapping made at ``virPtr`` (spec §4.4); no implicit synchronisation."""
+    """Unmap the mapping made at ``virPtr`` (docs/runtime-model.md §4.4); no implicit
+    synchronisation."""
     p = _ptr(virPtr, "aclrtUnmapMem", "virPtr")
     rc = _backend.get().aclrtUnmapMem(p)
     if rc:
@@ -106,7 +111,7 @@ def aclrtUnmapMem(virPtr: int) -> None:
 
 def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
                                      option: int = 0) -> int:
-    """The granularity physical sizes must be a multiple of (spec §4.5)."""
+    """The granularity physical sizes must be a multiple of (docs/runtime-model.md §4.5)."""
     call = "aclrtMemGetAllocationGranularity"
     checked = _prop(prop, call)
     o = c_uint(option, call, "option", 32, "aclrtMemGranularityOptions")
@@ -118,7 +123,7 @@ def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
 
 def aclrtMemSetAccess(virPtr: int, size: int, desc: Sequence[aclrtMemAccessDesc] | None,
                       count: int) -> None:
-    """Set access of a mapped range for the locations in ``desc`` (spec §4.7)."""
+    """Set access of a mapped range for the locations in ``desc`` (docs/runtime-model.md §4.7)."""
     call = "aclrtMemSetAccess"
     p = _ptr(virPtr, call, "virPtr")
     n = c_uint(size, call, "size")
@@ -152,7 +157,7 @@ def _bad_desc(call: str, index: int, value: object) -> aclrtMemAccessDesc:
 
 
 def aclrtMemExportToShareableHandle(handle: int, handleType: int = 0, flags: int = 0) -> int:
-    """A shareable handle another process can import (spec §4.6)."""
+    """A shareable handle another process can import (docs/runtime-model.md §4.6)."""
     call = "aclrtMemExportToShareableHandle"
     h = _ptr(handle, call, "handle")
     t = c_uint(handleType, call, "handleType", 32, "aclrtMemHandleType")
@@ -164,7 +169,7 @@ def aclrtMemExportToShareableHandle(handle: int, handleType: int = 0, flags: int
 
 
 def aclrtMemImportFromShareableHandle(shareableHandle: int, deviceId: int) -> int:
-    """Import memory exported by another process, onto ``deviceId`` (spec §4.6)."""
+    """Import memory exported by another process, onto ``deviceId`` (docs/runtime-model.md §4.6)."""
     call = "aclrtMemImportFromShareableHandle"
     s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
     d = c_int(deviceId, call, "deviceId")
@@ -176,7 +181,7 @@ def aclrtMemImportFromShareableHandle(shareableHandle: int, deviceId: int) -> in
 
 def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | None,
                                     pidNum: int) -> None:
-    """Allow the processes ``pid`` to import ``shareableHandle`` (spec §4.6)."""
+    """Allow the processes ``pid`` to import ``shareableHandle`` (docs/runtime-model.md §4.6)."""
     call = "aclrtMemSetPidToShareableHandle"
     s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
     pids = None if pid is None else [c_int(p, call, f"pid[{i}]")
@@ -190,7 +195,7 @@ def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | N
 
 
 def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
-    """The physical handle mapped at ``virPtr`` (spec §4)."""
+    """The physical handle mapped at ``virPtr`` (docs/runtime-model.md §4)."""
     p = _ptr(virPtr, "aclrtMemRetainAllocationHandle", "virPtr")
     rc, handle = _backend.get().aclrtMemRetainAllocationHandle(p)
     if rc:
@@ -199,7 +204,7 @@ def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
 
 
 def aclrtMemGetAllocationPropertiesFromHandle(handle: int) -> aclrtPhysicalMemProp:
-    """The properties ``handle`` was allocated with (spec §4)."""
+    """The properties ``handle`` was allocated with (docs/runtime-model.md §4)."""
     h = _ptr(handle, "aclrtMemGetAllocationPropertiesFromHandle", "handle")
     rc, prop = _backend.get().aclrtMemGetAllocationPropertiesFromHandle(h)
     if rc:

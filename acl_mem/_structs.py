@@ -1,4 +1,4 @@
-"""The VMM structs as small typed Python objects with the C field names (spec §2).
+"""The VMM structs as small typed Python objects with the C field names (docs/runtime-model.md §2).
 
 Re-exported by :mod:`acl_mem.raw`; both backends receive these objects (None is NULL).
 """
@@ -28,7 +28,7 @@ class aclrtMemLocation:
 
 @dataclass
 class aclrtPhysicalMemProp:
-    """What aclrtMallocPhysical allocates (spec §4.3)."""
+    """What aclrtMallocPhysical allocates (docs/runtime-model.md §4.3)."""
 
     handleType: int = MemHandleType.NONE
     allocationType: int = MemAllocationType.PINNED
@@ -53,7 +53,7 @@ class aclrtPhysicalMemProp:
 
 @dataclass
 class aclrtMemAccessDesc:
-    """One entry of aclrtMemSetAccess (spec §4.7)."""
+    """One entry of aclrtMemSetAccess (docs/runtime-model.md §4.7)."""
 
     flags: int = MemAccessFlags.READWRITE
     location: aclrtMemLocation = field(default_factory=aclrtMemLocation)

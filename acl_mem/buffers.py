@@ -112,7 +112,7 @@ class Buffer:
             except Exception:
                 pass
 
-    # -- identity ------------------------------------------------------------------
+    # -- identity ----------------------------------------------------------------------------------
     @property
     def ptr(self) -> int:
         """The address; raises FreedBufferError once freed."""
@@ -126,7 +126,8 @@ class Buffer:
 
     @property
     def allocated_size(self) -> int:
-        """Bytes the runtime reserved: padding and 32-byte rounding included (spec §3.5, §7)."""
+        """Bytes the runtime reserved: padding and 32-byte rounding included (docs/runtime-model.md
+        §3.5, §7)."""
         # Computed on demand: allocation stays as cheap as possible.
         return allocation_size(self._api, self._size, self._policy,
                                padding=_padding(self._backend))
@@ -151,7 +152,7 @@ class Buffer:
         return (f"<{type(self).__name__} {self._api.value} {where} size={self._size} "
                 f"allocated_size={self.allocated_size} device={self._device.id}>")
 
-    # -- lifetime --------------------------------------------------------------------
+    # -- lifetime ----------------------------------------------------------------------------------
     def free(self) -> None:
         """Free now; a second call does nothing. Raises the runtime's AclError if it fails."""
         ptr, self._ptr = self._ptr, 0
@@ -180,7 +181,7 @@ class Buffer:
                 f"(device {self._device.id} reset, aclFinalize, fork or fake reconfigured)"
             )
 
-    # -- data ------------------------------------------------------------------------
+    # -- data --------------------------------------------------------------------------------------
     def copy_from(
         self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0
     ) -> None:
@@ -202,7 +203,8 @@ class Buffer:
         self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
-        """:meth:`copy_from` queued on ``stream`` (default: the default stream), spec §3.10.
+        """:meth:`copy_from` queued on ``stream`` (default: the default stream),
+        docs/runtime-model.md §3.10.
 
         The copy is done only after ``stream.synchronize()``. With pageable host memory
         (bytes, numpy) the runtime copies at once instead; with :class:`HostBuffer`
@@ -215,7 +217,8 @@ class Buffer:
         self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
-        """:meth:`copy_to` queued on ``stream`` (default: the default stream), spec §3.10."""
+        """:meth:`copy_to` queued on ``stream`` (default: the default stream), docs/runtime-model.md
+        §3.10."""
         _copy(dst, dst_offset, self, offset, count, "copy_to_async", self._stream(stream))
 
     def _stream(self, stream: Stream | None) -> Stream:
@@ -244,7 +247,8 @@ class Buffer:
 
     def memset_async(self, value: int, count: int | None = None, *, offset: int = 0,
                      stream: Stream | None = None) -> None:
-        """:meth:`memset` queued on ``stream`` (default: the default stream), spec §3.11."""
+        """:meth:`memset` queued on ``stream`` (default: the default stream), docs/runtime-model.md
+        §3.11."""
         start, n, byte = self._memset_args("memset_async", value, count, offset)
         handle = self._stream(stream).handle
         raw.aclrtMemsetAsync(self._ptr + start, self._size - start, byte, n, handle)
@@ -261,11 +265,11 @@ class Buffer:
         return start, n, byte
 
     def address_range(self) -> tuple[int, int]:
-        """``(base, size)`` the runtime reports for this block (spec §4.8)."""
+        """``(base, size)`` the runtime reports for this block (docs/runtime-model.md §4.8)."""
         return raw.aclrtMemGetAddressRange(self.ptr)
 
     def attributes(self) -> raw.PtrAttributes:
-        """Location type, device id and page size (spec §4.9)."""
+        """Location type, device id and page size (docs/runtime-model.md §4.9)."""
         return raw.aclrtPointerGetAttributes(self.ptr)
 
 

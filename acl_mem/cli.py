@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     info.add_argument("--backend", choices=_backend.BACKEND_NAMES,
                       help="choose the backend (default: ACL_MEM_BACKEND or auto)")
     check = sub.add_parser("conformance", help="run the shipped conformance checks and "
-                           "report, per behaviour, spec section, expected and observed outcome")
+                           "report, per behaviour, the rule, expected and observed outcome")
     check.add_argument("--backend", choices=("native", "fake", "all"), default="all",
                        help="backend to check (default: every available one)")
     check.add_argument("--json", metavar="FILE", help="also write the outcomes as JSON")

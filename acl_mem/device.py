@@ -21,7 +21,7 @@ __all__ = ["Device", "MemInfo"]
 
 
 class MemInfo(NamedTuple):
-    """Free and total bytes of one page pool (spec §3.12)."""
+    """Free and total bytes of one page pool (docs/runtime-model.md §3.12)."""
 
     free: int
     total: int
@@ -58,7 +58,7 @@ class Device:
     def __hash__(self) -> int:
         return hash((Device, self._id))
 
-    # -- context -----------------------------------------------------------------------
+    # -- context -----------------------------------------------------------------------------------
     @staticmethod
     def count() -> int:
         """Number of visible devices."""
@@ -66,11 +66,13 @@ class Device:
 
     @staticmethod
     def current() -> Device:
-        """The calling thread's current device (ContextNullError if none, spec §3.2)."""
+        """The calling thread's current device (ContextNullError if none, docs/runtime-model.md
+        §3.2)."""
         return Device(raw.aclrtGetDevice())
 
     def set_current(self) -> Device:
-        """aclrtSetDevice: make current for this thread and add one reference (spec §3.2)."""
+        """aclrtSetDevice: make current for this thread and add one reference (docs/runtime-model.md
+        §3.2)."""
         raw.aclrtSetDevice(self._id)
         return self
 
@@ -95,7 +97,7 @@ class Device:
                 f"use `with Device({self._id}):` or Device({self._id}).set_current() first"
             )
 
-    # -- allocation --------------------------------------------------------------------
+    # -- allocation --------------------------------------------------------------------------------
     def _device_alloc(
         self, api: AllocApi, allocate: Callable[[int, int], int], size: int, policy: int
     ) -> DeviceBuffer:
@@ -107,19 +109,22 @@ class Device:
                                                operator.index(policy)))
 
     def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
-        """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
+        """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (docs/runtime-model.md §3.5)."""
         return self._device_alloc(AllocApi.MALLOC, raw.aclrtMalloc, size, policy)
 
     def malloc_align32(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
-        """aclrtMallocAlign32: ``ALIGN_UP(size,32)`` bytes, for carving up (spec §3.5)."""
+        """aclrtMallocAlign32: ``ALIGN_UP(size,32)`` bytes, for carving up (docs/runtime-model.md
+        §3.5)."""
         return self._device_alloc(AllocApi.MALLOC_ALIGN32, raw.aclrtMallocAlign32, size, policy)
 
     def malloc_cached(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
-        """aclrtMallocCached: cacheable memory sized like aclrtMalloc (spec §3.5)."""
+        """aclrtMallocCached: cacheable memory sized like aclrtMalloc (docs/runtime-model.md
+        §3.5)."""
         return self._device_alloc(AllocApi.MALLOC_CACHED, raw.aclrtMallocCached, size, policy)
 
     def malloc_host(self, size: int) -> HostBuffer:
-        """aclrtMallocHost: page-locked host memory, viewable without copying (spec §3.7)."""
+        """aclrtMallocHost: page-locked host memory, viewable without copying (docs/runtime-model.md
+        §3.7)."""
         self._require_current("aclrtMallocHost")
         return _adopt(lambda: raw.aclrtMallocHost(size), raw.aclrtFreeHost,
                       lambda ptr: HostBuffer(ptr, int(size), AllocApi.MALLOC_HOST, self))
@@ -139,9 +144,9 @@ class Device:
         return _adopt(lambda: raw.hi_mpi_dvpp_malloc(self._id, size), raw.hi_mpi_dvpp_free,
                       lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
 
-    # -- streams -----------------------------------------------------------------------
+    # -- streams -----------------------------------------------------------------------------------
     def stream(self) -> Stream:
-        """aclrtCreateStream in this device's context (spec §3.4)."""
+        """aclrtCreateStream in this device's context (docs/runtime-model.md §3.4)."""
         self._require_current("stream")
         return Stream(raw.aclrtCreateStream(), self)
 
@@ -151,13 +156,15 @@ class Device:
         return Stream(0, self)
 
     def synchronize(self) -> None:
-        """aclrtSynchronizeDevice: wait for every stream of this context (spec §3.4)."""
+        """aclrtSynchronizeDevice: wait for every stream of this context (docs/runtime-model.md
+        §3.4)."""
         self._require_current("synchronize")
         raw.aclrtSynchronizeDevice()
 
-    # -- queries -----------------------------------------------------------------------
+    # -- queries -----------------------------------------------------------------------------------
     def mem_info(self, attr: int = MemAttr.HBM_MEM) -> MemInfo:
-        """aclrtGetMemInfo for this device: ``(free, total)`` of a page pool (spec §3.12)."""
+        """aclrtGetMemInfo for this device: ``(free, total)`` of a page pool (docs/runtime-model.md
+        §3.12)."""
         self._require_current("mem_info")
         return MemInfo(*raw.aclrtGetMemInfo(attr))
 

@@ -1,4 +1,4 @@
-"""Enumerations with the exact values of ``acl_rt.h`` (ACL 1.17, spec §2)."""
+"""Enumerations with the exact values of ``acl_rt.h`` (ACL 1.17, docs/runtime-model.md §2)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,12 @@ __all__ = [
 
 
 class MallocPolicy(IntEnum):
-    """``aclrtMemMallocPolicy`` (spec §2, §3.13).
+    """``aclrtMemMallocPolicy`` (docs/runtime-model.md §2, §3.13).
 
     The first eight values are page policies. The last three are flag bits that the
     docs allow to OR onto a page policy; aclrtMalloc, aclrtMallocAlign32 and
     aclrtMallocCached compare the policy by exact equality, so any OR-ed value silently
-    takes the default policy (HUGE_FIRST) on those calls (spec §3.5).
+    takes the default policy (HUGE_FIRST) on those calls (docs/runtime-model.md §3.5).
     """
 
     #: Requests whose padded size is <= 1 MiB get normal (4 KiB) pages; larger ones
@@ -44,17 +44,17 @@ class MallocPolicy(IntEnum):
     HUGE1G_ONLY = 6
     #: HUGE1G_ONLY for memory that another device copies from or to.
     HUGE1G_ONLY_P2P = 7
-    #: Allocate from the LOW-bandwidth memory (no effect except on IPV350; seed 002
-    #: describes this flag and the next one the wrong way round, spec §3.13).
+    #: Allocate from the LOW-bandwidth memory (no effect except on IPV350; one Huawei
+    #: page describes this flag and the next one the wrong way round, docs/runtime-model.md §3.13).
     TYPE_LOW_BAND_WIDTH = 0x100
     #: Allocate from the HIGH-bandwidth memory (no effect except on IPV350).
     TYPE_HIGH_BAND_WIDTH = 0x1000
-    #: Read-only from user space; honoured only by aclrtMallocWithCfg (spec §3.13).
+    #: Read-only from user space; honoured only by aclrtMallocWithCfg (docs/runtime-model.md §3.13).
     ACCESS_USER_SPACE_READONLY = 0x100000
 
 
 class MemcpyKind(IntEnum):
-    """``aclrtMemcpyKind`` (spec §2, §3.10)."""
+    """``aclrtMemcpyKind`` (docs/runtime-model.md §2, §3.10)."""
 
     HOST_TO_HOST = 0
     HOST_TO_DEVICE = 1
@@ -63,14 +63,14 @@ class MemcpyKind(IntEnum):
     #: The runtime decides the direction from the two addresses.
     DEFAULT = 4
     HOST_TO_BUF_TO_DEVICE = 5
-    #: In the enum, but rejected by aclrtMemcpy(Async) with 100000 (spec §3.10).
+    #: In the enum, but rejected by aclrtMemcpy(Async) with 100000 (docs/runtime-model.md §3.10).
     INNER_DEVICE_TO_DEVICE = 6
-    #: In the enum, but rejected by aclrtMemcpy(Async) with 100000 (spec §3.10).
+    #: In the enum, but rejected by aclrtMemcpy(Async) with 100000 (docs/runtime-model.md §3.10).
     INTER_DEVICE_TO_DEVICE = 7
 
 
 class MemAttr(IntEnum):
-    """``aclrtMemAttr``: which page pool aclrtGetMemInfo reports (spec §2, §3.12).
+    """``aclrtMemAttr``: which page pool aclrtGetMemInfo reports (docs/runtime-model.md §2, §3.12).
 
     0-11 name DDR or HBM explicitly (legacy); 12-17 let the runtime pick the device's
     memory and are the recommended values. ``*_MEM`` is huge + normal, ``*_HUGE`` the
@@ -98,7 +98,7 @@ class MemAttr(IntEnum):
 
 
 class MemLocationType(IntEnum):
-    """``aclrtMemLocationType`` (spec §2, §4.9)."""
+    """``aclrtMemLocationType`` (docs/runtime-model.md §2, §4.9)."""
 
     HOST = 0
     DEVICE = 1
@@ -108,20 +108,21 @@ class MemLocationType(IntEnum):
 
 
 class MemHandleType(IntEnum):
-    """``aclrtMemHandleType`` (spec §2): only NONE is accepted by the VMM calls (§4.3)."""
+    """``aclrtMemHandleType`` (docs/runtime-model.md §2): only NONE is accepted by the VMM calls
+    (§4.3)."""
 
     NONE = 0
     POSIX = 2
 
 
 class MemAllocationType(IntEnum):
-    """``aclrtMemAllocationType`` (spec §2)."""
+    """``aclrtMemAllocationType`` (docs/runtime-model.md §2)."""
 
     PINNED = 0
 
 
 class MemGranularityOptions(IntEnum):
-    """``aclrtMemGranularityOptions`` (spec §2, §4.5)."""
+    """``aclrtMemGranularityOptions`` (docs/runtime-model.md §2, §4.5)."""
 
     MINIMUM = 0
     RECOMMENDED = 1
@@ -129,13 +130,13 @@ class MemGranularityOptions(IntEnum):
 
 
 class MemAccessFlags(IntEnum):
-    """``aclrtMemAccessFlags`` (spec §2, §4.7): only READWRITE is supported."""
+    """``aclrtMemAccessFlags`` (docs/runtime-model.md §2, §4.7): only READWRITE is supported."""
 
     NONE = 0
     READ = 1
     READWRITE = 3
 
 
-#: aclrtMemExportToShareableHandle flags (spec §2, §4.6).
+#: aclrtMemExportToShareableHandle flags (docs/runtime-model.md §2, §4.6).
 VMM_EXPORT_FLAG_DEFAULT = 0x0
 VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION = 0x1

@@ -1,8 +1,8 @@
 """Exceptions raised by acl_mem.
 
 Every non-zero ``aclError`` becomes an :class:`AclError`; the subclass is chosen by
-the code (spec §1.1), so ``except MemoryAllocationError`` works on both backends and
-tests compare class and :attr:`AclError.code`, never the message.
+the code (docs/runtime-model.md §1.1), so ``except MemoryAllocationError`` works on both backends
+and tests compare class and :attr:`AclError.code`, never the message.
 """
 
 from __future__ import annotations
@@ -77,42 +77,42 @@ class AclError(Exception):
 
 
 class InvalidParamError(AclError, ValueError):
-    """100000: the ACL layer rejected a parameter (spec §1.2 layer 1)."""
+    """100000: the ACL layer rejected a parameter (docs/runtime-model.md §1.2 layer 1)."""
 
     CODE = 100000
     NAME = "ACL_ERROR_INVALID_PARAM"
 
 
 class UninitializeError(AclError):
-    """100001: not initialised (no memory API returns it, spec §1.1)."""
+    """100001: not initialised (no memory API returns it, docs/runtime-model.md §1.1)."""
 
     CODE = 100001
     NAME = "ACL_ERROR_UNINITIALIZE"
 
 
 class RepeatInitializeError(AclError):
-    """100002: aclInit called while already initialised (spec §3.1); harmless."""
+    """100002: aclInit called while already initialised (docs/runtime-model.md §3.1); harmless."""
 
     CODE = 100002
     NAME = "ACL_ERROR_REPEAT_INITIALIZE"
 
 
 class RepeatFinalizeError(AclError):
-    """100037: aclFinalize called while already finalised (spec §3.1)."""
+    """100037: aclFinalize called while already finalised (docs/runtime-model.md §3.1)."""
 
     CODE = 100037
     NAME = "ACL_ERROR_REPEAT_FINALIZE"
 
 
 class RtParamInvalidError(AclError, ValueError):
-    """107000: the runtime or driver rejected a value (spec §1.2 layers 2-3)."""
+    """107000: the runtime or driver rejected a value (docs/runtime-model.md §1.2 layers 2-3)."""
 
     CODE = 107000
     NAME = "ACL_ERROR_RT_PARAM_INVALID"
 
 
 class InvalidDeviceIdError(AclError, ValueError):
-    """107001: device id outside ``[0, device count)`` (spec §3.2)."""
+    """107001: device id outside ``[0, device count)`` (docs/runtime-model.md §3.2)."""
 
     CODE = 107001
     NAME = "ACL_ERROR_RT_INVALID_DEVICEID"
@@ -133,7 +133,7 @@ class StreamContextError(AclError):
 
 
 class InvalidMemoryTypeError(AclError, ValueError):
-    """107016: aclrtMemAttr outside 0..17 in aclrtGetMemInfo (spec §3.12)."""
+    """107016: aclrtMemAttr outside 0..17 in aclrtGetMemInfo (docs/runtime-model.md §3.12)."""
 
     CODE = 107016
     NAME = "ACL_ERROR_RT_INVALID_MEMORY_TYPE"
@@ -168,7 +168,7 @@ class MemoryFreeError(AclError):
 
 
 class NoStreamResourceError(AclError):
-    """207008: no stream resource left (the per-device stream limit, spec §3.4)."""
+    """207008: no stream resource left (the per-device stream limit, docs/runtime-model.md §3.4)."""
 
     CODE = 207008
     NAME = "ACL_ERROR_RT_NO_STREAM_RESOURCE"
@@ -189,7 +189,7 @@ class InternalError(AclError):
 
 
 class ContextReleaseError(AclError):
-    """507007: aclrtResetDevice on a device that is not set (spec §3.2)."""
+    """507007: aclrtResetDevice on a device that is not set (docs/runtime-model.md §3.2)."""
 
     CODE = 507007
     NAME = "ACL_ERROR_RT_CONTEXT_RELEASE_ERROR"
@@ -236,7 +236,8 @@ class BackendError(RuntimeError):
 
 
 class HazardWarning(RuntimeWarning):
-    """The fake saw a use that races with queued asynchronous work (spec §3.4, §3.6)."""
+    """The fake saw a use that races with queued asynchronous work (docs/runtime-model.md §3.4,
+    §3.6)."""
 
 
 class HazardError(RuntimeError):

@@ -1,4 +1,5 @@
-"""Sub-allocation that cannot break the rules: segments carved from big blocks (spec §3.14).
+"""Sub-allocation that cannot break the rules: segments carved from big blocks
+(docs/runtime-model.md §3.14).
 
 Device malloc and free are expensive, so Huawei tells users to take one big block and
 carve it up, and warns that carving without honouring §3.14 overwrites memory silently.
@@ -6,7 +7,8 @@ carve it up, and warns that carving without honouring §3.14 overwrites memory s
 bytes (no +32 on SoCs without padding, e.g. Ascend950) and starts on a 64-byte
 boundary (128 for DVPP memory, or for every kind with ``mixed_media=True``).
 :class:`ExpandablePool` does the same inside one contiguous virtual range that grows
-and shrinks by mapping granularity chunks (spec §4, :class:`~acl_mem.ExpandableSegment`).
+and shrinks by mapping granularity chunks (docs/runtime-model.md §4,
+:class:`~acl_mem.ExpandableSegment`).
 
 Segments are :class:`~acl_mem.DeviceBuffer` objects (:class:`~acl_mem.HostBuffer`
 for an aclrtMallocHost pool): copies, memset, async calls on streams all work, and
@@ -264,7 +266,7 @@ class _PoolBase:
         self._on_allocated: Any = getattr(backend, "checker_segment_allocated", None)
         self._on_freed: Any = getattr(backend, "checker_segment_freed", None)
 
-    # -- public ------------------------------------------------------------------------
+    # -- public ------------------------------------------------------------------------------------
     @property
     def device(self) -> Device:
         return self._device
@@ -408,7 +410,7 @@ class _PoolBase:
         return (f"<{type(self).__name__} {self._api.value} align={self._align} "
                 f"{state_text} device={self._device.id}>")
 
-    # -- subclass hooks ----------------------------------------------------------------
+    # -- subclass hooks ----------------------------------------------------------------------------
     def _grow(self, footprint: int, nbytes: int) -> None:
         raise NotImplementedError
 
@@ -429,7 +431,7 @@ class _PoolBase:
     def _parent_handle(self, start: int) -> Any:
         return None
 
-    # -- extents (call with the lock held) -----------------------------------------------
+    # -- extents (call with the lock held) ---------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise FreedBufferError(f"{type(self).__name__}.allocate: the pool is closed; "
@@ -579,7 +581,7 @@ class _PoolBase:
 
 
 class SegmentPool(_PoolBase):
-    """Segments carved from parent blocks taken with ``api`` (spec §3.14).
+    """Segments carved from parent blocks taken with ``api`` (docs/runtime-model.md §3.14).
 
     ``api`` is any allocation call: aclrtMalloc (default), aclrtMallocAlign32,
     aclrtMallocCached, acldvppMalloc, hi_mpi_dvpp_malloc or aclrtMallocHost; ``policy``
@@ -758,7 +760,8 @@ class SegmentPool(_PoolBase):
 
 
 class ExpandablePool(_PoolBase):
-    """Segments in one contiguous virtual range that grows and shrinks (spec §4, §3.14).
+    """Segments in one contiguous virtual range that grows and shrinks (docs/runtime-model.md §4,
+    §3.14).
 
     Up to ``max_size`` bytes of addresses are reserved at once; physical memory is
     mapped in granularity chunks at the end when no free extent fits, and
@@ -855,8 +858,8 @@ class ExpandablePool(_PoolBase):
     def _close_memory(self) -> None:
         self._blocks_freed += self._segment.size // self._segment.chunk
         self._reserved = 0
-        # Virtual memory outlives the device's context (spec §4.1): the segment knows
-        # whether the runtime still holds it, so it is always asked to close. If the
+        # Virtual memory outlives the device's context (docs/runtime-model.md §4.1): the segment
+        # knows whether the runtime still holds it, so it is always asked to close. If the
         # runtime refuses, nothing more can be done for these addresses.
         with contextlib.suppress(Exception):
             self._segment.close()
@@ -865,7 +868,7 @@ class ExpandablePool(_PoolBase):
         return self._base
 
 
-# -- segments ----------------------------------------------------------------------------
+# -- segments --------------------------------------------------------------------------------------
 class _SegmentBase(Buffer):
     """What a segment changes in a buffer: its memory goes back to its pool."""
 

@@ -1,4 +1,4 @@
-"""The C API one to one, under the C names (spec §3).
+"""The C API one to one, under the C names (docs/runtime-model.md §3).
 
 Pointers are Python ints (0 is NULL); outputs are returned; a non-zero aclError is
 raised as the :class:`~acl_mem.AclError` subclass for its code. Arguments are checked
@@ -83,7 +83,7 @@ __all__ = [
 
 
 class PtrAttributes(NamedTuple):
-    """``aclrtPtrAttributes`` without its reserved words (spec §4.9).
+    """``aclrtPtrAttributes`` without its reserved words (docs/runtime-model.md §4.9).
 
     ``type`` is a :class:`MemLocationType`, or the plain int when a newer runtime
     reports a value the ACL 1.17 header does not name (e.g. 3, MANAGED).
@@ -103,7 +103,8 @@ def _fail(rc: int, what: str) -> AclError:
 
 
 def aclInit(configPath: object = None) -> None:
-    """Initialise ACL; a repeat raises RepeatInitializeError (100002), spec §3.1."""
+    """Initialise ACL; a repeat raises RepeatInitializeError (100002), docs/runtime-model.md
+    §3.1."""
     path = path_or_none(configPath, "aclInit", "configPath")
     rc = _backend.get().aclInit(path)
     if rc:
@@ -111,7 +112,7 @@ def aclInit(configPath: object = None) -> None:
 
 
 def aclFinalize() -> None:
-    """Tear ACL down (resets every device); a repeat raises 100037, spec §3.1."""
+    """Tear ACL down (resets every device); a repeat raises 100037, docs/runtime-model.md §3.1."""
     with state.lock:
         try:
             rc = _backend.get().aclFinalize()
@@ -124,7 +125,8 @@ def aclFinalize() -> None:
 
 
 def aclrtSetDevice(deviceId: int) -> None:
-    """Make ``deviceId`` current for this thread, adding one reference (spec §3.2)."""
+    """Make ``deviceId`` current for this thread, adding one reference (docs/runtime-model.md
+    §3.2)."""
     dev = c_int(deviceId, "aclrtSetDevice", "deviceId")
     # The runtime call and its mirror move together, or a reset racing with a set on
     # another thread could leave live tokens on released memory.
@@ -136,7 +138,7 @@ def aclrtSetDevice(deviceId: int) -> None:
 
 
 def aclrtResetDevice(deviceId: int) -> None:
-    """Drop one reference; at zero the device's memory is released (spec §3.2)."""
+    """Drop one reference; at zero the device's memory is released (docs/runtime-model.md §3.2)."""
     dev = c_int(deviceId, "aclrtResetDevice", "deviceId")
     with state.lock:
         try:
@@ -150,7 +152,8 @@ def aclrtResetDevice(deviceId: int) -> None:
 
 
 def aclrtGetDevice() -> int:
-    """The calling thread's current device; 107002 if it never set one (spec §3.2)."""
+    """The calling thread's current device; 107002 if it never set one (docs/runtime-model.md
+    §3.2)."""
     rc, dev = _backend.get().aclrtGetDevice()
     if rc:
         raise _fail(rc, "aclrtGetDevice()")
@@ -158,7 +161,7 @@ def aclrtGetDevice() -> int:
 
 
 def aclrtGetDeviceCount() -> int:
-    """Number of visible devices (spec §3.2)."""
+    """Number of visible devices (docs/runtime-model.md §3.2)."""
     rc, count = _backend.get().aclrtGetDeviceCount()
     if rc:
         raise _fail(rc, "aclrtGetDeviceCount()")
@@ -166,7 +169,8 @@ def aclrtGetDeviceCount() -> int:
 
 
 def aclrtGetSocName() -> str:
-    """The SoC name (e.g. ``"Ascend910B1"``); decides the padding size (spec §3.5)."""
+    """The SoC name (e.g. ``"Ascend910B1"``); decides the padding size (docs/runtime-model.md
+    §3.5)."""
     return _backend.get().soc_name()
 
 
@@ -190,17 +194,17 @@ def _malloc(call: str, size: object, policy: object) -> int:
 
 
 def aclrtMalloc(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
-    """Device memory of ``ALIGN_UP(size,32)+padding`` bytes (spec §3.5)."""
+    """Device memory of ``ALIGN_UP(size,32)+padding`` bytes (docs/runtime-model.md §3.5)."""
     return _malloc("aclrtMalloc", size, policy)
 
 
 def aclrtMallocAlign32(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
-    """Device memory of ``ALIGN_UP(size,32)`` bytes, no padding (spec §3.5)."""
+    """Device memory of ``ALIGN_UP(size,32)`` bytes, no padding (docs/runtime-model.md §3.5)."""
     return _malloc("aclrtMallocAlign32", size, policy)
 
 
 def aclrtMallocCached(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
-    """Cacheable device memory, sized like aclrtMalloc (spec §3.5)."""
+    """Cacheable device memory, sized like aclrtMalloc (docs/runtime-model.md §3.5)."""
     return _malloc("aclrtMallocCached", size, policy)
 
 
@@ -213,12 +217,13 @@ def _free(call: str, arg: str, ptr: object) -> None:
 
 
 def aclrtFree(devPtr: int) -> None:
-    """Free aclrtMalloc-family memory at once, without synchronising (spec §3.6)."""
+    """Free aclrtMalloc-family memory at once, without synchronising (docs/runtime-model.md
+    §3.6)."""
     _free("aclrtFree", "devPtr", devPtr)
 
 
 def aclrtMallocHost(size: int) -> int:
-    """Page-locked host memory of ``ALIGN_UP(size,32)`` bytes (spec §3.7)."""
+    """Page-locked host memory of ``ALIGN_UP(size,32)`` bytes (docs/runtime-model.md §3.7)."""
     nbytes = c_uint(size, "aclrtMallocHost", "size")
     rc, ptr = _backend.get().aclrtMallocHost(nbytes)
     if rc:
@@ -227,12 +232,13 @@ def aclrtMallocHost(size: int) -> int:
 
 
 def aclrtFreeHost(hostPtr: int) -> None:
-    """Free aclrtMallocHost memory (spec §3.7)."""
+    """Free aclrtMallocHost memory (docs/runtime-model.md §3.7)."""
     _free("aclrtFreeHost", "hostPtr", hostPtr)
 
 
 def acldvppMalloc(size: int) -> int:
-    """Huge-page media memory, 128-byte aligned, ``ALIGN_UP(size,32)+32`` (spec §3.8)."""
+    """Huge-page media memory, 128-byte aligned, ``ALIGN_UP(size,32)+32`` (docs/runtime-model.md
+    §3.8)."""
     nbytes = c_uint(size, "acldvppMalloc", "size")
     rc, ptr = _backend.get().acldvppMalloc(nbytes)
     if rc:
@@ -241,12 +247,12 @@ def acldvppMalloc(size: int) -> int:
 
 
 def acldvppFree(devPtr: int) -> None:
-    """Free acldvppMalloc memory (spec §3.8)."""
+    """Free acldvppMalloc memory (docs/runtime-model.md §3.8)."""
     _free("acldvppFree", "devPtr", devPtr)
 
 
 def hi_mpi_dvpp_malloc(dev_id: int, size: int) -> int:
-    """Media V2 memory; ``dev_id`` is reserved and ignored (spec §3.9)."""
+    """Media V2 memory; ``dev_id`` is reserved and ignored (docs/runtime-model.md §3.9)."""
     dev = c_uint(dev_id, "hi_mpi_dvpp_malloc", "dev_id", 32, "hi_u32")
     nbytes = c_uint(size, "hi_mpi_dvpp_malloc", "size", 64, "hi_u64")
     rc, ptr = _backend.get().hi_mpi_dvpp_malloc(dev, nbytes)
@@ -256,12 +262,13 @@ def hi_mpi_dvpp_malloc(dev_id: int, size: int) -> int:
 
 
 def hi_mpi_dvpp_free(dev_ptr: int) -> None:
-    """Free hi_mpi_dvpp_malloc memory (spec §3.9)."""
+    """Free hi_mpi_dvpp_malloc memory (docs/runtime-model.md §3.9)."""
     _free("hi_mpi_dvpp_free", "dev_ptr", dev_ptr)
 
 
 def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None:
-    """Synchronous copy; the runtime decides the direction from the addresses (spec §3.10)."""
+    """Synchronous copy; the runtime decides the direction from the addresses (docs/runtime-model.md
+    §3.10)."""
     call = "aclrtMemcpy"
     if (type(dst) is type(destMax) is type(src) is type(count) is int
             and (type(kind) is int or type(kind) is MemcpyKind)
@@ -281,7 +288,7 @@ def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None
 
 
 def aclrtMemset(devPtr: int, maxCount: int, value: int, count: int) -> None:
-    """Set ``count`` bytes to the low byte of ``value`` (spec §3.11)."""
+    """Set ``count`` bytes to the low byte of ``value`` (docs/runtime-model.md §3.11)."""
     call = "aclrtMemset"
     p = c_uint(devPtr, call, "devPtr", 64, "void *")
     mc = c_uint(maxCount, call, "maxCount")
@@ -293,7 +300,7 @@ def aclrtMemset(devPtr: int, maxCount: int, value: int, count: int) -> None:
 
 
 def aclrtGetMemInfo(attr: int) -> tuple[int, int]:
-    """``(free, total)`` bytes of the page pool ``attr`` names (spec §3.12)."""
+    """``(free, total)`` bytes of the page pool ``attr`` names (docs/runtime-model.md §3.12)."""
     a = c_uint(attr, "aclrtGetMemInfo", "attr", 32, "aclrtMemAttr")
     rc, free, total = _backend.get().aclrtGetMemInfo(a)
     if rc:
@@ -302,7 +309,8 @@ def aclrtGetMemInfo(attr: int) -> tuple[int, int]:
 
 
 def aclrtMemGetAddressRange(ptr: int) -> tuple[int, int]:
-    """``(base, size)`` of the block holding ``ptr``, size page-rounded (spec §4.8)."""
+    """``(base, size)`` of the block holding ``ptr``, size page-rounded (docs/runtime-model.md
+    §4.8)."""
     p = c_uint(ptr, "aclrtMemGetAddressRange", "ptr", 64, "void *")
     rc, base, size = _backend.get().aclrtMemGetAddressRange(p)
     if rc:
@@ -311,7 +319,8 @@ def aclrtMemGetAddressRange(ptr: int) -> tuple[int, int]:
 
 
 def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
-    """Where ``ptr`` lives: DEVICE (with user device id), HOST or UNREGISTERED (spec §4.9)."""
+    """Where ``ptr`` lives: DEVICE (with user device id), HOST or UNREGISTERED
+    (docs/runtime-model.md §4.9)."""
     p = c_uint(ptr, "aclrtPointerGetAttributes", "ptr", 64, "const void *")
     rc, loc_type, loc_id, page = _backend.get().aclrtPointerGetAttributes(p)
     if rc:
@@ -320,11 +329,12 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
     return PtrAttributes(MemLocationType(loc_type) if known else loc_type, loc_id, page)
 
 
-# -- streams and asynchronous copies (spec §3.4, §3.10, §3.11) ---------------------------
+# -- streams and asynchronous copies (docs/runtime-model.md §3.4, §3.10, §3.11)
+# ---------------------------
 
 
 def aclrtCreateStream() -> int:
-    """A new stream in the calling thread's context (spec §3.4)."""
+    """A new stream in the calling thread's context (docs/runtime-model.md §3.4)."""
     rc, stream = _backend.get().aclrtCreateStream()
     if rc:
         raise _fail(rc, "aclrtCreateStream()")
@@ -332,7 +342,7 @@ def aclrtCreateStream() -> int:
 
 
 def aclrtDestroyStream(stream: int) -> None:
-    """Destroy ``stream`` after its queued work ran; NULL -> 100000 (spec §3.4)."""
+    """Destroy ``stream`` after its queued work ran; NULL -> 100000 (docs/runtime-model.md §3.4)."""
     handle = c_uint(stream, "aclrtDestroyStream", "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtDestroyStream(handle)
     if rc:
@@ -340,7 +350,8 @@ def aclrtDestroyStream(stream: int) -> None:
 
 
 def aclrtSynchronizeStream(stream: int = 0) -> None:
-    """Wait for ``stream``'s queued work; 0 (NULL) is the default stream (spec §3.4)."""
+    """Wait for ``stream``'s queued work; 0 (NULL) is the default stream (docs/runtime-model.md
+    §3.4)."""
     handle = c_uint(stream, "aclrtSynchronizeStream", "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtSynchronizeStream(handle)
     if rc:
@@ -348,7 +359,7 @@ def aclrtSynchronizeStream(stream: int = 0) -> None:
 
 
 def aclrtSynchronizeDevice() -> None:
-    """Wait for every stream of the current context (spec §3.4)."""
+    """Wait for every stream of the current context (docs/runtime-model.md §3.4)."""
     rc = _backend.get().aclrtSynchronizeDevice()
     if rc:
         raise _fail(rc, "aclrtSynchronizeDevice()")
@@ -372,7 +383,7 @@ def aclrtMemcpyAsync(dst: int, destMax: int, src: int, count: int, kind: int,
 
 def aclrtMemsetAsync(devPtr: int, maxCount: int, value: int, count: int,
                      stream: int = 0) -> None:
-    """Queue a memset of the low byte of ``value`` on ``stream`` (spec §3.11)."""
+    """Queue a memset of the low byte of ``value`` on ``stream`` (docs/runtime-model.md §3.11)."""
     call = "aclrtMemsetAsync"
     p = c_uint(devPtr, call, "devPtr", 64, "void *")
     mc = c_uint(maxCount, call, "maxCount")

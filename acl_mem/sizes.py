@@ -1,7 +1,7 @@
 """The arithmetic of Huawei's memory documentation and the runtime, usable without a device.
 
 Every function here is pure: plan memory on a laptop, get the numbers the device
-will use. Rules and sources: spec §3.5 (rounding and padding), §3.7-§3.9 (host and
+will use. Rules and sources: docs/runtime-model.md §3.5 (rounding and padding), §3.7-§3.9 (host and
 DVPP), §3.13 (page policies), §3.14 (secondary allocation), §7 (quick reference).
 """
 
@@ -37,7 +37,8 @@ SIZE_T_MAX = 2**64 - 1
 NORMAL_PAGE = 4 * KiB
 HUGE_PAGE = 2 * MiB
 GIANT_PAGE = 1 * GiB
-#: HUGE_FIRST takes huge pages only when the *padded* size exceeds this (spec §3.5).
+#: HUGE_FIRST takes huge pages only when the *padded* size exceeds this (docs/runtime-model.md
+#: §3.5).
 HUGE_FIRST_THRESHOLD = 1 * MiB
 
 
@@ -68,7 +69,8 @@ _CACHED_POLICIES = frozenset(
     {MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, MallocPolicy.NORMAL_ONLY,
      MallocPolicy.HUGE1G_ONLY}
 )
-#: Platform-config ``padding_size`` by SoC-name prefix; 32 elsewhere (spec §3.5 [PLAT]).
+#: Platform-config ``padding_size`` by SoC-name prefix; 32 elsewhere (docs/runtime-model.md §3.5
+#: [PLAT]).
 _PADDING_BY_SOC_PREFIX = (("Ascend950", 0), ("Ascend350", 0), ("Ascend035", 16))
 
 
@@ -77,7 +79,8 @@ def _api(api: AllocApi | str) -> AllocApi:
 
 
 def align_up(length: int, k: int) -> int:
-    """``ALIGN_UP(len, k) = ((len - 1) / k + 1) * k`` as Huawei documents it (spec §3.14);
+    """``ALIGN_UP(len, k) = ((len - 1) / k + 1) * k`` as Huawei documents it (docs/runtime-model.md
+    §3.14);
     0 stays 0."""
     if k <= 0:
         raise ValueError(f"align_up: k must be positive, got {k}")
@@ -95,12 +98,12 @@ def soc_padding(soc_name: str) -> int:
 
 
 def effective_policy(api: AllocApi | str, policy: int) -> MallocPolicy:
-    """The page policy the runtime really uses for ``policy`` (spec §3.5).
+    """The page policy the runtime really uses for ``policy`` (docs/runtime-model.md §3.5).
 
     aclrtMalloc and aclrtMallocAlign32 accept exactly 0-7; aclrtMallocCached only
     HUGE_FIRST, HUGE_ONLY, NORMAL_ONLY and HUGE1G_ONLY. Anything else, OR-ed
     combinations included, silently becomes HUGE_FIRST. DVPP memory is huge-page
-    memory (spec §3.8), reported here as HUGE_ONLY.
+    memory (docs/runtime-model.md §3.8), reported here as HUGE_ONLY.
     """
     api = _api(api)
     if api in _DVPP:
@@ -115,7 +118,8 @@ def effective_policy(api: AllocApi | str, policy: int) -> MallocPolicy:
 def allocation_size(
     api: AllocApi | str, size: int, policy: int = MallocPolicy.HUGE_FIRST, *, padding: int = 32
 ) -> int:
-    """Bytes the ACL layer really reserves for ``api(size, policy)`` (spec §3.5, §3.7-§3.9).
+    """Bytes the ACL layer really reserves for ``api(size, policy)`` (docs/runtime-model.md §3.5,
+    §3.7-§3.9).
 
     ``padding`` is the SoC's padding size (:func:`soc_padding`). aclrtMalloc and
     aclrtMallocCached: ``floor((size + 32 + pad - 1) / 32) * 32`` with ``pad = padding``
@@ -135,7 +139,8 @@ def allocation_size(
 
 
 def page_kinds(padded_size: int, policy: MallocPolicy) -> tuple[PageKind, ...]:
-    """Page kinds the driver tries, in order, for an effective ``policy`` (spec §3.5, §3.13).
+    """Page kinds the driver tries, in order, for an effective ``policy`` (docs/runtime-model.md
+    §3.5, §3.13).
 
     HUGE_FIRST(_P2P) takes huge pages when the padded size exceeds 1 MiB and falls
     back to normal pages; at or below 1 MiB it takes normal pages only.
@@ -155,7 +160,7 @@ def page_kinds(padded_size: int, policy: MallocPolicy) -> tuple[PageKind, ...]:
 
 
 def segment_size(length: int, *, padded: bool = True) -> int:
-    """Bytes one sub-allocated segment of ``length`` must take (spec §3.14).
+    """Bytes one sub-allocated segment of ``length`` must take (docs/runtime-model.md §3.14).
 
     ``m = ALIGN_UP(len, 32) + 32``; pass ``padded=False`` on Ascend950, whose
     aclrtMalloc rule has no +32.
@@ -166,7 +171,7 @@ def segment_size(length: int, *, padded: bool = True) -> int:
 
 
 def segment_alignment(api: AllocApi | str, *, mixed_media: bool = False) -> int:
-    """Start alignment of segments carved from ``api`` memory (spec §3.14).
+    """Start alignment of segments carved from ``api`` memory (docs/runtime-model.md §3.14).
 
     64 bytes for the aclrtMalloc family and aclrtMallocHost, 128 for DVPP memory;
     ``mixed_media=True`` (media and inference buffers in one pool) gives 128 always.

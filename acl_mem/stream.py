@@ -1,4 +1,4 @@
-"""``Stream``: an ordered queue of device work (spec §3.4).
+"""``Stream``: an ordered queue of device work (docs/runtime-model.md §3.4).
 
 Work queued on one stream runs in order; streams are unordered with respect to each
 other; nothing queued is guaranteed done before :meth:`Stream.synchronize`. On the
@@ -55,7 +55,7 @@ class Stream:
         return f"<Stream {where} device={self._device.id}>"
 
     def synchronize(self) -> None:
-        """Wait until everything queued on this stream ran (spec §3.4)."""
+        """Wait until everything queued on this stream ran (docs/runtime-model.md §3.4)."""
         raw.aclrtSynchronizeStream(self.handle)
 
     def destroy(self) -> None:

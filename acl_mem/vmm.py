@@ -36,7 +36,7 @@ def _prop(device: int, attr: int, location: int) -> aclrtPhysicalMemProp:
 
 def granularity(device: int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
                 location: int = MemLocationType.DEVICE) -> int:
-    """aclrtMemGetAllocationGranularity for this kind of memory (spec §4.5)."""
+    """aclrtMemGetAllocationGranularity for this kind of memory (docs/runtime-model.md §4.5)."""
     return raw.aclrtMemGetAllocationGranularity(_prop(device, attr, location))
 
 
@@ -117,7 +117,8 @@ class _Owned:
 
 
 class VirtualRange(_Owned):
-    """A reservation from aclrtReserveMemAddress (spec §4.2); ``close()`` releases it."""
+    """A reservation from aclrtReserveMemAddress (docs/runtime-model.md §4.2); ``close()`` releases
+    it."""
 
     _renew = "reserve a new VirtualRange"
 
@@ -142,7 +143,7 @@ class VirtualRange(_Owned):
         raw.aclrtReleaseMemAddress(self._base)
 
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
-        """Map ``physical`` whole at ``base + offset`` (spec §4.4)."""
+        """Map ``physical`` whole at ``base + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
         size = physical.size
         if offset < 0 or offset + size > self._size:
@@ -152,7 +153,7 @@ class VirtualRange(_Owned):
 
 
 class PhysicalMemory(_Owned):
-    """A handle from aclrtMallocPhysical (spec §4.3); ``close()`` frees it.
+    """A handle from aclrtMallocPhysical (docs/runtime-model.md §4.3); ``close()`` frees it.
 
     Freeing while mapped is allowed: the runtime releases the memory at the last unmap.
     """
@@ -193,7 +194,8 @@ class PhysicalMemory(_Owned):
 
 
 class Mapping(_Owned):
-    """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (spec §4.4)."""
+    """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (docs/runtime-model.md
+    §4.4)."""
 
     _renew = "map the memory again with VirtualRange.map"
 

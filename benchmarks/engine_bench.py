@@ -61,7 +61,7 @@ GiB = 1 << 30
 H2D, D2H, D2D = 1, 2, 3  # aclrtMemcpyKind
 
 
-# -- scales ---------------------------------------------------------------------------
+# -- scales ----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ QUICK = Scale(repeats=3, sample_s=0.01,
               thread_rounds_s=0.08)
 
 
-# -- figures and the table ----------------------------------------------------------------
+# -- figures and the table -------------------------------------------------------------------------
 
 
 @dataclass
@@ -129,7 +129,7 @@ def print_table(figures: list[Figure]) -> None:
               + (f"  ({f.note})" if f.note else ""))
 
 
-# -- timing helpers -------------------------------------------------------------------------
+# -- timing helpers --------------------------------------------------------------------------------
 
 
 def _calibrate(fn: Callable[[int], object], sample_s: float, max_loops: int) -> int:
@@ -178,7 +178,7 @@ def _size_name(n: int) -> str:
     return f"{n}B"
 
 
-# -- 1: peer ------------------------------------------------------------------------------
+# -- 1: peer ---------------------------------------------------------------------------------------
 
 
 def bench_peer(scale: Scale) -> list[Figure]:
@@ -231,7 +231,7 @@ def bench_peer(scale: Scale) -> list[Figure]:
     return figures
 
 
-# -- 2: raw malloc + free pair --------------------------------------------------------------
+# -- 2: raw malloc + free pair ---------------------------------------------------------------------
 
 
 def bench_malloc_pair(scale: Scale) -> list[Figure]:
@@ -259,7 +259,7 @@ def bench_malloc_pair(scale: Scale) -> list[Figure]:
                    {"raw_pair_us": t["acl_mem"] * 1e6, "dict_pair_us": t["dict"] * 1e6})]
 
 
-# -- 3: copies vs memmove ------------------------------------------------------------------
+# -- 3: copies vs memmove --------------------------------------------------------------------------
 
 
 def _copy_goal(n: int) -> float:
@@ -347,7 +347,7 @@ def bench_copies(scale: Scale) -> list[Figure]:
     return figures
 
 
-# -- 4: scaling ---------------------------------------------------------------------------
+# -- 4: scaling ------------------------------------------------------------------------------------
 
 
 def _pair_time(scale: Scale, size: int) -> float:
@@ -502,7 +502,7 @@ def bench_vmm_mappings(scale: Scale) -> Figure:
                   large / small, 2, "<=", details)
 
 
-# -- 5: two threads --------------------------------------------------------------------------
+# -- 5: two threads --------------------------------------------------------------------------------
 
 
 def bench_threads(scale: Scale) -> list[Figure]:
@@ -579,7 +579,7 @@ def bench_threads(scale: Scale) -> list[Figure]:
                    note=f"bare memmove scales {results['memmove_scaling']:.2f}x here")]
 
 
-# -- 6: RSS returned ---------------------------------------------------------------------------
+# -- 6: RSS returned -------------------------------------------------------------------------------
 
 _RSS_CHILD = """
 import array, ctypes, json, os, sys
@@ -636,7 +636,7 @@ def bench_rss(scale: Scale) -> list[Figure]:
                    0.95, ">=", r)]
 
 
-# -- 7: checker overhead --------------------------------------------------------------------
+# -- 7: checker overhead ---------------------------------------------------------------------------
 
 
 def bench_checker(scale: Scale) -> list[Figure]:
@@ -651,7 +651,7 @@ def bench_checker(scale: Scale) -> list[Figure]:
                     "operations": off["operations"]})]
 
 
-# -- main -------------------------------------------------------------------------------------
+# -- main ------------------------------------------------------------------------------------------
 
 SCENARIOS: dict[str, Callable[[Scale], list[Figure]]] = {
     "1": bench_peer,

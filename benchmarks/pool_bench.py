@@ -1,4 +1,4 @@
-"""Pool benchmarks for issue 6 (``python benchmarks/pool_bench.py``); not part of the tests.
+"""Pool benchmarks (``python benchmarks/pool_bench.py``); not part of the tests.
 
 (a) SegmentPool allocate + free pair vs one raw fake aclrtMalloc + aclrtFree pair
     (goal <= 1.0: the pool must be cheaper than a round trip to the driver), and vs the

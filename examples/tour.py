@@ -33,6 +33,6 @@ with Device(0) as dev:
     except acl_mem.InvalidParamError as exc:
         print(f"malloc(0) -> {exc.name} ({exc.code})")
 
-# Planning a carve-up without a device (spec §3.14).
+# Planning a carve-up without a device (docs/runtime-model.md §3.14).
 offsets, total = sizes.plan_segments([100, 4000, 33], sizes.AllocApi.MALLOC)
 print(f"segments at {offsets}, block of {total} bytes needed")

@@ -44,7 +44,7 @@ import acl_mem
 from acl_mem import raw
 from acl_mem.enums import MemcpyKind, MemLocationType
 
-# -- what counts as an acceptable outcome -------------------------------------------------
+# -- what counts as an acceptable outcome ----------------------------------------------------------
 
 _PACKAGE = Path(acl_mem.__file__).resolve().parent
 #: The modules whose ``raise`` statements are acl_mem's deliberate argument checks.
@@ -78,7 +78,7 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return type(exc).__name__, False
 
 
-# -- host memory of every sort, made with libc so each address's fate is known ------------
+# -- host memory of every sort, made with libc so each address's fate is known ---------------------
 
 PAGE = mmap.PAGESIZE
 _PROT_NONE, _PROT_READ, _PROT_RW = 0, 1, 3
@@ -134,7 +134,7 @@ def bytes_address(data: bytes) -> int:
     return value
 
 
-# -- argument pools -----------------------------------------------------------------------
+# -- argument pools --------------------------------------------------------------------------------
 
 #: Host bytes copies may touch beyond what the fake checks (see :class:`Arg.room`).
 KERNEL_COPY_LIMIT = 1 << 20
@@ -234,7 +234,7 @@ def base_pools(rng: random.Random) -> Pools:
     return pools
 
 
-# -- the run ------------------------------------------------------------------------------
+# -- the run ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -312,7 +312,7 @@ class Runner:
         return result
 
 
-# -- families -----------------------------------------------------------------------------
+# -- families --------------------------------------------------------------------------------------
 
 #: Each raw function: the pool kind of every argument, in order.
 SIGNATURES: dict[str, tuple[str, ...]] = {
@@ -784,7 +784,7 @@ class CheckedCopyFamily(CopyFamily):
 FAMILY_CLASSES["copy-checked"] = CheckedCopyFamily
 
 
-# -- known failures, one precise reproducer each ------------------------------------------
+# -- known failures, one precise reproducer each ---------------------------------------------------
 
 
 def _device_source(size: int) -> int:
@@ -860,7 +860,7 @@ CASES: dict[str, Callable[[str], Iterator[tuple[str, list[Arg]]]]] = {
 }
 
 
-# -- entry point --------------------------------------------------------------------------
+# -- entry point -----------------------------------------------------------------------------------
 
 
 def family_seed(family: str) -> int:

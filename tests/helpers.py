@@ -13,7 +13,7 @@ from acl_mem.errors import BackendError
 ROOT = Path(acl_mem.__file__).resolve().parent.parent
 
 
-# -- child processes ---------------------------------------------------------------------
+# -- child processes -------------------------------------------------------------------------------
 
 
 def clean_env(**overrides: str | None) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 The choice is made once per process, so most tests run a fresh interpreter with a
 controlled environment. No AclError here: these are the package's own rules (the
-native backend binds libascendcl as spec §0.1 describes; the fake models §3).
+native backend binds libascendcl as docs/runtime-model.md §0.1 describes; the fake models §3).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _run(code: str, **env: str | None) -> dict[str, object]:
 needs_no_native = pytest.mark.skipif(native_is_installed(), reason="libascendcl.so is installed")
 
 
-# -- import ---------------------------------------------------------------------------------
+# -- import ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("requested", [None, "native", "fake", "auto", "bogus"])
@@ -66,10 +66,10 @@ def test_import_loads_no_backend(requested):
     assert result["loaded"] == []
     assert result["active"] is False
     assert result["driver"] is False
-    assert result["size"] == 160  # pure arithmetic works without a backend (spec §3.5)
+    assert result["size"] == 160  # arithmetic needs no backend (runtime model §3.5)
 
 
-# -- ACL_MEM_BACKEND ------------------------------------------------------------------------
+# -- ACL_MEM_BACKEND -------------------------------------------------------------------------------
 
 
 def test_env_fake_is_used_and_reason_says_requested():
@@ -153,7 +153,7 @@ def test_env_bogus_raises_backend_error():
     assert result == {"outcome": "BackendError", "active": False}
 
 
-# -- use_backend ----------------------------------------------------------------------------
+# -- use_backend -----------------------------------------------------------------------------------
 
 
 def test_use_backend_native_after_fake_in_use_raises():
@@ -230,7 +230,7 @@ def test_use_backend_native_without_library_lists_paths(tmp_path):
     assert result["active"] is False
 
 
-# -- fake profiles --------------------------------------------------------------------------
+# -- fake profiles ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_use_backend_native_without_library_lists_paths(tmp_path):
      ("atlas-a2", "Ascend910B", 160)],
 )
 def test_env_fake_profile(profile, soc_prefix, malloc_100):
-    """ACL_MEM_FAKE_PROFILE picks the SoC; aclrtMalloc(100) pads per spec §3.5."""
+    """ACL_MEM_FAKE_PROFILE picks the SoC; aclrtMalloc(100) pads per docs/runtime-model.md §3.5."""
     result = _run(
         """
         soc = acl_mem.raw.aclrtGetSocName()

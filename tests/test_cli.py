@@ -1,7 +1,7 @@
 """``acl-mem info``: backend, why it was chosen, and the page pools of every device.
 
-Pools are aclrtGetMemInfo per device (spec §3.12); the fake's atlas-a2 profile has
-8 devices of 64 GiB HBM, atlas-inference has no 1 GiB pages (spec §3.5, §3.12).
+Pools are aclrtGetMemInfo per device (docs/runtime-model.md §3.12); the fake's atlas-a2 profile has
+8 devices of 64 GiB HBM, atlas-inference has no 1 GiB pages (docs/runtime-model.md §3.5, §3.12).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _cli(*args: str, entry: list[str] | None = None,
                           timeout=60, cwd=str(ROOT))
 
 
-# -- subprocess -----------------------------------------------------------------------------
+# -- subprocess ------------------------------------------------------------------------------------
 
 
 def test_info_text_on_fake_exits_zero():
@@ -55,14 +55,15 @@ def test_info_json_on_fake_atlas_a2_spec_3_12():
     for device in devices:
         pools = device["pools"]
         assert pools["HBM_MEM"] == {"free": 64 * GiB, "total": 64 * GiB}
-        # spec §3.12: HBM_MEM is the huge pool plus the normal pool.
+        # docs/runtime-model.md §3.12: HBM_MEM is the huge pool plus the normal pool.
         assert (pools["HBM_MEM_HUGE"]["total"] + pools["HBM_MEM_NORMAL"]["total"]
                 == 64 * GiB)
-        assert "HBM_MEM_HUGE1G" in pools  # Atlas A2 has 1 GiB pages (spec §3.5)
+        assert "HBM_MEM_HUGE1G" in pools  # Atlas A2 has 1 GiB pages (docs/runtime-model.md §3.5)
 
 
 def test_info_json_on_fake_atlas_inference_has_no_giant_pools_spec_3_12():
-    """spec §3.12: *_HUGE1G is unsupported on Atlas inference, so it is not listed."""
+    """docs/runtime-model.md §3.12: *_HUGE1G is unsupported on Atlas inference, so it is not
+    listed."""
     proc = _cli("info", "--json", ACL_MEM_BACKEND="fake", ACL_MEM_FAKE_PROFILE="atlas-inference")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
@@ -95,7 +96,7 @@ def test_info_json_via_entry_point_function():
     assert json.loads(proc.stdout)["backend"] == "fake"
 
 
-# -- in process -----------------------------------------------------------------------------
+# -- in process ------------------------------------------------------------------------------------
 
 
 def test_main_info_json_in_process_spec_3_12(backend, capsys):
@@ -109,7 +110,8 @@ def test_main_info_json_in_process_spec_3_12(backend, capsys):
         hbm = device["pools"]["HBM_MEM"]
         assert 0 <= hbm["free"] <= hbm["total"]
         assert hbm["total"] > 0
-    # Every device it visited was reset again: no reference is left behind (spec §3.2).
+    # Every device it visited was reset again: no reference is left behind (docs/runtime-model.md
+    # §3.2).
     with pytest.raises(ContextReleaseError) as e:
         raw.aclrtResetDevice(0)
     assert e.value.code == 507007

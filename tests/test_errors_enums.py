@@ -1,4 +1,5 @@
-"""Error classes by code (spec §1.1) and enum values as in the header (spec §2)."""
+"""Error classes by code (docs/runtime-model.md §1.1) and enum values as in the header
+(docs/runtime-model.md §2)."""
 
 import pickle
 
@@ -26,7 +27,7 @@ CODES = {
 
 @pytest.mark.parametrize("code", sorted(CODES))
 def test_acl_error_picks_the_subclass_for_the_code(code):
-    """spec §1.1: one class per code, with .code and the header name."""
+    """docs/runtime-model.md §1.1: one class per code, with .code and the header name."""
     cls, name = CODES[code]
     exc = acl_mem.AclError(code, "aclrtSomething(x=1)")
     assert type(exc) is cls
@@ -55,7 +56,7 @@ def test_out_of_memory_is_also_a_memory_error():
 
 
 def test_enum_values_match_acl_rt_h():
-    """spec §2: values as in acl_rt.h of ACL 1.17."""
+    """docs/runtime-model.md §2: values as in acl_rt.h of ACL 1.17."""
     assert [int(p) for p in MallocPolicy] == [0, 1, 2, 3, 4, 5, 6, 7, 0x100, 0x1000, 0x100000]
     assert [int(k) for k in MemcpyKind] == list(range(8))
     assert [int(a) for a in MemAttr] == list(range(18))

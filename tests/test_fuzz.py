@@ -84,7 +84,7 @@ def assert_clean(run: Run) -> None:
     assert run.returncode == 0 and run.summary.get("violation_count") == 0, run.explain()
 
 
-# -- the fuzz, one child per API family ---------------------------------------------------
+# -- the fuzz, one child per API family ------------------------------------------------------------
 
 
 def test_fuzz_covers_every_raw_callable() -> None:

@@ -53,7 +53,7 @@ def free_memory(dev: acl_mem.Device) -> tuple[int, int]:
             dev.mem_info(MemAttr.DDR_MEM).free)
 
 
-# -- pool invariants ---------------------------------------------------------------------
+# -- pool invariants -------------------------------------------------------------------------------
 
 
 def spans(pool: SegmentPool | ExpandablePool) -> list[tuple[int, int]]:
@@ -164,7 +164,7 @@ def drive(dev: acl_mem.Device, build: Callable[[], Case]) -> int:
     return runs
 
 
-# -- SegmentPool ---------------------------------------------------------------------------
+# -- SegmentPool -----------------------------------------------------------------------------------
 
 
 def segment_pool(dev: acl_mem.Device, api: AllocApi = AllocApi.MALLOC,
@@ -232,7 +232,7 @@ def test_segment_pool_release_unused(dev):
     drive(dev, build)
 
 
-# -- ExpandablePool --------------------------------------------------------------------
+# -- ExpandablePool --------------------------------------------------------------------------------
 
 
 def expandable_pool(dev: acl_mem.Device) -> tuple[ExpandablePool, list[Any]]:
@@ -265,7 +265,7 @@ def test_expandable_pool_free_and_release(dev):
     drive(dev, build)
 
 
-# -- VMM helpers -------------------------------------------------------------------------
+# -- VMM helpers -----------------------------------------------------------------------------------
 
 
 def vmm_drive(dev: acl_mem.Device, build: Callable[[], tuple[Any, Callable[[], object]]],

@@ -9,7 +9,7 @@ code, struct size and field offset for comparison with what cffi computes.
 Headers come from ``ACL_MEM_HEADERS_DIR`` (the directory holding ``acl/acl_rt.h``);
 ``.ci/run`` downloads the wheel and sets it, with ``ACL_MEM_REQUIRE_HEADERS=1`` so that
 missing headers fail instead of skipping. DVPP headers are not in the wheel: their
-prototypes are checked against spec §3.8-§3.9.
+prototypes are checked against docs/runtime-model.md §3.8-§3.9.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from acl_mem._native import cdef
 from acl_mem._native.loader import make_ffi
 
 SPEC_DVPP_HEADER = """
-/* Prototypes as spec §3.8 (acl/ops/acl_dvpp.h) and §3.9 (acl/dvpp/hi_dvpp.h) give them. */
-typedef int hi_s32;
+/* Prototypes as docs/runtime-model.md §3.8 (acl/ops/acl_dvpp.h) and §3.9 (acl/dvpp/hi_dvpp.h) give
+them. */ typedef int hi_s32;
 typedef unsigned int hi_u32;
 typedef unsigned long long hi_u64;
 typedef void hi_void;

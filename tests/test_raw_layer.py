@@ -1,4 +1,5 @@
-"""Raw-layer behaviour that no spec rule pins: values a newer runtime may return, caches."""
+"""Raw-layer behaviour that no runtime-model rule pins: values a newer runtime may return,
+caches."""
 
 import gc
 import weakref
@@ -11,7 +12,8 @@ from acl_mem._fake import FakeBackend
 
 
 class ManagedMemoryFake(FakeBackend):
-    """A runtime newer than the header: reports location type 3 (MANAGED, spec §2 HEAD)."""
+    """A runtime newer than the header: reports location type 3 (MANAGED, docs/runtime-model.md §2
+    HEAD)."""
 
     def aclrtPointerGetAttributes(self, ptr, null_outputs=0):
         return 0, 3, 0, 4096

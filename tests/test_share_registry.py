@@ -1,5 +1,5 @@
-"""The fake's cross-process sharing registry (spec §4.6): its directory, its records and
-the processes that hold exported memory.
+"""The fake's cross-process sharing registry (docs/runtime-model.md §4.6): its directory, its
+records and the processes that hold exported memory.
 
 Everything here is about the files the fake keeps in its share directory, which
 hardware does not have, hence fake_only. Each check points ACL_MEM_FAKE_SHARE_DIR at a
@@ -95,7 +95,7 @@ def physical(handles: list[int]) -> int:
     return handle
 
 
-# -- other processes ------------------------------------------------------------------
+# -- other processes -------------------------------------------------------------------------------
 
 _CHILD = """
 import sys
@@ -153,7 +153,7 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait(timeout=10)
 
 
-# -- 1. the directory is trusted only when it is the user's own ----------------------
+# -- 1. the directory is trusted only when it is the user's own ------------------------------------
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
@@ -248,7 +248,7 @@ def test_symlinked_lock_file_is_refused(fake, dev, share_dir, handles, tmp_path)
     assert not target.exists()
 
 
-# -- 3. damaged records ------------------------------------------------------------------
+# -- 3. damaged records ----------------------------------------------------------------------------
 
 _DAMAGE = {
     "not json": b"\x00garbage{",
@@ -334,7 +334,7 @@ def test_unknown_handle_is_107000(fake, dev, share_dir):
         assert e.value.code == 107000
 
 
-# -- 2. processes that die ---------------------------------------------------------------
+# -- 2. processes that die -------------------------------------------------------------------------
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
@@ -408,7 +408,7 @@ def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
         assert json.loads(path.read_text())["holders"] == []
 
 
-# -- 4. interrupted at any line -----------------------------------------------------------
+# -- 4. interrupted at any line --------------------------------------------------------------------
 
 
 @pytest.mark.fake_only(FAKE_ONLY)

@@ -1,7 +1,8 @@
-"""The seeds' arithmetic as public functions (spec §3.5, §3.7-§3.9, §3.13, §3.14, §7).
+"""The seeds' arithmetic as public functions (docs/runtime-model.md §3.5, §3.7-§3.9, §3.13, §3.14,
+§7).
 
 Pure functions: no backend involved. Expected numbers are worked out by hand from the
-spec's formulas and examples.
+the runtime model's formulas and examples.
 """
 
 import pytest
@@ -19,22 +20,23 @@ GiB = 1 << 30
     [(0, 32, 0), (1, 32, 32), (32, 32, 32), (33, 32, 64), (65, 64, 128), (100, 128, 128)],
 )
 def test_align_up_matches_seed_formula(length, k, expected):
-    """spec §3.14: ALIGN_UP(len,k) = ((len-1)/k + 1) * k."""
+    """docs/runtime-model.md §3.14: ALIGN_UP(len,k) = ((len-1)/k + 1) * k."""
     assert sizes.align_up(length, k) == expected
 
 
 @pytest.mark.parametrize(
     ("api", "size", "expected"),
     [
-        # spec §3.5 example: size 1 -> 64 (Malloc) / 32 (Align32); 32 -> 64 / 32; 33 -> 96 / 64.
+        # docs/runtime-model.md §3.5 example: size 1 -> 64 (Malloc) / 32 (Align32); 32 -> 64 / 32;
+        # 33 -> 96 / 64.
         (AllocApi.MALLOC, 1, 64), (AllocApi.MALLOC_ALIGN32, 1, 32),
         (AllocApi.MALLOC, 32, 64), (AllocApi.MALLOC_ALIGN32, 32, 32),
         (AllocApi.MALLOC, 33, 96), (AllocApi.MALLOC_ALIGN32, 33, 64),
         (AllocApi.MALLOC_CACHED, 33, 96),
-        (AllocApi.MALLOC_HOST, 33, 64),          # spec §3.7: ALIGN_UP(size, 32), no +32
-        (AllocApi.DVPP_MALLOC, 1, 64),           # spec §3.8: floor((size+63)/32)*32
+        (AllocApi.MALLOC_HOST, 33, 64),  # runtime model §3.7: ALIGN_UP(size, 32), no +32
+        (AllocApi.DVPP_MALLOC, 1, 64),   # runtime model §3.8: floor((size+63)/32)*32
         (AllocApi.DVPP_MALLOC, 0, 32),
-        (AllocApi.HI_MPI_DVPP_MALLOC, 100, 160),  # spec §3.9: ALIGN_UP(100,32)+32
+        (AllocApi.HI_MPI_DVPP_MALLOC, 100, 160),  # docs/runtime-model.md §3.9: ALIGN_UP(100,32)+32
     ],
 )
 def test_allocation_size_per_api(api, size, expected):
@@ -42,14 +44,14 @@ def test_allocation_size_per_api(api, size, expected):
 
 
 def test_allocation_size_huge1g_policies_drop_the_padding():
-    """spec §3.5: pad = 0 when the policy is exactly HUGE1G_ONLY(_P2P)."""
+    """docs/runtime-model.md §3.5: pad = 0 when the policy is exactly HUGE1G_ONLY(_P2P)."""
     assert sizes.allocation_size(AllocApi.MALLOC, 33, P.HUGE1G_ONLY) == 64
     assert sizes.allocation_size(AllocApi.MALLOC, 33, P.HUGE1G_ONLY_P2P) == 64
     assert sizes.allocation_size(AllocApi.MALLOC, 33, P.HUGE_ONLY) == 96
 
 
 def test_allocation_size_on_a_padding_zero_soc():
-    """spec §3.5: on Ascend950 (padding 0) aclrtMalloc gives ALIGN_UP(size, 32)."""
+    """docs/runtime-model.md §3.5: on Ascend950 (padding 0) aclrtMalloc gives ALIGN_UP(size, 32)."""
     padding = sizes.soc_padding("Ascend950PR")
     assert padding == 0
     assert sizes.allocation_size(AllocApi.MALLOC, 33, padding=padding) == 64
@@ -71,7 +73,8 @@ def test_allocation_size_on_a_padding_zero_soc():
     ],
 )
 def test_effective_policy_exact_equality(api, policy, expected):
-    """spec §3.5: exact-equality policy mapping; anything else becomes the default."""
+    """docs/runtime-model.md §3.5: exact-equality policy mapping; anything else becomes the
+    default."""
     assert sizes.effective_policy(api, policy) == expected
 
 
@@ -86,7 +89,8 @@ def test_effective_policy_exact_equality(api, policy, expected):
     ],
 )
 def test_page_kinds_threshold_on_padded_size(padded, policy, expected):
-    """spec §3.5/§3.13: huge-first above 1 MiB of *padded* size, with normal fallback."""
+    """docs/runtime-model.md §3.5/§3.13: huge-first above 1 MiB of *padded* size, with normal
+    fallback."""
     assert sizes.page_kinds(padded, policy) == expected
 
 
@@ -96,7 +100,8 @@ def test_page_kinds_rejects_flag_values():
 
 
 def test_segment_rules():
-    """spec §3.14: m = ALIGN_UP(len,32)+32; start 64 B (malloc family) or 128 B (DVPP)."""
+    """docs/runtime-model.md §3.14: m = ALIGN_UP(len,32)+32; start 64 B (malloc family) or 128 B
+    (DVPP)."""
     assert sizes.segment_size(1) == 64
     assert sizes.segment_size(100) == 160
     assert sizes.segment_size(100, padded=False) == 128
@@ -108,7 +113,8 @@ def test_segment_rules():
 
 
 def test_plan_segments_spacing():
-    """spec §3.14: each segment starts at ALIGN_UP of the previous end to the alignment."""
+    """docs/runtime-model.md §3.14: each segment starts at ALIGN_UP of the previous end to the
+    alignment."""
     offsets, total = sizes.plan_segments([1, 100, 33], AllocApi.MALLOC)
     # 1 -> m=64 at 0; 100 -> m=160 at 64; 33 -> m=96 at ALIGN_UP(224,64)=256; end 352.
     assert offsets == [0, 64, 256]

@@ -1,9 +1,9 @@
 """Random programs of allocate / write / memset / copy / read / free against a model.
 
-The model is written from the spec, not from acl_mem: sizes from spec §3.5, page
-choice from §3.5/§3.13 (HUGE_FIRST takes huge pages above 1 MiB of padded size,
+The model is written from the runtime model, not from acl_mem: sizes from docs/runtime-model.md
+§3.5, page choice from §3.5/§3.13 (HUGE_FIRST takes huge pages above 1 MiB of padded size,
 falls back to normal pages), pools from §3.12 (HBM_MEM = normal + huge), address
-ranges from §4.8 and §8 Q15 (padded size rounded up to the block's page size).
+ranges from §4.8 and §8.15 (padded size rounded up to the block's page size).
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def _align(n: int, k: int) -> int:
 
 
 def model_padded(api: str, size: int, policy: int) -> int:
-    """spec §3.5 on a padding-32 SoC: +32 except Align32 and the HUGE1G policy values."""
+    """docs/runtime-model.md §3.5 on a padding-32 SoC: +32 except Align32 and the HUGE1G policy
+    values."""
     pad = 0 if api == "aclrtMallocAlign32" or policy in (6, 7) else 32
     return (size + 32 + pad - 1) // 32 * 32
 
 
 def model_pages(api: str, policy: int, padded: int) -> tuple[int, ...]:
-    """Page sizes tried in order (spec §3.5 policy handling, §3.13)."""
+    """Page sizes tried in order (docs/runtime-model.md §3.5 policy handling, §3.13)."""
     if api == "aclrtMallocCached":
         base = policy if policy in (0, 1, 2, 6) else 0
     else:
@@ -133,7 +134,7 @@ class DeviceMemoryMachine(RuleBasedStateMachine):
         extent = _align(padded, expected_page)
         assert buf.attributes().pageSize == expected_page
         assert self._pool_free(expected_page) == free_before[expected_page] - extent
-        # spec §3.5: memory is not initialised; give it known contents first.
+        # docs/runtime-model.md §3.5: memory is not initialised; give it known contents first.
         buf.memset(fill)
         live = Live(buf, bytearray([fill]) * size, expected_page, extent)
         self.live.append(live)
@@ -206,7 +207,7 @@ class DeviceMemoryMachine(RuleBasedStateMachine):
         for block in self.live:
             base, size = block.buf.address_range()
             assert base <= block.buf.ptr < base + size
-            assert (base, size) == (block.buf.ptr, block.extent)  # spec §4.8, §8 Q15
+            assert (base, size) == (block.buf.ptr, block.extent)  # runtime model §4.8, §8.15
             ranges.append((base, base + size))
         ranges.sort()
         for (_, end), (start, _) in pairwise(ranges):
@@ -233,10 +234,11 @@ class DeviceMemoryMachine(RuleBasedStateMachine):
 
 @pytest.mark.fake_only(
     "needs the fake's exact pool accounting, a small configurable device and "
-    "page-rounded address ranges (spec §8 Q15) to check every step against the model"
+    "page-rounded address ranges (docs/runtime-model.md §8.15) to check every step "
+    "against the model"
 )
 def test_device_memory_state_machine(fake):
-    """spec §3.5, §3.6, §3.10-§3.12, §4.8: random programs agree with the model."""
+    """docs/runtime-model.md §3.5, §3.6, §3.10-§3.12, §4.8: random programs agree with the model."""
     try:
         run_state_machine_as_test(
             DeviceMemoryMachine,

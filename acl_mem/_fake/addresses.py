@@ -3,7 +3,7 @@
 Device blocks live in per-device slots from ``DEVICE_SPACE_BASE``, VMM mappings in the
 reservation window (their bytes at the mirror), pinned host blocks anywhere the host
 put them; anything else is pageable host memory, vouched for by the Pythonic layer or
-proven usable by the copy that touches it (spec §3.10, fidelity row 5).
+proven usable by the copy that touches it (docs/runtime-model.md §3.10, docs/fidelity.md row 5).
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ class AddressMap:
 
 
 def _covered(blocks: BlockIndex, first: Block, end: int) -> tuple[Block, ...] | None:
-    """Back-to-back live blocks from ``first`` up to ``end`` (spec §3.10, fidelity 5)."""
+    """Back-to-back live blocks from ``first`` up to ``end`` (docs/runtime-model.md §3.10, fidelity
+    5)."""
     found = [first]
     block = first
     while block.end < end:

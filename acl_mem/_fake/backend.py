@@ -1,8 +1,8 @@
-"""The fake backend: the C API answered by a model of the device (spec §1-§3).
+"""The fake backend: the C API answered by a model of the device (docs/runtime-model.md §1-§3).
 
-Each method performs the checks of its spec section in the order listed there and
+Each method performs the checks of its runtime-model section in the order listed there and
 returns the code the real library would. Values the sources leave open follow the
-spec's suggested choice (spec §8); ``docs/fidelity.md`` lists them.
+spec's suggested choice (docs/runtime-model.md §8); ``docs/fidelity.md`` lists them.
 
 :class:`FakeBackend` is a thin dispatcher over one shared :class:`~.state.EngineState`
 (profile, runtime with devices, contexts and the lock, streams, hazards, checker,
@@ -117,7 +117,7 @@ class FakeBackend:
 
     name = "fake"
 
-    # -- calls answered by the parts --------------------------------------------------
+    # -- calls answered by the parts ---------------------------------------------------------------
     aclrtMalloc = _Call("_memory", DeviceMemory.aclrtMalloc)
     aclrtMallocAlign32 = _Call("_memory", DeviceMemory.aclrtMallocAlign32)
     aclrtMallocCached = _Call("_memory", DeviceMemory.aclrtMallocCached)
@@ -198,7 +198,7 @@ class FakeBackend:
         self._vmm.after_fork()
         self._state.after_fork()
 
-    # -- the shared state and the parts' tables, for tests and tools ---------------------
+    # -- the shared state and the parts' tables, for tests and tools -------------------------------
     @property
     def profile(self) -> Profile:
         return self._state.profile
@@ -271,7 +271,7 @@ class FakeBackend:
     def soc_name(self) -> str:
         return self._state.profile.soc_name
 
-    # -- fault injection ---------------------------------------------------------------
+    # -- fault injection ---------------------------------------------------------------------------
     INJECTABLE = ("aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtMallocHost",
                   "aclrtReserveMemAddress", "aclrtMallocPhysical", "aclrtMapMem")
 
@@ -288,7 +288,7 @@ class FakeBackend:
         with self._state.lock:
             self._state.faults[call] = [nth, code]
 
-    # -- runtime (spec §3.1, §3.2) -----------------------------------------------
+    # -- runtime (§3.1, §3.2) ----------------------------------------------------------------------
     def aclInit(self, config_path: str | None) -> int:
         return self._state.runtime.init(config_path)
 
@@ -315,7 +315,7 @@ class FakeBackend:
             return codes.INVALID_PARAM, 0
         return codes.SUCCESS, len(self._state.runtime.devices)
 
-    # -- introspection for tests and tools ---------------------------------------
+    # -- introspection for tests and tools ---------------------------------------------------------
     def resident_bytes(self) -> int:
         """Host RAM this process uses now (RSS), for the sparse-backing checks."""
         with open(f"/proc/{os.getpid()}/statm") as handle:

@@ -2,7 +2,7 @@
 
 On hardware, writing past the bytes requested lands silently in the runtime's padding
 or in the neighbouring block or pool segment (the "memory overwriting" Huawei's
-documentation warns about, spec §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
+documentation warns about, docs/runtime-model.md §3.14). With the checker on (``ACL_MEM_CHECK=1`` or
 ``acl_mem.fake.configure(check=True)``) the fake:
 
 * fills the slack between requested and allocated size of every block and every pool
@@ -135,7 +135,7 @@ class Checker(Postponable):
         self._segments: dict[int, Segment] = {}
         self._segment_starts: list[int] = []
 
-    # -- reporting ---------------------------------------------------------------------
+    # -- reporting ---------------------------------------------------------------------------------
     def report(self, kind: str, message: str) -> None:
         finding = Finding(kind, message)
         self.findings.append(finding)
@@ -144,7 +144,7 @@ class Checker(Postponable):
         elif self.mode == "warn":
             warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=2)
 
-    # -- blocks ------------------------------------------------------------------------
+    # -- blocks ------------------------------------------------------------------------------------
     def on_allocate(self, block: Block, host: int) -> None:
         block.stack = allocation_stack()
         _fill(host, POISON_ALLOCATED, min(block.requested, POISON_LIMIT))
@@ -154,7 +154,7 @@ class Checker(Postponable):
         self._verify(host + block.requested, block.padded - block.requested, block,
                      block.requested, block.stack, when)
 
-    # -- pool segments -----------------------------------------------------------------
+    # -- pool segments -----------------------------------------------------------------------------
     def on_segment(self, parent: int, start: int, requested: int, size: int,
                    host: int) -> None:
         segment = Segment(parent, start, requested, size, allocation_stack())
@@ -210,7 +210,7 @@ class Checker(Postponable):
         return self._segments[self._segment_starts[i]] if i < len(self._segment_starts) \
             else None
 
-    # -- helpers -------------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------------------------
     def _verify(self, host: int, length: int, subject: Block | Segment, offset: int,
                 stack: Iterable[str] | None, when: str) -> None:
         if length <= 0:

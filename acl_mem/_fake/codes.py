@@ -1,4 +1,4 @@
-"""aclError values the fake returns (spec §1.1); one name per number."""
+"""aclError values the fake returns (docs/runtime-model.md §1.1); one name per number."""
 
 SUCCESS = 0
 INVALID_PARAM = 100000

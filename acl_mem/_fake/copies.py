@@ -1,4 +1,4 @@
-"""Synchronous copies and memset of the fake backend (spec §3.10, §3.11).
+"""Synchronous copies and memset of the fake backend (docs/runtime-model.md §3.10, §3.11).
 
 Checks run under the engine lock; the bytes move with the lock released, so other
 threads allocate and copy meanwhile. A running copy is registered in the state's

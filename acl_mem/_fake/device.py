@@ -22,11 +22,11 @@ __all__ = ["DVPP_WINDOW", "RESIDENT_FREED_LIMIT", "FakeDevice", "PagePools", "Re
 TiB = 1 << 40
 GiB = 1 << 30
 #: Start of the fake's device address space; [16 TiB, 24 TiB) stays free for the
-#: VMM fixed-address window (spec §4.2).
+#: VMM fixed-address window (docs/runtime-model.md §4.2).
 DEVICE_SPACE_BASE = 24 * TiB
 DEVICE_SLOT = 1 * TiB
 MAX_DEVICES = 32
-#: Per-process DVPP address space on A2/A3/Atlas inference (spec §3.8).
+#: Per-process DVPP address space on A2/A3/Atlas inference (docs/runtime-model.md §3.8).
 DVPP_WINDOW = 16 * GiB
 # Python exposes MAP_NORESERVE only from 3.12; its value is fixed by the Linux ABI.
 _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
@@ -307,7 +307,7 @@ class FakeDevice:
 
     def release_all(self) -> None:
         """Every block at once (context destroyed): a fresh address space; the pools keep
-        what virtual-memory handles hold (they outlive contexts, spec §4.1)."""
+        what virtual-memory handles hold (they outlive contexts, docs/runtime-model.md §4.1)."""
         blocks = list(self.blocks)
         normal = sum(b.extent for b in blocks if b.page_size == NORMAL_PAGE)
         huge = sum(b.extent for b in blocks) - normal

@@ -21,7 +21,7 @@ class Diagnostics:
         self._state = state
         self._addresses = addresses
 
-    # -- memory checker (docs in checker.py) ---------------------------------------------
+    # -- memory checker (docs in checker.py) -------------------------------------------------------
     def allocated(self, block: Block) -> None:
         checker = self._state.checker
         if checker is not None:
@@ -99,14 +99,14 @@ class Diagnostics:
                            f"block {block.start:#x} ({block.requested} bytes requested) into "
                            f"{neighbour}")
 
-    # -- hazards (streams.py) ----------------------------------------------------------
+    # -- hazards (streams.py) ----------------------------------------------------------------------
     def check_pending(self, start: int, size: int, *, access: str, what: str,
                       targets: tuple[object, ...] | None = None) -> None:
         """Report a hazard if queued work races with ``what`` on ``[start, start+size)``.
 
         ``access`` is "free" (races with any queued access: the free calls do not wait,
-        spec §3.6-§3.7), "write" (races with queued reads and writes) or "read" (races
-        with queued writes). ``targets`` are the allocations of the range when the
+        docs/runtime-model.md §3.6-§3.7), "write" (races with queued reads and writes) or "read"
+        (races with queued writes). ``targets`` are the allocations of the range when the
         caller knows them; otherwise they are looked up.
         """
         state = self._state
@@ -128,7 +128,7 @@ class Diagnostics:
                                              "pending; synchronise the stream first")
                         return
 
-    # -- introspection for tests and tools ---------------------------------------------
+    # -- introspection for tests and tools ---------------------------------------------------------
     def live_blocks(self) -> list[Block]:
         state = self._state
         with state.lock:

@@ -117,7 +117,7 @@ class ExtentAllocator:
         self._mask = 0
         self._put(base, size)
 
-    # -- idempotent steps ------------------------------------------------------------
+    # -- idempotent steps --------------------------------------------------------------------------
     def _put(self, start: int, length: int) -> None:
         cls = length.bit_length()
         self._mask |= 1 << cls
@@ -148,7 +148,7 @@ class ExtentAllocator:
                 self._put(start, length)
             raise
 
-    # -- allocation ------------------------------------------------------------------
+    # -- allocation --------------------------------------------------------------------------------
     def allocate(self, size: int, alignment: int) -> int | None:
         """Start of a free ``size``-byte extent aligned to ``alignment``, or None."""
         found = self._find(size, alignment)

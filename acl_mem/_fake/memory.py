@@ -1,4 +1,4 @@
-"""Device and host memory of the fake backend (spec §3.5-§3.9, §3.12, §4.8, §4.9).
+"""Device and host memory of the fake backend (docs/runtime-model.md §3.5-§3.9, §3.12, §4.8, §4.9).
 
 The device-memory part of :class:`~acl_mem._fake.backend.FakeBackend`: the aclrtMalloc
 family and aclrtFree, DVPP memory, pinned host memory (aclrtMallocHost, aclrtFreeHost)
@@ -60,7 +60,7 @@ class DeviceMemory:
         #: Allocation arithmetic by (api, policy), computed on first use.
         self.plans: dict[tuple[str, int], Plan] = {}
 
-    # -- device allocation (spec §3.5, §3.6) -------------------------------------
+    # -- device allocation (§3.5, §3.6) ------------------------------------------------------------
     def _plan(self, call: str, policy: int) -> Plan:
         """What ``call(size, policy)`` needs beyond the size, computed once per pair."""
         plan = self.plans.get((call, policy))
@@ -89,7 +89,8 @@ class DeviceMemory:
         if null_outputs & 1 or size == 0:
             return codes.INVALID_PARAM, 0
         plan = self.plans.get((call, policy)) or self._plan(call, policy)
-        # The ACL layer computes size + 32 + pad first and rejects a wrap (spec §3.5 step 3).
+        # The ACL layer computes size + 32 + pad first and rejects a wrap (docs/runtime-model.md
+        # §3.5 step 3).
         if size + plan.overhead > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
         state = self._state
@@ -169,7 +170,7 @@ class DeviceMemory:
                 old_device, start, extent = checker.quarantine.popleft()
                 old_device.release_address(start, extent)  # type: ignore[attr-defined]
 
-    # -- DVPP (spec §3.8, §3.9) --------------------------------------------------
+    # -- DVPP (§3.8, §3.9) -------------------------------------------------------------------------
     def _dvpp_malloc(self, api: AllocApi, size: int, null_outputs: int) -> tuple[int, int]:
         if null_outputs & 1 or size + 63 > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
@@ -205,7 +206,7 @@ class DeviceMemory:
     def hi_mpi_dvpp_free(self, dev_ptr: int) -> int:
         return self.aclrtFree(dev_ptr, _DVPP_APIS)
 
-    # -- host memory (spec §3.7) -------------------------------------------------
+    # -- host memory (§3.7) ------------------------------------------------------------------------
     def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1 or size == 0 or size + 31 > SIZE_T_MAX:
             return codes.INVALID_PARAM, 0
@@ -262,7 +263,7 @@ class DeviceMemory:
                         host_map.close()
             return codes.SUCCESS
 
-    # -- queries (spec §3.12, §4.8, §4.9) ----------------------------------------
+    # -- queries (§3.12, §4.8, §4.9) ---------------------------------------------------------------
     def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
         if null_outputs & 3:
             return codes.INVALID_PARAM, 0, 0
@@ -334,7 +335,7 @@ class DeviceMemory:
 
 
 class Plan:
-    """An (api, policy) pair's allocation arithmetic, computed once (spec §3.5)."""
+    """An (api, policy) pair's allocation arithmetic, computed once (docs/runtime-model.md §3.5)."""
 
     __slots__ = ("api", "large", "overhead", "rounding", "small", "unsupported")
 

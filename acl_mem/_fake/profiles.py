@@ -1,7 +1,8 @@
-"""Device profiles: what differs between chips, as data (spec §3.5, §3.8, §3.13, §7).
+"""Device profiles: what differs between chips, as data (docs/runtime-model.md §3.5, §3.8, §3.13,
+§7).
 
 Capacities are per device and exclude system-reserved memory (aclrtGetMemInfo
-reports them that way, spec §3.12). The split between the normal-page and the
+reports them that way, docs/runtime-model.md §3.12). The split between the normal-page and the
 huge-page pool is the fake's choice (no source gives it); 1 GiB pages are carved
 from the huge-page pool, so HBM total = normal + huge always holds.
 """
@@ -21,9 +22,9 @@ class Profile:
     #: What aclrtGetSocName reports; also decides the padding size.
     soc_name: str
     description: str
-    #: ``AICoreSpec.padding_size`` of the platform config (spec §3.5 [PLAT]).
+    #: ``AICoreSpec.padding_size`` of the platform config (docs/runtime-model.md §3.5 [PLAT]).
     padding: int
-    #: "HBM" or "DDR": the memory the device has (spec §3.12).
+    #: "HBM" or "DDR": the memory the device has (docs/runtime-model.md §3.12).
     memory: str
     capacity: int
     #: Fraction of the capacity kept as normal (4 KiB) pages; the rest is huge pages.
@@ -32,7 +33,7 @@ class Profile:
     p2p_policies: bool
     dvpp: bool
     device_count: int
-    #: Streams per device, the default stream included (spec §3.4).
+    #: Streams per device, the default stream included (docs/runtime-model.md §3.4).
     max_streams: int = 1984
 
     def with_overrides(self, *, device_count: int | None, capacity: int | None) -> Profile:

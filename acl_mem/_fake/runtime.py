@@ -1,6 +1,6 @@
 """The fake runtime's process state: aclInit/aclFinalize, devices and contexts.
 
-Contexts follow spec §3.1-§3.2: aclrtSetDevice adds a process-wide reference to the
+Contexts follow docs/runtime-model.md §3.1-§3.2: aclrtSetDevice adds a process-wide reference to the
 device's default context and makes it current for the calling thread; the context
 dies when aclrtResetDevice drops the last reference, and with it every block on that
 device. A thread whose context died, or that never set one, gets 107002.
@@ -37,7 +37,7 @@ class FakeRuntime:
         self._finalized = False
         self._first_config: str | None = None
 
-    # -- aclInit / aclFinalize (spec §3.1) ---------------------------------------
+    # -- aclInit / aclFinalize (§3.1) --------------------------------------------------------------
     def init(self, config_path: str | None) -> int:
         with self.lock:
             if self._init_count > 0:
@@ -64,7 +64,7 @@ class FakeRuntime:
             self._finalized = True
             return codes.SUCCESS
 
-    # -- devices and contexts (spec §3.2) ----------------------------------------
+    # -- devices and contexts (§3.2) ---------------------------------------------------------------
     def valid_device(self, device_id: int) -> bool:
         return 0 <= device_id < len(self.devices)
 

@@ -1,10 +1,10 @@
-"""Streams and asynchronous copies of the fake backend (spec §3.4, §3.10, §3.11).
+"""Streams and asynchronous copies of the fake backend (docs/runtime-model.md §3.4, §3.10, §3.11).
 
 The streams part of :class:`~acl_mem._fake.backend.FakeBackend`: stream lifetime,
 synchronisation, aclrtMemcpyAsync and aclrtMemsetAsync over the state's stream table
 (``streams.py``). It resolves addresses through the address map, reports hazards and
 bound crossings through the diagnostics part, and hands pageable copies to the copies
-part. Checks run in the order of the spec; queued work is executed only by a
+part. Checks run in the order of the runtime model; queued work is executed only by a
 synchronisation (or by destroying its stream, which waits). Memory of the pinned host
 pool and of the device is touched when the work runs, so data read before
 synchronising is stale, as on hardware.
@@ -26,8 +26,8 @@ from .streams import Op, Stream
 __all__ = ["StreamCalls", "corrected_kind"]
 
 _H2H, _H2D, _D2H, _D2D, _DEFAULT, _BUF = 0, 1, 2, 3, 4, 5
-# What the runtime accepts per (src, dst) location and what DEFAULT becomes (spec §3.10).
-# Locations: "host" (pinned), "device", "unreg" (pageable host memory).
+# What the runtime accepts per (src, dst) location and what DEFAULT becomes (docs/runtime-model.md
+# §3.10). Locations: "host" (pinned), "device", "unreg" (pageable host memory).
 _FORCED = {("host", "device"): _H2D, ("device", "host"): _D2H, ("host", "host"): _H2H,
            ("device", "device"): _D2D}
 _ACCEPTED = {
@@ -61,7 +61,8 @@ class StreamCalls:
         self._diagnostics = diagnostics
         self._copies = copies
 
-    # -- stream lifetime (spec §3.4) -------------------------------------------------
+    # -- stream lifetime (docs/runtime-model.md §3.4)
+    # -------------------------------------------------
     def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
@@ -118,7 +119,8 @@ class StreamCalls:
             self._after_synchronize()
             return codes.SUCCESS
 
-    # -- asynchronous copies (spec §3.10, §3.11) -------------------------------------
+    # -- asynchronous copies (docs/runtime-model.md §3.10, §3.11)
+    # -------------------------------------
     def aclrtMemcpyAsync(self, dst: int, destMax: int, src: int, count: int,
                          kind: int, stream: int) -> int:
         if kind > 5:
@@ -176,7 +178,7 @@ class StreamCalls:
             self._enqueue(found, Op(devPtr, target[0], 0, 0, count, value & 0xFF, target[3]))
             return codes.SUCCESS
 
-    # -- helpers -----------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------------------------
     def _checker_held(self) -> contextlib.AbstractContextManager[None]:
         """Checker findings of queued work raise after every op of the drain ran."""
         checker = self._state.checker

@@ -1,10 +1,10 @@
 """Streams that really defer: queued work runs, in order, only when synchronised.
 
 Each context has a default stream (the NULL handle) and any number of created
-streams up to the profile's limit (spec §3.4). An asynchronous copy or memset is
+streams up to the profile's limit (docs/runtime-model.md §3.4). An asynchronous copy or memset is
 queued on its stream and executed at aclrtSynchronizeStream / aclrtSynchronizeDevice
-(or when the stream is destroyed, which waits, spec §3.4). Streams are unordered with
-respect to each other. Handles are never reused, so a destroyed handle stays
+(or when the stream is destroyed, which waits, docs/runtime-model.md §3.4). Streams are unordered
+with respect to each other. Handles are never reused, so a destroyed handle stays
 recognisable (107017).
 
 Queued work is indexed by the allocation it touches (a block or a VMM mapping), so

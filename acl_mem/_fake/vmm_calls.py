@@ -1,11 +1,13 @@
-"""Virtual memory of the fake backend: reservations, physical handles, mappings (spec §4).
+"""Virtual memory of the fake backend: reservations, physical handles, mappings
+(docs/runtime-model.md §4).
 
 The VMM part of :class:`~acl_mem._fake.backend.FakeBackend`: reservations (kept in the
 state's :class:`~acl_mem._fake.vmm_space.ReservationIndex`, which the address map reads
 too), physical handles and their backing pools, mappings, access and cross-process
 sharing (``vmm_share.py``). Unmapping asks the diagnostics part for hazards with queued
-work. Every check of spec §4 runs in the order the spec lists; driver-only checks use
-the spec's suggested codes (spec §8 questions 2-8 and 12, see docs/fidelity.md).
+work. Every check of docs/runtime-model.md §4 runs in the order the spec lists; driver-only checks
+use the runtime model's suggested codes (docs/runtime-model.md §8 questions 2-8 and 12, see
+docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -39,13 +41,13 @@ __all__ = ["VmmCalls"]
 
 GiB = 1 << 30
 MAX_RESERVATION = 128 * GiB
-#: memAttr values aclrtMallocPhysical accepts (spec §4.3 step 9).
+#: memAttr values aclrtMallocPhysical accepts (docs/runtime-model.md §4.3 step 9).
 _SUPPORTED_ATTRS = frozenset({2, 3, 4, 5, 6, 7, 10, 12, 13, 14, 15, 16, 17})
 _HOST_ONLY_ATTRS = frozenset({2, 3, 6, 7})
 _HANDLE_BASE, _HANDLE_STEP = 0x4A00_0000_0000, 0x40
 _HOST_POOL_SIZE = 1 << 40
 _MAX_PIDS = 65535
-#: Fresh shareable numbers an export tries before giving up (row 55).
+#: Fresh shareable numbers an export tries before giving up (docs/fidelity.md row 55).
 _SHAREABLE_TRIES = 16
 
 
@@ -78,7 +80,8 @@ class VmmCalls:
         self._registry = None
         self._still_shared = []
 
-    # -- reservations (spec §4.2) ------------------------------------------------------
+    # -- reservations (docs/runtime-model.md §4.2)
+    # ------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
                                null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1 or size == 0 or flags not in (0, 1):
@@ -94,7 +97,7 @@ class VmmCalls:
                 return fault, 0
             if expectPtr:
                 if not self._state.profile.dvpp and self._state.profile.padding == 0:
-                    return codes.FEATURE_NOT_SUPPORT, 0  # Ascend950: only NULL (spec §4.2)
+                    return codes.FEATURE_NOT_SUPPORT, 0  # Ascend950: only NULL (§4.2)
                 if expectPtr % _fixed_alignment(size):
                     return codes.RT_PARAM_INVALID, 0
                 if not VMM_WINDOW[0] <= expectPtr or expectPtr + size > VMM_WINDOW[1]:
@@ -123,9 +126,10 @@ class VmmCalls:
             self._va_space.release(reservation.base, reservation.span)
             return codes.SUCCESS
 
-    # -- physical memory (spec §4.3, §4.5) --------------------------------------------
+    # -- physical memory (docs/runtime-model.md §4.3, §4.5)
+    # --------------------------------------------
     def _check_prop(self, prop: aclrtPhysicalMemProp) -> int:
-        """Steps 7-9 of spec §4.3 (ACL layer) then the device id (runtime)."""
+        """Steps 7-9 of docs/runtime-model.md §4.3 (ACL layer) then the device id (runtime)."""
         location = prop.location.type
         if location == MemLocationType.UNREGISTERED:
             return codes.INVALID_PARAM
@@ -226,7 +230,7 @@ class VmmCalls:
             return
         if physical.exported and not self._owner_lets_go(physical):
             # Another process still holds it: the range stays taken until the last
-            # holder lets go (spec §4.3); _reap_shared() asks again.
+            # holder lets go (docs/runtime-model.md §4.3); _reap_shared() asks again.
             self._still_shared.append(physical)
             return
         physical.pool.discard(physical.offset, physical.size)
@@ -268,7 +272,8 @@ class VmmCalls:
             return rc, 0
         return codes.SUCCESS, granularity_of(prop.memAttr)
 
-    # -- mappings (spec §4.4) ----------------------------------------------------------
+    # -- mappings (docs/runtime-model.md §4.4)
+    # ----------------------------------------------------------
     def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int:
         if virPtr == 0 or handle == 0 or size == 0 or flags != 0:
             return codes.INVALID_PARAM
@@ -284,7 +289,7 @@ class VmmCalls:
                 return codes.RT_PARAM_INVALID
             binding = (physical.device, bool(physical.imported_from))
             if reservation.binding not in (None, binding):
-                return codes.RT_PARAM_INVALID  # two devices, or mixed handles: spec §4.4, §8.5
+                return codes.RT_PARAM_INVALID  # two devices, or mixed handles (§4.4, §8.5)
             fault = self._state.fault("aclrtMapMem")
             if fault:
                 return fault
@@ -337,7 +342,8 @@ class VmmCalls:
                     self._release_physical(physical)
             return codes.SUCCESS
 
-    # -- access (spec §4.7) -----------------------------------------------------------
+    # -- access (docs/runtime-model.md §4.7)
+    # -----------------------------------------------------------
     def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,
                           count: int) -> int:
         if virPtr == 0 or desc is None:
@@ -354,7 +360,7 @@ class VmmCalls:
                     return codes.INVALID_DEVICEID
             return codes.SUCCESS
 
-    # -- sharing (spec §4.6) ----------------------------------------------------------
+    # -- sharing (§4.6) ----------------------------------------------------------------------------
     def _share(self) -> ShareRegistry:
         if self._registry is None:
             self._registry = ShareRegistry()
@@ -432,7 +438,7 @@ class VmmCalls:
                     self._share().forget(shareableHandle, me, keep=len(mine))
                 raise
 
-    # -- handles (spec §4) ------------------------------------------------------------
+    # -- handles (§4) ------------------------------------------------------------------------------
     def aclrtMemRetainAllocationHandle(self, virPtr: int,
                                        null_outputs: int = 0) -> tuple[int, int]:
         if virPtr == 0 or null_outputs & 1:
@@ -457,7 +463,7 @@ class VmmCalls:
 
 
 def _fixed_alignment(size: int) -> int:
-    """Alignment a fixed reservation address needs (spec §4.2 fake recommendation)."""
+    """Alignment a fixed reservation address needs (docs/runtime-model.md §4.2)."""
     if size > 512 * (1 << 20):
         return GIANT_PAGE
     return max(HUGE_PAGE, 1 << (size - 1).bit_length())

@@ -1,4 +1,5 @@
-"""Exported physical memory, visible to other processes of the same user (spec §4.6).
+"""Exported physical memory, visible to other processes of the same user (docs/runtime-model.md
+§4.6).
 
 An export writes a record file into the share directory: the exporter (pid and process
 start time), its memfd number and that memfd's inode, the range, flags, the pid
@@ -12,7 +13,7 @@ by an unrelated process is not taken for a holder; dead or zombie holders are dr
 whenever a record is read, and records of dead exporters go once nobody holds them.
 
 The directory is trusted only if it is a real directory owned by the user with mode
-0700, checked on every use (fidelity row 55). Files in it are opened relative to the
+0700, checked on every use (docs/fidelity.md row 55). Files in it are opened relative to the
 directory's descriptor without following symlinks, records are written to a temporary
 file and renamed into place, and every read-modify-write holds ``flock`` on ``.lock``
 (released by closing its descriptor, so no exception can leave it locked).
@@ -40,7 +41,7 @@ from . import codes
 __all__ = ["Identity", "Record", "ShareRegistry", "identity_of", "new_shareable",
            "self_identity"]
 
-#: ACL_ERROR_RT_INTERNAL_ERROR: the fake cannot use its share directory (row 55).
+#: ACL_ERROR_RT_INTERNAL_ERROR: the fake cannot use its share directory (docs/fidelity.md row 55).
 UNUSABLE_DIRECTORY = 507000
 #: (pid, start time in clock ticks after boot): one process, never a later one.
 Identity = tuple[int, int]
@@ -262,7 +263,7 @@ class ShareRegistry:
         self.directory = directory or Path(os.environ.get("ACL_MEM_FAKE_SHARE_DIR", "")
                                            or _default_directory())
 
-    # -- the directory --------------------------------------------------------------
+    # -- the directory -----------------------------------------------------------------------------
     def _refuse(self, why: str) -> AclError:
         return AclError(UNUSABLE_DIRECTORY,
                         f"the acl_mem fake will not share memory through {self.directory}: "
@@ -334,7 +335,7 @@ class ShareRegistry:
         finally:
             os.close(dirfd)
 
-    # -- what the fake's calls need ---------------------------------------------------
+    # -- what the fake's calls need ----------------------------------------------------------------
     def publish(self, shareable: int, record: Record) -> bool:
         """Create the record of a new export; False if ``shareable`` is in use."""
         with self._session() as session:
@@ -370,7 +371,7 @@ class ShareRegistry:
             if record is None or record.owner_gone():
                 return codes.RT_PARAM_INVALID, -1, None
             if record.owner == me:
-                return codes.FEATURE_NOT_SUPPORT, -1, None  # same-process import (row 50)
+                return codes.FEATURE_NOT_SUPPORT, -1, None  # same-process import: fidelity row 50
             if record.flags == 0 and me[0] not in record.pids:
                 return codes.RT_PARAM_INVALID, -1, None
             fd = _open_memfd(record)
@@ -420,7 +421,7 @@ class ShareRegistry:
             try:
                 record = session.load(shareable)
             except AclError:
-                session.remove(shareable)  # the holders are unknowable: fidelity row 56
+                session.remove(shareable)  # the holders are unknowable: docs/fidelity.md row 56
                 return True
             if record is None:
                 return True
@@ -433,7 +434,7 @@ class ShareRegistry:
                 session.store(shareable, record)
             return False
 
-    # -- housekeeping ---------------------------------------------------------------
+    # -- housekeeping ------------------------------------------------------------------------------
     def _current(self, session: _Session, shareable: int) -> Record | None:
         """The record with dead holders dropped; None (and removed) if nobody is left."""
         record = session.load(shareable)

@@ -1,7 +1,7 @@
-"""Where the fake's virtual memory lives and what backs it (spec §4).
+"""Where the fake's virtual memory lives and what backs it (docs/runtime-model.md §4).
 
-Reservations come from the fixed-address window [16 TiB, 24 TiB) (spec §4.2), which the
-host never maps. Physical memory is a range of a per-device ``memfd`` (sparse: pages
+Reservations come from the fixed-address window [16 TiB, 24 TiB) (docs/runtime-model.md §4.2), which
+the host never maps. Physical memory is a range of a per-device ``memfd`` (sparse: pages
 exist once written); a mapping puts that range at the reservation address's *mirror*
 in [56 TiB, 64 TiB) with ``MAP_SHARED | MAP_FIXED``, so every mapping of one handle
 shows the same bytes, a copy across neighbouring mappings is one ``memmove``, and
@@ -28,7 +28,7 @@ __all__ = ["MIRROR_OFFSET", "VMM_WINDOW", "Mapping", "Physical", "PhysicalPool",
            "ReservationIndex", "granularity_of", "map_mirror", "page_kind", "unmap_mirror"]
 
 TiB = 1 << 40
-#: The fixed-address window of aclrtReserveMemAddress (spec §4.2, §7).
+#: The fixed-address window of aclrtReserveMemAddress (docs/runtime-model.md §4.2, §7).
 VMM_WINDOW = (16 * TiB, 24 * TiB)
 #: A virtual address ``va`` of the window has its host bytes at ``va + MIRROR_OFFSET``.
 MIRROR_OFFSET = 40 * TiB
@@ -37,7 +37,7 @@ _MAP_SHARED, _MAP_PRIVATE, _MAP_FIXED, _MAP_ANON, _MAP_NORESERVE = 0x01, 0x02, 0
 _FALLOC_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 _GIANT_ATTRS = frozenset({10, 14, 17})
 #: Attributes taken from the normal-page pool; every other device attribute takes huge
-#: pages (ACL_HBM_MEM_NORMAL is allocated as 2 MiB pages, spec §4.3).
+#: pages (ACL_HBM_MEM_NORMAL is allocated as 2 MiB pages, docs/runtime-model.md §4.3).
 _NORMAL_POOL_ATTRS = frozenset({12, 15})
 
 
@@ -96,12 +96,12 @@ class Physical:
 
     @property
     def granularity(self) -> int:
-        """Size unit and mapping alignment of this memory (spec §4.4, §4.5)."""
+        """Size unit and mapping alignment of this memory (docs/runtime-model.md §4.4, §4.5)."""
         return granularity_of(self.prop.memAttr)
 
 
 def page_kind(mem_attr: int) -> PageKind:
-    """The device page pool physical memory of ``mem_attr`` comes from (fidelity row 47)."""
+    """The device page pool physical memory of ``mem_attr`` comes from (docs/fidelity.md row 47)."""
     if mem_attr in _GIANT_ATTRS:
         return PageKind.GIANT
     return PageKind.NORMAL if mem_attr in _NORMAL_POOL_ATTRS else PageKind.HUGE

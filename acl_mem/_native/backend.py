@@ -64,7 +64,7 @@ class NativeBackend(NativeVmm):
     def _addr(self, cdata: Any) -> int:
         return int(self.ffi.cast("uintptr_t", cdata))
 
-    # -- runtime ----------------------------------------------------------------------
+    # -- runtime -----------------------------------------------------------------------------------
     def aclInit(self, config_path: str | None) -> int:
         arg = self._null if config_path is None else os.fsencode(config_path)
         return int(self.lib.aclInit(arg))
@@ -88,7 +88,7 @@ class NativeBackend(NativeVmm):
         rc = int(self.lib.aclrtGetDeviceCount(out))
         return rc, int(out[0]) if rc == 0 and out != self._null else 0
 
-    # -- allocation -------------------------------------------------------------------
+    # -- allocation --------------------------------------------------------------------------------
     def _alloc(self, fn: Any, null_outputs: int, *args: Any) -> tuple[int, int]:
         if null_outputs & 1:
             return int(fn(self._null, *args)), 0
@@ -138,7 +138,7 @@ class NativeBackend(NativeVmm):
         lib = self._side_library("libacl_dvpp_mpi.so")
         return int(lib.hi_mpi_dvpp_free(self._ptr(dev_ptr)))
 
-    # -- copies and queries -----------------------------------------------------------
+    # -- copies and queries ------------------------------------------------------------------------
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
         return int(self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind))
 
@@ -171,7 +171,8 @@ class NativeBackend(NativeVmm):
             return rc, 0, 0, 0
         return rc, int(attrs.location.type), int(attrs.location.id), int(attrs.pageSize)
 
-    # -- streams (spec §3.4) ----------------------------------------------------------
+    # -- streams (docs/runtime-model.md §3.4)
+    # ----------------------------------------------------------
     def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
         return self._alloc(self.lib.aclrtCreateStream, null_outputs)
 

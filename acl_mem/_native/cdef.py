@@ -2,7 +2,7 @@
 
 Source: ``torch_npu/include/acl/acl_base_rt.h`` and ``acl_rt.h`` of the torch-npu
 2.14.0 wheel (ACL 1.17); DVPP prototypes from ``acl/ops/acl_dvpp.h`` and
-``acl/dvpp/hi_dvpp.h`` (spec §3.8-§3.9). ``tests/test_native_cdef.py`` compiles
+``acl/dvpp/hi_dvpp.h`` (docs/runtime-model.md §3.8-§3.9). ``tests/test_native_cdef.py`` compiles
 these against the real headers where they are available.
 """
 
@@ -169,13 +169,13 @@ aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
                                                    aclrtPhysicalMemProp* prop);
 """
 
-#: libacl_dvpp.so (spec §3.8).
+#: libacl_dvpp.so (docs/runtime-model.md §3.8).
 DVPP_FUNCTIONS = """
 aclError acldvppMalloc(void **devPtr, size_t size);
 aclError acldvppFree(void *devPtr);
 """
 
-#: libacl_dvpp_mpi.so (spec §3.9); hi_* types as ``hi_type.h`` defines them.
+#: libacl_dvpp_mpi.so (docs/runtime-model.md §3.9); hi_* types as ``hi_type.h`` defines them.
 MPI_FUNCTIONS = """
 typedef int hi_s32;
 typedef unsigned int hi_u32;

@@ -1,4 +1,5 @@
-"""Virtual-memory calls of the native backend (spec §4): struct conversion both ways."""
+"""Virtual-memory calls of the native backend (docs/runtime-model.md §4): struct conversion both
+ways."""
 
 from __future__ import annotations
 

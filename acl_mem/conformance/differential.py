@@ -5,7 +5,7 @@ A Hypothesis state machine drives two backends side by side at the C-shaped leve
 query pools, address ranges and pointer attributes) and compares return codes, data
 and sizes after every step. The first divergence is shrunk by Hypothesis to a minimal
 sequence and reported. Absolute addresses and capacities differ between backends;
-what is compared is what the spec fixes: codes, bytes, page-rounded sizes, offsets
+what is compared is what the runtime model fixes: codes, bytes, page-rounded sizes, offsets
 inside a block, location types, and how much each pool's free memory moved.
 """
 

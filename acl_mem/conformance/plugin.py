@@ -3,7 +3,7 @@
 The ``backend`` fixture runs each check once per backend: ``fake`` always, ``native``
 when the native provider loads one (``ACL_MEM_REQUIRE_NATIVE=1`` turns its absence
 into a failure). ``@pytest.mark.fake_only("reason")`` limits a check to the fake and
-says why; ``@pytest.mark.open_question(n)`` marks the fake's answer to spec §8
+says why; ``@pytest.mark.open_question(n)`` marks the fake's answer to docs/runtime-model.md §8
 question *n*. With ``--acl-report`` every check's outcome is printed per behaviour.
 """
 
@@ -33,15 +33,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--acl-backend", choices=("fake", "native", "all"), default="all",
                     help="run the conformance checks on this backend only")
     group.addoption("--acl-report", action="store_true",
-                    help="print spec section, expected and observed outcome per check")
+                    help="print runtime-model section, expected and observed outcome per check")
     group.addoption("--acl-json", metavar="FILE", help="write the per-check outcomes as JSON")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fake_only(reason): only the fake can show this; "
                             "the reason is required")
-    config.addinivalue_line("markers", "open_question(number): the fake's choice for spec §8 "
-                            "question <number>; unconfirmed on hardware")
+    config.addinivalue_line("markers", "open_question(number): the fake's choice for "
+                            "docs/runtime-model.md §8 question <number>; unconfirmed on hardware")
     config.stash[_RESULTS] = []
 
 
@@ -120,7 +120,7 @@ def dev(backend: _backend.Backend) -> Iterator[acl_mem.Device]:
         yield device
 
 
-# -- per-behaviour report --------------------------------------------------------------
+# -- per-behaviour report --------------------------------------------------------------------------
 _RESULTS = pytest.StashKey[list[dict[str, Any]]]()
 
 

@@ -16,7 +16,7 @@ from acl_mem.enums import MemAttr
 THREAD_TIMEOUT = 30.0
 
 
-# -- threads ---------------------------------------------------------------------------
+# -- threads ---------------------------------------------------------------------------------------
 
 
 def in_fresh_thread(fn: Callable[[], Any]) -> tuple[Any, BaseException | None]:
@@ -48,7 +48,7 @@ def raise_from_fresh_thread(fn: Callable[[], Any]) -> Any:
     return value
 
 
-# -- devices and memory ------------------------------------------------------------------
+# -- devices and memory ----------------------------------------------------------------------------
 
 
 def need_two_devices() -> None:

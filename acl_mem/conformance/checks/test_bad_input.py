@@ -1,8 +1,8 @@
 """Bad input to every public call: TypeError, ValueError or AclError, never a crash or a
 silent success, on every backend.
 
-The raw layer checks C types before the backend sees anything (spec §3: every argument
-is a C integer of a fixed width), so non-ints raise TypeError and out-of-range ints raise
+The raw layer checks C types before the backend sees anything (docs/runtime-model.md §3: every
+argument is a C integer of a fixed width), so non-ints raise TypeError and out-of-range ints raise
 ValueError that is *not* an AclError (the backend was never called). The Pythonic layer
 adds bounds, liveness and device checks on top.
 """
@@ -67,7 +67,8 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
                          ("count", SIZE, 0), ("kind", U32, 0), ("stream", PTR, 0)],
     "aclrtMemsetAsync": [("devPtr", PTR, 0), ("maxCount", SIZE, 0), ("value", I32, 0),
                          ("count", SIZE, 0), ("stream", PTR, 0)],
-    # Virtual memory (spec §4); struct arguments are NULL (None) in the control call.
+    # Virtual memory (docs/runtime-model.md §4); struct arguments are NULL (None) in the control
+    # call.
     "aclrtReserveMemAddress": [("size", SIZE, 0), ("alignment", SIZE, 0), ("expectPtr", PTR, 0),
                                ("flags", U64, 0)],
     "aclrtReleaseMemAddress": [("virPtr", PTR, 0)],
@@ -113,7 +114,7 @@ def _call(name: str, **overrides: object) -> object:
     return getattr(raw, name)(**kwargs)
 
 
-# -- the table itself ------------------------------------------------------------------
+# -- the table itself ------------------------------------------------------------------------------
 def test_table_covers_every_public_raw_function():
     """Every function in acl_mem.raw.__all__ (PtrAttributes is a struct) is exercised here."""
     public = set(raw.__all__) - {"PtrAttributes"} - _STRUCTS
@@ -122,7 +123,7 @@ def test_table_covers_every_public_raw_function():
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_table_matches_the_c_parameter_names(name):
-    """spec §3: the raw layer keeps the C parameter names, in C order."""
+    """docs/runtime-model.md §3: the raw layer keeps the C parameter names, in C order."""
     params = list(inspect.signature(getattr(raw, name)).parameters)
     expected = [arg for arg, _, _ in SIGNATURES[name]]
     if name == "aclInit":
@@ -141,7 +142,7 @@ def test_valid_values_pass_the_type_checks(dev, name):
         pytest.skip(f"{name}: {exc}")
 
 
-# -- raw layer: wrong types -> TypeError -----------------------------------------------
+# -- raw layer: wrong types -> TypeError -----------------------------------------------------------
 @pytest.mark.parametrize("bad", WRONG_TYPES, ids=repr)
 @pytest.mark.parametrize(("name", "arg", "ctype"), INT_ARGS)
 def test_raw_wrong_type_is_type_error(dev, name, arg, ctype, bad):
@@ -157,7 +158,7 @@ def test_raw_wrong_type_works_without_a_context(backend, name, arg, ctype):
         _call(name, **{arg: "1"})
 
 
-# -- raw layer: out of the C range -> ValueError (not an AclError) ---------------------
+# -- raw layer: out of the C range -> ValueError (not an AclError) ---------------------------------
 @pytest.mark.parametrize(
     ("name", "arg", "ctype", "bad"),
     [(n, a, c, v) for n, a, c in INT_ARGS for v in _OUT_OF_RANGE[c]],
@@ -171,14 +172,15 @@ def test_raw_out_of_range_is_value_error(dev, name, arg, ctype, bad):
 
 @pytest.mark.parametrize("name", ["aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached"])
 def test_raw_malloc_size_t_max_overflows_to_100000(dev, name):
-    """spec §3.5 step 3: SIZE_MAX is a valid size_t but the rounding overflows -> 100000."""
+    """docs/runtime-model.md §3.5 step 3: SIZE_MAX is a valid size_t but the rounding overflows ->
+    100000."""
     with pytest.raises(InvalidParamError) as e:
         getattr(raw, name)(2**64 - 1, MallocPolicy.HUGE_FIRST)
     assert e.value.code == 100000
 
 
 def test_raw_dvpp_malloc_size_t_max_overflows_to_100000(dev):
-    """spec §3.8: acldvppMalloc overflow -> 100000."""
+    """docs/runtime-model.md §3.8: acldvppMalloc overflow -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.acldvppMalloc(2**64 - 1)
     assert e.value.code == 100000
@@ -187,7 +189,8 @@ def test_raw_dvpp_malloc_size_t_max_overflows_to_100000(dev):
 @pytest.mark.parametrize("name", ["aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached",
                                   "aclrtMallocHost"])
 def test_raw_malloc_size_0_is_100000(dev, name):
-    """spec §3.5 step 2 / §3.7: size 0 -> 100000 (an AclError, never a silent success)."""
+    """docs/runtime-model.md §3.5 step 2 / §3.7: size 0 -> 100000 (an AclError, never a silent
+    success)."""
     with pytest.raises(InvalidParamError) as e:
         _call(name, size=0)
     assert e.value.code == 100000
@@ -196,7 +199,8 @@ def test_raw_malloc_size_0_is_100000(dev, name):
 @pytest.mark.parametrize("name", ["aclrtSetDevice", "aclrtResetDevice"])
 @pytest.mark.parametrize("device", [-1, 2**31 - 1, -(2**31)])
 def test_raw_int32_device_outside_device_range_is_107001(dev, name, device):
-    """spec §3.2: a valid int32 outside [0, count) reaches the runtime -> 107001."""
+    """docs/runtime-model.md §3.2: a valid int32 outside [0, count) reaches the runtime ->
+    107001."""
     with pytest.raises(InvalidDeviceIdError) as e:
         getattr(raw, name)(device)
     assert e.value.code == 107001
@@ -220,7 +224,7 @@ def test_raw_no_arg_calls_reject_arguments(dev, name):
 
 @pytest.mark.parametrize("bad", [5, 1.5, True, [b"x"], object()], ids=repr)
 def test_raw_acl_init_config_path_wrong_type(backend, bad):
-    """spec §3.1: configPath is a path or None; anything else -> TypeError."""
+    """docs/runtime-model.md §3.1: configPath is a path or None; anything else -> TypeError."""
     with pytest.raises(TypeError):
         raw.aclInit(bad)
 
@@ -233,7 +237,7 @@ def test_raw_acl_init_config_path_with_nul_is_value_error(backend, bad):
     assert not isinstance(e.value, AclError)
 
 
-# -- Pythonic layer: Device ------------------------------------------------------------
+# -- Pythonic layer: Device ------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", ["0", None, 1.5, True, b"0"], ids=repr)
 def test_device_wrong_type_is_type_error(backend, bad):
     """Device(id) takes an int32 device id; Device("0") -> TypeError."""
@@ -250,14 +254,15 @@ def test_device_out_of_int32_is_value_error(backend, bad):
 
 @pytest.mark.parametrize("device", [-1, 2**31 - 1])
 def test_device_set_current_outside_range_is_107001(backend, device):
-    """spec §3.2: Device(-1).set_current() -> 107001 (an AclError, no crash)."""
+    """docs/runtime-model.md §3.2: Device(-1).set_current() -> 107001 (an AclError, no crash)."""
     with pytest.raises(InvalidDeviceIdError) as e:
         acl_mem.Device(device).set_current()
     assert e.value.code == 107001
 
 
 def test_device_set_current_at_device_count_is_107001(backend):
-    """spec §3.2: the id equal to the device count is outside [0, count) -> 107001."""
+    """docs/runtime-model.md §3.2: the id equal to the device count is outside [0, count) ->
+    107001."""
     count = acl_mem.Device.count()
     with pytest.raises(InvalidDeviceIdError) as e:
         acl_mem.Device(count).set_current()
@@ -295,7 +300,7 @@ def test_device_malloc_policy_wrong_type_is_type_error(dev, method, bad):
 
 @pytest.mark.parametrize("method", ["malloc", "malloc_align32", "malloc_cached", "malloc_host"])
 def test_device_malloc_size_0_is_100000(dev, method):
-    """spec §3.5/§3.7: size 0 -> InvalidParamError 100000."""
+    """docs/runtime-model.md §3.5/§3.7: size 0 -> InvalidParamError 100000."""
     with pytest.raises(InvalidParamError) as e:
         getattr(dev, method)(0)
     assert e.value.code == 100000
@@ -335,7 +340,7 @@ def test_other_device_while_device_0_is_current(dev, call):
     assert dev.mem_info(MemAttr.HBM_MEM) == before
 
 
-# -- Pythonic layer: buffers -----------------------------------------------------------
+# -- Pythonic layer: buffers -----------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [7, None, "abcd", 1.5, object()], ids=repr)
 def test_copy_from_non_buffer_is_type_error(dev, bad):
     """copy_from an int / None / str -> TypeError."""
@@ -527,7 +532,8 @@ def test_freed_buffer_as_copy_peer_raises(dev, direction):
 
 
 def test_buffer_of_a_reset_device_is_freed(dev):
-    """spec §3.2: resetting a device to zero references releases its memory -> FreedBufferError."""
+    """docs/runtime-model.md §3.2: resetting a device to zero references releases its memory ->
+    FreedBufferError."""
     need_two_devices()
     with acl_mem.Device(1) as one:
         buf = one.malloc(16)
@@ -562,7 +568,8 @@ def test_copy_between_devices_0_and_1_is_value_error(dev):
 
 
 def test_raw_copies_between_devices_0_and_1_are_107000_sync_and_async(dev):
-    """spec §3.10 (fidelity row 4): device memory of two devices in one copy -> 107000,
+    """docs/runtime-model.md §3.10 (docs/fidelity.md row 4): device memory of two devices in one
+    copy -> 107000,
     queued or not; nothing is copied."""
     need_two_devices()
     b0 = dev.malloc(16)

@@ -1,6 +1,6 @@
 """The Pythonic layer: Device as a context manager and the owning buffers.
 
-Sizes follow spec §3.5 / §3.7-§3.9 / §7, copies §3.10, memset §3.11, address
+Sizes follow docs/runtime-model.md §3.5 / §3.7-§3.9 / §7, copies §3.10, memset §3.11, address
 queries §4.8-§4.9, device references §3.2. Expected numbers are written out by hand.
 """
 
@@ -50,7 +50,8 @@ def _pattern(n: int, seed: int = 7) -> bytes:
 
 
 def _dvpp_malloc(dev: acl_mem.Device, size: int, **kwargs: Any) -> acl_mem.DeviceBuffer:
-    """dvpp_malloc, skipping on SoCs without separate DVPP memory (950, spec §3.8)."""
+    """dvpp_malloc, skipping on SoCs without separate DVPP memory (950, docs/runtime-model.md
+    §3.8)."""
     try:
         return dev.dvpp_malloc(size, **kwargs)
     except FeatureNotSupportError as exc:
@@ -63,11 +64,12 @@ def _kinds(spy: Any) -> list[int]:
     return [int(call.args[4]) for call in spy.call_args_list]
 
 
-# -- Device ---------------------------------------------------------------------------------
+# -- Device ----------------------------------------------------------------------------------------
 
 
 def test_device_context_manager_sets_and_resets_for_calling_thread_spec_3_2(backend):
-    """spec §3.2: ``with Device(0)`` sets device 0 in this thread and resets it at exit."""
+    """docs/runtime-model.md §3.2: ``with Device(0)`` sets device 0 in this thread and resets it at
+    exit."""
 
     def body() -> tuple[Any, ...]:
         before = _catch(raw.aclrtGetDevice)
@@ -93,7 +95,8 @@ def test_device_context_manager_sets_and_resets_for_calling_thread_spec_3_2(back
 
 
 def test_device_context_manager_is_per_thread_spec_3_2(dev):
-    """spec §3.2: a thread with no device of its own gets 107002 while another holds one."""
+    """docs/runtime-model.md §3.2: a thread with no device of its own gets 107002 while another
+    holds one."""
     _, error = in_fresh_thread(raw.aclrtGetDevice)
     assert isinstance(error, ContextNullError)
     assert error.code == 107002
@@ -101,7 +104,8 @@ def test_device_context_manager_is_per_thread_spec_3_2(dev):
 
 
 def test_nested_device_blocks_keep_the_device_spec_3_2(dev):
-    """spec §3.2: an inner ``with Device(0)`` adds a reference; its exit keeps the memory."""
+    """docs/runtime-model.md §3.2: an inner ``with Device(0)`` adds a reference; its exit keeps the
+    memory."""
     with acl_mem.Device(0) as inner:
         buf = inner.malloc(100)
         buf.memset(0x5A)
@@ -112,7 +116,8 @@ def test_nested_device_blocks_keep_the_device_spec_3_2(dev):
 
 
 def test_allocating_on_a_device_that_is_not_current_raises(dev):
-    """spec §3.2: allocation runs in the current context; another device must not be used."""
+    """docs/runtime-model.md §3.2: allocation runs in the current context; another device must not
+    be used."""
     if acl_mem.Device.count() < 2:
         pytest.skip("needs two devices")
     other = acl_mem.Device(1)
@@ -123,14 +128,15 @@ def test_allocating_on_a_device_that_is_not_current_raises(dev):
 
 
 def test_malloc_without_current_device_raises_context_null_spec_3_5(backend):
-    """spec §3.5: a thread that never set a device gets 107002 from aclrtMalloc."""
+    """docs/runtime-model.md §3.5: a thread that never set a device gets 107002 from aclrtMalloc."""
     _, error = in_fresh_thread(lambda: acl_mem.Device(0).malloc(100))
     assert isinstance(error, ContextNullError)
     assert error.code == 107002
 
 
 def test_malloc_size_checks_spec_3_5(dev):
-    """spec §3.5: size 0 -> 100000; sizes that are not a size_t never reach the runtime."""
+    """docs/runtime-model.md §3.5: size 0 -> 100000; sizes that are not a size_t never reach the
+    runtime."""
     with pytest.raises(InvalidParamError) as e:
         dev.malloc(0)
     assert e.value.code == 100000
@@ -145,9 +151,10 @@ def test_malloc_size_checks_spec_3_5(dev):
         dev.malloc(True)
 
 
-# -- identity and sizes ---------------------------------------------------------------------
+# -- identity and sizes ----------------------------------------------------------------------------
 
-# (method, size, policy, {SoC padding: allocated bytes}) — spec §3.5, §3.7-§3.9, §7.
+# (method, size, policy, {SoC padding: allocated bytes}) — docs/runtime-model.md §3.5, §3.7-§3.9,
+# §7.
 _SIZES = [
     ("malloc", 100, MallocPolicy.HUGE_FIRST, {32: 160, 16: 128, 0: 128}),
     ("malloc", 1, MallocPolicy.HUGE_FIRST, {32: 64, 16: 32, 0: 32}),
@@ -157,18 +164,19 @@ _SIZES = [
     ("malloc_align32", 100, MallocPolicy.HUGE_FIRST, {32: 128, 16: 128, 0: 128}),
     ("malloc_align32", 1, MallocPolicy.HUGE_FIRST, {32: 32, 16: 32, 0: 32}),
     ("malloc_align32", 33, MallocPolicy.HUGE_FIRST, {32: 64, 16: 64, 0: 64}),
-    # OR-ed flags are not an error and keep the padding (spec §3.5, §3.13).
+    # OR-ed flags are not an error and keep the padding (docs/runtime-model.md §3.5, §3.13).
     ("malloc", 100, MallocPolicy.HUGE_FIRST | MallocPolicy.TYPE_HIGH_BAND_WIDTH,
      {32: 160, 16: 128, 0: 128}),
     # The HUGE1G_ONLY_P2P value drops the padding for aclrtMallocCached too, although
-    # Cached then allocates with the default policy (spec §3.5).
+    # Cached then allocates with the default policy (docs/runtime-model.md §3.5).
     ("malloc_cached", 100, MallocPolicy.HUGE1G_ONLY_P2P, {32: 128, 16: 128, 0: 128}),
 ]
 
 
 @pytest.mark.parametrize(("method", "size", "policy", "expected"), _SIZES)
 def test_device_buffer_identity_and_allocated_size_spec_3_5(dev, method, size, policy, expected):
-    """spec §3.5/§7: aclrtMalloc(100) -> 160 on padding-32 SoCs, Align32(100) -> 128."""
+    """docs/runtime-model.md §3.5/§7: aclrtMalloc(100) -> 160 on padding-32 SoCs, Align32(100) ->
+    128."""
     api = {"malloc": AllocApi.MALLOC, "malloc_cached": AllocApi.MALLOC_CACHED,
            "malloc_align32": AllocApi.MALLOC_ALIGN32}[method]
     buf = getattr(dev, method)(size, policy)
@@ -176,7 +184,7 @@ def test_device_buffer_identity_and_allocated_size_spec_3_5(dev, method, size, p
         assert isinstance(buf, acl_mem.DeviceBuffer)
         assert isinstance(buf.ptr, int)
         assert buf.ptr != 0
-        assert buf.ptr % 64 == 0  # documented start alignment (spec §3.5)
+        assert buf.ptr % 64 == 0  # documented start alignment (docs/runtime-model.md §3.5)
         assert buf.size == size
         assert buf.allocated_size == expected[_padding()]
         assert buf.api is api
@@ -189,7 +197,7 @@ def test_device_buffer_identity_and_allocated_size_spec_3_5(dev, method, size, p
 
 
 def test_huge1g_policy_has_no_padding_spec_3_5(dev):
-    """spec §3.5: HUGE1G_ONLY drops the SoC padding: aclrtMalloc(100) -> 128."""
+    """docs/runtime-model.md §3.5: HUGE1G_ONLY drops the SoC padding: aclrtMalloc(100) -> 128."""
     try:
         buf = dev.malloc(100, MallocPolicy.HUGE1G_ONLY)
     except FeatureNotSupportError as exc:
@@ -202,7 +210,8 @@ def test_huge1g_policy_has_no_padding_spec_3_5(dev):
 
 
 def test_host_buffer_identity_and_allocated_size_spec_3_7(dev):
-    """spec §3.7: aclrtMallocHost rounds to 32 without padding: 100 -> 128, 1 -> 32."""
+    """docs/runtime-model.md §3.7: aclrtMallocHost rounds to 32 without padding: 100 -> 128, 1 ->
+    32."""
     with dev.malloc_host(100) as host, dev.malloc_host(1) as tiny:
         assert isinstance(host, acl_mem.HostBuffer)
         assert host.ptr % 64 == 0
@@ -218,7 +227,8 @@ def test_host_buffer_identity_and_allocated_size_spec_3_7(dev):
     [("acldvppMalloc", "acldvppFree"), ("hi_mpi_dvpp_malloc", "hi_mpi_dvpp_free")],
 )
 def test_dvpp_malloc_spec_3_8_3_9(dev, backend, mocker, api, free_call):
-    """spec §3.8/§3.9: DVPP memory is ALIGN_UP(size,32)+32 bytes, 128-byte aligned."""
+    """docs/runtime-model.md §3.8/§3.9: DVPP memory is ALIGN_UP(size,32)+32 bytes, 128-byte
+    aligned."""
     spy = mocker.spy(backend, free_call)
     buf = _dvpp_malloc(dev, 100, api=api)
     assert isinstance(buf, acl_mem.DeviceBuffer)
@@ -234,25 +244,25 @@ def test_dvpp_malloc_spec_3_8_3_9(dev, backend, mocker, api, free_call):
 
 
 def test_dvpp_malloc_default_api_and_one_byte_spec_3_8(dev):
-    """spec §3.8: acldvppMalloc is the default; 1 byte -> 64."""
+    """docs/runtime-model.md §3.8: acldvppMalloc is the default; 1 byte -> 64."""
     with _dvpp_malloc(dev, 1) as buf:
         assert buf.api is AllocApi.DVPP_MALLOC
         assert buf.allocated_size == 64
 
 
 def test_dvpp_malloc_rejects_non_dvpp_api(dev):
-    """spec §3.8/§3.9: dvpp_malloc allocates media memory only."""
+    """docs/runtime-model.md §3.8/§3.9: dvpp_malloc allocates media memory only."""
     with pytest.raises(ValueError):
         dev.dvpp_malloc(100, api="aclrtMalloc")
     with pytest.raises(ValueError):
         dev.dvpp_malloc(100, api="nonsense")
 
 
-# -- lifetime -------------------------------------------------------------------------------
+# -- lifetime --------------------------------------------------------------------------------------
 
 
 def test_free_is_idempotent_spec_3_6(dev, backend, mocker):
-    """spec §3.6: free() calls aclrtFree once; a second free() does nothing."""
+    """docs/runtime-model.md §3.6: free() calls aclrtFree once; a second free() does nothing."""
     spy = mocker.spy(backend, "aclrtFree")
     buf = dev.malloc(100)
     buf.free()
@@ -262,7 +272,8 @@ def test_free_is_idempotent_spec_3_6(dev, backend, mocker):
 
 
 def test_with_block_frees_at_exit_spec_3_6(dev):
-    """spec §3.6/§3.12: the pool's free bytes return to their start value after the block."""
+    """docs/runtime-model.md §3.6/§3.12: the pool's free bytes return to their start value after the
+    block."""
     start = dev.mem_info(MemAttr.HBM_MEM).free
     with dev.malloc(3 * MiB) as buf:
         assert dev.mem_info(MemAttr.HBM_MEM).free <= start - buf.allocated_size
@@ -271,7 +282,7 @@ def test_with_block_frees_at_exit_spec_3_6(dev):
 
 
 def test_freed_buffer_raises_freed_buffer_error(dev):
-    """spec §3.6: a freed pointer must not be used; the buffer says so."""
+    """docs/runtime-model.md §3.6: a freed pointer must not be used; the buffer says so."""
     buf = dev.malloc(100)
     buf.free()
     with pytest.raises(FreedBufferError):
@@ -294,7 +305,7 @@ def test_freed_buffer_raises_freed_buffer_error(dev):
 
 
 def test_freed_host_buffer_raises_freed_buffer_error(dev):
-    """spec §3.7: a freed host buffer gives no view and no data."""
+    """docs/runtime-model.md §3.7: a freed host buffer gives no view and no data."""
     host = dev.malloc_host(64)
     host.free()
     with pytest.raises(FreedBufferError):
@@ -306,7 +317,8 @@ def test_freed_host_buffer_raises_freed_buffer_error(dev):
 
 
 def test_forgotten_buffer_is_freed_by_finalizer_spec_3_6(dev, backend, mocker):
-    """spec §3.6: a dropped buffer is freed on collection and its pages come back."""
+    """docs/runtime-model.md §3.6: a dropped buffer is freed on collection and its pages come
+    back."""
     start = dev.mem_info(MemAttr.HBM_MEM).free
     spy = mocker.spy(backend, "aclrtFree")
     buf = dev.malloc(3 * MiB)
@@ -318,7 +330,7 @@ def test_forgotten_buffer_is_freed_by_finalizer_spec_3_6(dev, backend, mocker):
 
 
 def test_buffer_after_device_reset_reports_freed_spec_3_2(backend, mocker):
-    """spec §3.2: resetting the device to zero references releases its memory."""
+    """docs/runtime-model.md §3.2: resetting the device to zero references releases its memory."""
     spy = mocker.spy(backend, "aclrtFree")
     device = acl_mem.Device(0)
     with device:
@@ -340,7 +352,8 @@ def test_buffer_after_device_reset_reports_freed_spec_3_2(backend, mocker):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_finalizer_does_nothing_in_forked_child(dev, backend, mocker):
-    """spec §3.6: a forked child does not own the parent's device memory; never free it."""
+    """docs/runtime-model.md §3.6: a forked child does not own the parent's device memory; never
+    free it."""
     dropped = dev.malloc(100)
     freed_explicitly = dev.malloc(100)
     spy = mocker.spy(backend, "aclrtFree")
@@ -374,12 +387,12 @@ def test_finalizer_does_nothing_in_forked_child(dev, backend, mocker):
     assert spy.call_count == 2
 
 
-# -- copies ---------------------------------------------------------------------------------
+# -- copies ----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("source", ["bytes", "bytearray", "memoryview", "numpy"])
 def test_copy_from_host_object_is_h2d_spec_3_10(dev, backend, mocker, source):
-    """spec §3.10: copy from host objects with offsets and counts, kind H2D (1)."""
+    """docs/runtime-model.md §3.10: copy from host objects with offsets and counts, kind H2D (1)."""
     data = _pattern(64, seed=3)
     src = {
         "bytes": lambda: data,
@@ -402,7 +415,8 @@ def test_copy_from_host_object_is_h2d_spec_3_10(dev, backend, mocker, source):
 
 @pytest.mark.parametrize("target", ["bytearray", "memoryview", "numpy"])
 def test_copy_to_host_object_is_d2h_spec_3_10(dev, backend, mocker, target):
-    """spec §3.10: copy to writable host objects with offsets and counts, kind D2H (2)."""
+    """docs/runtime-model.md §3.10: copy to writable host objects with offsets and counts, kind D2H
+    (2)."""
     data = _pattern(100, seed=11)
     storage = bytearray(b"\xee" * 64)
     dst = {
@@ -421,7 +435,7 @@ def test_copy_to_host_object_is_d2h_spec_3_10(dev, backend, mocker, target):
 
 
 def test_copy_between_device_buffers_is_d2d_spec_3_10(dev, backend, mocker):
-    """spec §3.10: device to device copies pass kind D2D (3)."""
+    """docs/runtime-model.md §3.10: device to device copies pass kind D2D (3)."""
     data = _pattern(200, seed=5)
     with dev.malloc(200) as src, dev.malloc_align32(150) as dst:
         src.copy_from(data)
@@ -437,7 +451,7 @@ def test_copy_between_device_buffers_is_d2d_spec_3_10(dev, backend, mocker):
 
 
 def test_copies_with_host_buffers_pick_the_kind_spec_3_10(dev, backend, mocker):
-    """spec §3.10: HostBuffer is host memory: H2D, D2H and H2H as the sides say."""
+    """docs/runtime-model.md §3.10: HostBuffer is host memory: H2D, D2H and H2H as the sides say."""
     data = _pattern(96, seed=13)
     with dev.malloc_host(96) as host, dev.malloc_host(96) as host2, dev.malloc(96) as device:
         spy = mocker.spy(backend, "aclrtMemcpy")
@@ -452,7 +466,7 @@ def test_copies_with_host_buffers_pick_the_kind_spec_3_10(dev, backend, mocker):
 
 
 def test_read_returns_bytes_spec_3_10(dev):
-    """spec §3.10: read() is a D2H copy into a new bytes object."""
+    """docs/runtime-model.md §3.10: read() is a D2H copy into a new bytes object."""
     data = _pattern(100, seed=17)
     with dev.malloc(100) as buf:
         buf.copy_from(data)
@@ -467,7 +481,8 @@ def test_read_returns_bytes_spec_3_10(dev):
 
 
 def test_copy_bounds_use_the_requested_size(dev, backend, mocker):
-    """spec §3.5: the padding belongs to the runtime; copies stay inside the requested size."""
+    """docs/runtime-model.md §3.5: the padding belongs to the runtime; copies stay inside the
+    requested size."""
     with dev.malloc(100) as buf:
         spy = mocker.spy(backend, "aclrtMemcpy")
         with pytest.raises(ValueError):
@@ -488,7 +503,8 @@ def test_copy_bounds_use_the_requested_size(dev, backend, mocker):
 
 
 def test_copy_rejects_unusable_host_objects(dev, backend, mocker):
-    """spec §3.10: only contiguous buffers; read-only objects cannot be written to."""
+    """docs/runtime-model.md §3.10: only contiguous buffers; read-only objects cannot be written
+    to."""
     with dev.malloc(64) as buf:
         spy = mocker.spy(backend, "aclrtMemcpy")
         with pytest.raises(ValueError):
@@ -501,7 +517,7 @@ def test_copy_rejects_unusable_host_objects(dev, backend, mocker):
 
 
 def test_copy_accepts_multibyte_numpy_arrays(dev):
-    """spec §3.10: a numpy array is copied as its bytes."""
+    """docs/runtime-model.md §3.10: a numpy array is copied as its bytes."""
     values = np.arange(25, dtype=np.float32)
     out = np.zeros(25, dtype=np.float32)
     with dev.malloc(values.nbytes) as buf:
@@ -510,11 +526,11 @@ def test_copy_accepts_multibyte_numpy_arrays(dev):
     np.testing.assert_array_equal(out, values)
 
 
-# -- memset ---------------------------------------------------------------------------------
+# -- memset ----------------------------------------------------------------------------------------
 
 
 def test_memset_fills_spec_3_11(dev):
-    """spec §3.11: memset writes the byte value over the range."""
+    """docs/runtime-model.md §3.11: memset writes the byte value over the range."""
     with dev.malloc(100) as buf:
         buf.memset(0xAB)
         assert buf.read() == b"\xab" * 100
@@ -527,7 +543,7 @@ def test_memset_fills_spec_3_11(dev):
 
 
 def test_memset_checks_value_and_range_spec_3_11(dev):
-    """spec §3.11: value is one byte; the range stays inside the requested size."""
+    """docs/runtime-model.md §3.11: value is one byte; the range stays inside the requested size."""
     with dev.malloc(100) as buf:
         with pytest.raises(ValueError):
             buf.memset(256)
@@ -538,17 +554,18 @@ def test_memset_checks_value_and_range_spec_3_11(dev):
 
 
 def test_memset_on_host_buffer_spec_3_11(dev):
-    """spec §3.11: host memory from aclrtMallocHost can be memset too."""
+    """docs/runtime-model.md §3.11: host memory from aclrtMallocHost can be memset too."""
     with dev.malloc_host(40) as host:
         host.memset(0x42)
         assert bytes(host.view()) == b"\x42" * 40
 
 
-# -- host buffers ---------------------------------------------------------------------------
+# -- host buffers ----------------------------------------------------------------------------------
 
 
 def test_host_view_is_writable_and_shared_with_numpy_spec_3_7(dev):
-    """spec §3.7: pinned host memory can be used in place: numpy writes reach the device."""
+    """docs/runtime-model.md §3.7: pinned host memory can be used in place: numpy writes reach the
+    device."""
     data = _pattern(128, seed=23)
     with dev.malloc_host(128) as host, dev.malloc(128) as device:
         view = host.view()
@@ -570,7 +587,7 @@ def test_host_view_is_writable_and_shared_with_numpy_spec_3_7(dev):
 
 
 def test_host_numpy_spec_3_7(dev):
-    """spec §3.7: HostBuffer.numpy() is an array over the memory itself."""
+    """docs/runtime-model.md §3.7: HostBuffer.numpy() is an array over the memory itself."""
     with dev.malloc_host(64) as host:
         array = host.numpy()
         assert isinstance(array, np.ndarray)
@@ -586,7 +603,8 @@ def test_host_numpy_spec_3_7(dev):
 
 
 def test_host_free_with_live_view_raises_buffer_error_spec_3_7(dev):
-    """spec §3.7: freeing under a live view is refused; after `del view` it works."""
+    """docs/runtime-model.md §3.7: freeing under a live view is refused; after `del view` it
+    works."""
     host = dev.malloc_host(64)
     view = host.view()
     with pytest.raises(BufferError):
@@ -600,7 +618,7 @@ def test_host_free_with_live_view_raises_buffer_error_spec_3_7(dev):
 
 
 def test_host_free_after_view_release(dev):
-    """spec §3.7: memoryview.release() ends the view as well."""
+    """docs/runtime-model.md §3.7: memoryview.release() ends the view as well."""
     host = dev.malloc_host(64)
     view = host.view()
     view.release()
@@ -609,7 +627,7 @@ def test_host_free_after_view_release(dev):
 
 
 def test_host_free_with_live_numpy_array_raises_buffer_error(dev):
-    """spec §3.7: an array over the memory is a view too."""
+    """docs/runtime-model.md §3.7: an array over the memory is a view too."""
     host = dev.malloc_host(64)
     array = host.numpy()
     with pytest.raises(BufferError):
@@ -620,7 +638,7 @@ def test_host_free_with_live_numpy_array_raises_buffer_error(dev):
 
 
 def test_dropped_host_buffer_is_freed_after_its_last_view(dev, backend, mocker):
-    """spec §3.7: memory of a dropped buffer stays valid while a view lives."""
+    """docs/runtime-model.md §3.7: memory of a dropped buffer stays valid while a view lives."""
     spy = mocker.spy(backend, "aclrtFreeHost")
     host = dev.malloc_host(64)
     view = host.view()
@@ -634,11 +652,11 @@ def test_dropped_host_buffer_is_freed_after_its_last_view(dev, backend, mocker):
     assert spy.call_count == 1
 
 
-# -- address queries ------------------------------------------------------------------------
+# -- address queries -------------------------------------------------------------------------------
 
 
 def test_address_range_contains_the_buffer_spec_4_8(dev):
-    """spec §4.8: the block holding ptr covers at least the allocated bytes."""
+    """docs/runtime-model.md §4.8: the block holding ptr covers at least the allocated bytes."""
     with dev.malloc(100) as buf, dev.malloc_host(100) as host:
         for b in (buf, host):
             base, size = b.address_range()
@@ -648,7 +666,7 @@ def test_address_range_contains_the_buffer_spec_4_8(dev):
 
 @pytest.mark.open_question(15)
 def test_address_range_is_page_rounded_spec_4_8(dev):
-    """spec §4.8/§8 Q15: psize = padded size rounded to its page (4 KiB / 2 MiB)."""
+    """docs/runtime-model.md §4.8/§8.15: psize = padded size rounded to its page (4 KiB / 2 MiB)."""
     with dev.malloc(100) as small, dev.malloc(3 * MiB) as large:
         assert small.address_range() == (small.ptr, 4096)
         # 3 MiB + padding > 1 MiB takes huge pages under HUGE_FIRST: 4 MiB.
@@ -656,7 +674,8 @@ def test_address_range_is_page_rounded_spec_4_8(dev):
 
 
 def test_attributes_spec_4_9(dev):
-    """spec §4.9: device memory reports DEVICE and the device id; host memory HOST, id 0."""
+    """docs/runtime-model.md §4.9: device memory reports DEVICE and the device id; host memory HOST,
+    id 0."""
     with dev.malloc(100) as buf, dev.malloc_host(100) as host:
         attrs = buf.attributes()
         assert attrs.type == MemLocationType.DEVICE
@@ -669,14 +688,14 @@ def test_attributes_spec_4_9(dev):
 
 @pytest.mark.open_question(15)
 def test_attributes_page_size_spec_4_9(dev):
-    """spec §4.9/§8 Q15: pageSize 4096 for normal pages, 2 MiB for huge pages."""
+    """docs/runtime-model.md §4.9/§8.15: pageSize 4096 for normal pages, 2 MiB for huge pages."""
     with dev.malloc(100) as small, dev.malloc(3 * MiB, MallocPolicy.HUGE_ONLY) as large:
         assert small.attributes().pageSize == 4096
         assert large.attributes().pageSize == 2 * MiB
 
 
 def test_attributes_report_user_device_id_spec_4_9(backend):
-    """spec §4.9: location.id is the device the memory belongs to."""
+    """docs/runtime-model.md §4.9: location.id is the device the memory belongs to."""
     if acl_mem.Device.count() < 2:
         pytest.skip("needs two devices")
     with acl_mem.Device(1) as device, device.malloc(100) as buf:
@@ -685,11 +704,12 @@ def test_attributes_report_user_device_id_spec_4_9(backend):
         assert buf.attributes().id == 1
 
 
-# -- repr -----------------------------------------------------------------------------------
+# -- repr ------------------------------------------------------------------------------------------
 
 
 def test_repr_of_live_and_freed_buffers(backend):
-    """repr works in every state: live, freed, and released by a device reset (spec §3.2)."""
+    """repr works in every state: live, freed, and released by a device reset (docs/runtime-model.md
+    §3.2)."""
     device = acl_mem.Device(0)
     with device:
         live = device.malloc(100)
@@ -706,7 +726,7 @@ def test_repr_of_live_and_freed_buffers(backend):
 
 
 def test_memcpy_kind_values_match_the_header_spec_2():
-    """spec §2: the kinds the layer passes are the header's values."""
+    """docs/runtime-model.md §2: the kinds the layer passes are the header's values."""
     assert (MemcpyKind.HOST_TO_HOST, MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST,
             MemcpyKind.DEVICE_TO_DEVICE) == (H2H, H2D, D2H, D2D)
 

@@ -1,4 +1,4 @@
-"""The fake's memory checker (issue 6): each finding provoked on purpose and reported.
+"""The fake's memory checker: each finding provoked on purpose and reported.
 
 On hardware these overwrites corrupt data silently; only the fake can show them.
 """
@@ -39,7 +39,7 @@ def kinds() -> list[str]:
 
 def test_writing_into_the_padding_is_reported_at_once_and_by_the_canary(checking):
     with acl_mem.Device(0) as dev:
-        buf = dev.malloc(100)  # 160 bytes really reserved (spec §3.5)
+        buf = dev.malloc(100)  # 160 bytes really reserved (docs/runtime-model.md §3.5)
         data = bytearray(b"x" * 120)
         raw.aclrtMemcpy(buf.ptr, 160, address(data), 120, 1)  # the runtime allows it
         found = acl_mem.check()

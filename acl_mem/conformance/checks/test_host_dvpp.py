@@ -1,8 +1,9 @@
-"""Conformance: aclrtMallocHost / aclrtFreeHost (spec §3.7), acldvppMalloc / acldvppFree
-(spec §3.8) and hi_mpi_dvpp_malloc / hi_mpi_dvpp_free (spec §3.9).
+"""Conformance: aclrtMallocHost / aclrtFreeHost (docs/runtime-model.md §3.7), acldvppMalloc /
+acldvppFree (docs/runtime-model.md §3.8) and hi_mpi_dvpp_malloc / hi_mpi_dvpp_free
+(docs/runtime-model.md §3.9).
 
 DVPP memory is huge-page memory: its use is observed in the huge-page pool
-(aclrtGetMemInfo), with expected numbers worked out here from the spec.
+(aclrtGetMemInfo), with expected numbers worked out here from the runtime model.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ DVPP_WINDOW = 16 * GiB
 
 DVPP_APIS = ["acldvppMalloc", "hi_mpi_dvpp_malloc"]
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def dvpp_malloc(api: str, size: int) -> int:
@@ -50,25 +51,25 @@ def dvpp_free(api: str, ptr: int) -> None:
         raw.hi_mpi_dvpp_free(ptr)
 
 
-# -- §3.7 aclrtMallocHost / aclrtFreeHost -----------------------------------------------
+# -- §3.7 aclrtMallocHost / aclrtFreeHost ----------------------------------------------------------
 
 
 def test_spec_3_7_malloc_host_size_zero_is_100000(dev):
-    """spec §3.7: aclrtMallocHost(size 0) -> 100000."""
+    """docs/runtime-model.md §3.7: aclrtMallocHost(size 0) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtMallocHost(0)
     assert e.value.code == 100000
 
 
 def test_spec_3_7_malloc_host_size_zero_is_100000_without_context(backend):
-    """spec §3.7: size 0 is an ACL-layer check: 100000 wins over "no context"."""
+    """docs/runtime-model.md §3.7: size 0 is an ACL-layer check: 100000 wins over "no context"."""
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtMallocHost(0))
     assert e.value.code == 100000
 
 
 def test_spec_3_7_malloc_host_null_output_is_100000(backend):
-    """spec §3.7: hostPtr == NULL -> 100000, with or without a context."""
+    """docs/runtime-model.md §3.7: hostPtr == NULL -> 100000, with or without a context."""
     assert raise_from_fresh_thread(lambda: backend.aclrtMallocHost(64, null_outputs=1))[0] == 100000
     raw.aclrtSetDevice(0)
     try:
@@ -78,14 +79,14 @@ def test_spec_3_7_malloc_host_null_output_is_100000(backend):
 
 
 def test_spec_3_7_malloc_host_without_context_is_107002(backend):
-    """spec §3.7: aclrtMallocHost in a thread without context -> 107002."""
+    """docs/runtime-model.md §3.7: aclrtMallocHost in a thread without context -> 107002."""
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtMallocHost(64))
     assert e.value.code == 107002
 
 
 def test_spec_3_7_malloc_host_is_64_byte_aligned(dev):
-    """spec §3.7: host memory starts 64-byte aligned; live blocks are distinct."""
+    """docs/runtime-model.md §3.7: host memory starts 64-byte aligned; live blocks are distinct."""
     ptrs = [raw.aclrtMallocHost(size) for size in (1, 31, 33, 64, 100, 4095, 4097, 1 * MiB)]
     try:
         for ptr in ptrs:
@@ -98,8 +99,8 @@ def test_spec_3_7_malloc_host_is_64_byte_aligned(dev):
 
 
 def test_spec_3_7_malloc_host_memory_is_writable_in_place(dev):
-    """spec §3.7: page-locked host memory: writable through a view, and copies to and
-    from the device carry the bytes."""
+    """docs/runtime-model.md §3.7: page-locked host memory: writable through a view, and copies to
+    and from the device carry the bytes."""
     pattern = bytes(range(200)) + bytes(56)
     with dev.malloc_host(256) as src, dev.malloc_host(256) as dst, dev.malloc(256) as devbuf:
         view = src.view()
@@ -116,7 +117,8 @@ def test_spec_3_7_malloc_host_memory_is_writable_in_place(dev):
 
 
 def test_spec_3_7_malloc_host_raw_pointer_is_the_memory(dev):
-    """spec §3.7: the returned pointer addresses the memory itself (host == CPU memory)."""
+    """docs/runtime-model.md §3.7: the returned pointer addresses the memory itself (host == CPU
+    memory)."""
     ptr = raw.aclrtMallocHost(100)
     try:
         ctypes.memmove(ptr, b"ascend-host", 11)
@@ -127,7 +129,7 @@ def test_spec_3_7_malloc_host_raw_pointer_is_the_memory(dev):
 
 @pytest.mark.parametrize(("size", "allocated"), [(1, 32), (32, 32), (33, 64), (100, 128)])
 def test_spec_3_7_malloc_host_allocated_size(dev, size, allocated):
-    """spec §3.7 / §7: aclrtMallocHost reserves ALIGN_UP(size, 32), no +32."""
+    """docs/runtime-model.md §3.7 / §7: aclrtMallocHost reserves ALIGN_UP(size, 32), no +32."""
     with dev.malloc_host(size) as buf:
         assert buf.size == size
         assert buf.allocated_size == allocated
@@ -135,7 +137,7 @@ def test_spec_3_7_malloc_host_allocated_size(dev, size, allocated):
 
 
 def test_spec_4_9_malloc_host_pointer_is_host_memory(dev):
-    """spec §4.9: aclrtMallocHost memory has location type HOST, id 0."""
+    """docs/runtime-model.md §4.9: aclrtMallocHost memory has location type HOST, id 0."""
     ptr = raw.aclrtMallocHost(100)
     try:
         attrs = raw.aclrtPointerGetAttributes(ptr)
@@ -146,7 +148,7 @@ def test_spec_4_9_malloc_host_pointer_is_host_memory(dev):
 
 
 def test_spec_3_7_free_host_null_is_100000(dev):
-    """spec §3.7: aclrtFreeHost(NULL) -> 100000."""
+    """docs/runtime-model.md §3.7: aclrtFreeHost(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtFreeHost(0)
     assert e.value.code == 100000
@@ -154,7 +156,7 @@ def test_spec_3_7_free_host_null_is_100000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_7_free_host_twice_is_107000(dev):
-    """spec §3.7 / §8 q1: freeing host memory twice -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.7 / §8 q1: freeing host memory twice -> 107000 (fake's choice)."""
     ptr = raw.aclrtMallocHost(64)
     raw.aclrtFreeHost(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -164,7 +166,7 @@ def test_spec_3_7_free_host_twice_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
-    """spec §3.7 / §8 q1: aclrtFreeHost only takes aclrtMallocHost memory: a device
+    """docs/runtime-model.md §3.7 / §8 q1: aclrtFreeHost only takes aclrtMallocHost memory: a device
     pointer, an interior pointer or plain host memory -> 107000 (fake's choice)."""
     host = raw.aclrtMallocHost(256)
     device = raw.aclrtMalloc(64, MallocPolicy.HUGE_FIRST)
@@ -179,13 +181,13 @@ def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
         raw.aclrtFreeHost(host)
 
 
-# -- §3.8 / §3.9 DVPP memory ----------------------------------------------------------
+# -- §3.8 / §3.9 DVPP memory -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
-    """spec §3.8 / §3.9: DVPP memory is huge-page memory: 1 byte -> one 2 MiB huge page,
-    nothing from the normal pool."""
+    """docs/runtime-model.md §3.8 / §3.9: DVPP memory is huge-page memory: 1 byte -> one 2 MiB huge
+    page, nothing from the normal pool."""
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, 1))
     assert (normal, huge) == (0, HUGE_PAGE)
     dvpp_free(api, ptr)
@@ -200,7 +202,8 @@ def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
     (6 * MiB - 1, 8 * MiB),
 ])
 def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
-    """spec §3.8 / §3.9: real size ALIGN_UP(size, 32) + 32, rounded to 2 MiB pages."""
+    """docs/runtime-model.md §3.8 / §3.9: real size ALIGN_UP(size, 32) + 32, rounded to 2 MiB
+    pages."""
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, size))
     assert (normal, huge) == (0, huge_bytes)
     dvpp_free(api, ptr)
@@ -208,7 +211,7 @@ def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
 
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
-    """spec §3.8 / §3.9: DVPP memory starts 128-byte aligned."""
+    """docs/runtime-model.md §3.8 / §3.9: DVPP memory starts 128-byte aligned."""
     ptrs = [dvpp_malloc(api, size) for size in (1, 33, 100, 4097, 2 * MiB + 1)]
     try:
         for ptr in ptrs:
@@ -222,7 +225,7 @@ def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
 
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
-    """spec §3.8 / §3.9: freeing DVPP memory returns its huge pages."""
+    """docs/runtime-model.md §3.8 / §3.9: freeing DVPP memory returns its huge pages."""
     before = free_pools()
     ptrs = [dvpp_malloc(api, 1), dvpp_malloc(api, 5 * MiB)]
     assert free_pools() == (before[0], before[1] - 2 * MiB - 6 * MiB)
@@ -233,8 +236,8 @@ def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
 
 @pytest.mark.open_question(11)
 def test_spec_3_8_dvpp_malloc_size_zero_succeeds(dev):
-    """spec §3.8 / §8 q11: acldvppMalloc has no size check: size 0 reserves 32 bytes
-    (one huge page) and succeeds."""
+    """docs/runtime-model.md §3.8 / §8 q11: acldvppMalloc has no size check: size 0 reserves 32
+    bytes (one huge page) and succeeds."""
     ptr, normal, huge = taken(lambda: raw.acldvppMalloc(0))
     assert ptr != 0
     assert ptr % 128 == 0
@@ -243,21 +246,21 @@ def test_spec_3_8_dvpp_malloc_size_zero_succeeds(dev):
 
 
 def test_spec_3_8_dvpp_malloc_null_output_is_100000(dev, backend):
-    """spec §3.8: acldvppMalloc(devPtr NULL) -> 100000; nothing is taken."""
+    """docs/runtime-model.md §3.8: acldvppMalloc(devPtr NULL) -> 100000; nothing is taken."""
     before = free_pools()
     assert backend.acldvppMalloc(64, null_outputs=1) == (100000, 0)
     assert free_pools() == before
 
 
 def test_spec_3_8_dvpp_malloc_overflow_is_100000(dev):
-    """spec §3.8: size arithmetic overflow -> 100000."""
+    """docs/runtime-model.md §3.8: size arithmetic overflow -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.acldvppMalloc(2**64 - 1)
     assert e.value.code == 100000
 
 
 def test_spec_3_8_dvpp_free_null_is_100000(dev):
-    """spec §3.8: acldvppFree(NULL) -> 100000."""
+    """docs/runtime-model.md §3.8: acldvppFree(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.acldvppFree(0)
     assert e.value.code == 100000
@@ -265,7 +268,7 @@ def test_spec_3_8_dvpp_free_null_is_100000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_double_free_is_107000(dev):
-    """spec §3.8 / §8 q1: freeing DVPP memory twice -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.8 / §8 q1: freeing DVPP memory twice -> 107000 (fake's choice)."""
     ptr = raw.acldvppMalloc(64)
     raw.acldvppFree(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -275,8 +278,8 @@ def test_spec_3_8_dvpp_double_free_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
-    """spec §3.6 / §3.8 / §8 q1: aclrtFree of a DVPP pointer -> 107000; the DVPP block
-    survives and acldvppFree still frees it."""
+    """docs/runtime-model.md §3.6 / §3.8 / §8 q1: aclrtFree of a DVPP pointer -> 107000; the DVPP
+    block survives and acldvppFree still frees it."""
     before = free_pools()
     ptr = raw.acldvppMalloc(64)
     during = free_pools()
@@ -290,8 +293,8 @@ def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
-    """spec §3.8 / §8 q1: acldvppFree of an aclrtMalloc pointer -> 107000; the block
-    survives and aclrtFree still frees it."""
+    """docs/runtime-model.md §3.8 / §8 q1: acldvppFree of an aclrtMalloc pointer -> 107000; the
+    block survives and aclrtFree still frees it."""
     before = free_pools()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
     during = free_pools()
@@ -305,7 +308,8 @@ def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
-    """spec §3.8 / §8 q1: acldvppFree of a pointer inside a DVPP block -> 107000."""
+    """docs/runtime-model.md §3.8 / §8 q1: acldvppFree of a pointer inside a DVPP block ->
+    107000."""
     ptr = raw.acldvppMalloc(4096)
     with pytest.raises(RtParamInvalidError) as e:
         raw.acldvppFree(ptr + 128)
@@ -314,8 +318,8 @@ def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
 
 
 def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
-    """spec §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes from
-    the current device whatever the id."""
+    """docs/runtime-model.md §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes
+    from the current device whatever the id."""
     for dev_id in (0, 7, 12345, 2**32 - 1):
         ptr, normal, huge = taken(partial(raw.hi_mpi_dvpp_malloc, dev_id, 100))
         assert (normal, huge) == (0, HUGE_PAGE)
@@ -328,7 +332,7 @@ def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
 
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
-    """spec §4.9: DVPP memory has location type DEVICE with the user device id."""
+    """docs/runtime-model.md §4.9: DVPP memory has location type DEVICE with the user device id."""
     ptr = dvpp_malloc(api, 100)
     attrs = raw.aclrtPointerGetAttributes(ptr)
     assert attrs.type == MemLocationType.DEVICE
@@ -337,8 +341,8 @@ def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
 
 
 def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
-    """spec §3.8: DVPP failure means the huge pages are insufficient -> 207001, even
-    while normal pages are free."""
+    """docs/runtime-model.md §3.8: DVPP failure means the huge pages are insufficient -> 207001,
+    even while normal pages are free."""
     huge0 = free_pools()[1]
     fill = raw.aclrtMallocAlign32(huge0 // HUGE_PAGE * HUGE_PAGE, MallocPolicy.HUGE_ONLY)
     try:
@@ -354,7 +358,7 @@ def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
         raw.aclrtFree(fill)
 
 
-# -- Pythonic Device.dvpp_malloc ---------------------------------------------------------
+# -- Pythonic Device.dvpp_malloc -------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("api", "expected_api"), [
@@ -363,8 +367,8 @@ def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
     ("hi_mpi_dvpp_malloc", AllocApi.HI_MPI_DVPP_MALLOC),
 ])
 def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
-    """spec §3.8 / §3.9 / §7: Device.dvpp_malloc: ALIGN_UP(size,32)+32 bytes (100 -> 160,
-    1 -> 64, 33 -> 96), 128-byte aligned, data round trip, pages back after free."""
+    """docs/runtime-model.md §3.8 / §3.9 / §7: Device.dvpp_malloc: ALIGN_UP(size,32)+32 bytes (100
+    -> 160, 1 -> 64, 33 -> 96), 128-byte aligned, data round trip, pages back after free."""
     before = free_pools()
     for size, allocated in ((100, 160), (1, 64), (33, 96), (64, 96)):
         with dev.dvpp_malloc(size, api=api) as buf:
@@ -380,7 +384,8 @@ def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
 
 
 def test_spec_3_8_device_dvpp_malloc_default_api_and_free(dev):
-    """spec §3.8: Device.dvpp_malloc defaults to acldvppMalloc; free() returns the page."""
+    """docs/runtime-model.md §3.8: Device.dvpp_malloc defaults to acldvppMalloc; free() returns the
+    page."""
     before = free_pools()
     buf = dev.dvpp_malloc(1)
     assert buf.api is AllocApi.DVPP_MALLOC
@@ -392,17 +397,19 @@ def test_spec_3_8_device_dvpp_malloc_default_api_and_free(dev):
 
 
 def test_spec_3_8_device_dvpp_malloc_rejects_other_apis(dev):
-    """spec §3.8 / §3.9: only acldvppMalloc and hi_mpi_dvpp_malloc make DVPP memory."""
+    """docs/runtime-model.md §3.8 / §3.9: only acldvppMalloc and hi_mpi_dvpp_malloc make DVPP
+    memory."""
     with pytest.raises(ValueError):
         dev.dvpp_malloc(64, api="aclrtMalloc")
 
 
-# -- fake-only -----------------------------------------------------------------------
+# -- fake-only -------------------------------------------------------------------------------------
 
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_8_ascend950_has_no_dvpp_memory(fake):
-    """spec §3.8: 950 has no separate DVPP memory (not in the product list) -> 207000."""
+    """docs/runtime-model.md §3.8: 950 has no separate DVPP memory (not in the product list) ->
+    207000."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0) as d:
         before = free_pools()
@@ -420,8 +427,8 @@ def test_spec_3_8_ascend950_has_no_dvpp_memory(fake):
 
 @pytest.mark.fake_only("exhausting the 16 GiB DVPP window needs 16 GiB of huge pages")
 def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
-    """spec §3.8 / §7: the DVPP address space is 16 GiB: 16 GiB - 32 (-> exactly 16 GiB)
-    fits, then even 1 byte -> 207001 while the huge pool still has room; other device
+    """docs/runtime-model.md §3.8 / §7: the DVPP address space is 16 GiB: 16 GiB - 32 (-> exactly 16
+    GiB) fits, then even 1 byte -> 207001 while the huge pool still has room; other device
     memory is unaffected; freeing makes room again."""
     with acl_mem.Device(0):
         assert free_pools()[1] > DVPP_WINDOW + 8 * MiB
@@ -441,7 +448,8 @@ def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
 
 @pytest.mark.fake_only("exhausting the 16 GiB DVPP window needs 16 GiB of huge pages")
 def test_spec_3_9_dvpp_window_is_shared_by_both_dvpp_apis(fake):
-    """spec §3.8 / §3.9: acldvppMalloc and hi_mpi_dvpp_malloc draw on one 16 GiB window."""
+    """docs/runtime-model.md §3.8 / §3.9: acldvppMalloc and hi_mpi_dvpp_malloc draw on one 16 GiB
+    window."""
     with acl_mem.Device(0):
         half = raw.acldvppMalloc(8 * GiB - 32)          # exactly 8 GiB
         other = raw.hi_mpi_dvpp_malloc(0, 8 * GiB - 32)  # the other 8 GiB
@@ -454,8 +462,8 @@ def test_spec_3_9_dvpp_window_is_shared_by_both_dvpp_apis(fake):
 
 @pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
 def test_spec_3_8_atlas_inference_has_dvpp_memory(fake):
-    """spec §3.8: Atlas inference products have DVPP memory: ALIGN_UP(size,32)+32 in
-    huge pages, 128-byte aligned."""
+    """docs/runtime-model.md §3.8: Atlas inference products have DVPP memory: ALIGN_UP(size,32)+32
+    in huge pages, 128-byte aligned."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
         ptr, normal, huge = taken(lambda: raw.acldvppMalloc(2 * MiB))

@@ -1,9 +1,10 @@
-"""Conformance: aclrtMalloc / aclrtMallocAlign32 / aclrtMallocCached (spec §3.5),
-aclrtFree (spec §3.6) and the page policies (spec §3.13).
+"""Conformance: aclrtMalloc / aclrtMallocAlign32 / aclrtMallocCached (docs/runtime-model.md §3.5),
+aclrtFree (docs/runtime-model.md §3.6) and the page policies (docs/runtime-model.md §3.13).
 
 Page use is observed through the pools aclrtGetMemInfo reports (free bytes before and
 after) and through aclrtMemGetAddressRange. Expected numbers are worked out here from
-the spec's formulas; the SoC padding comes from the SoC name (spec §3.5 [PLAT]).
+the runtime model's formulas; the SoC padding comes from the SoC name (docs/runtime-model.md §3.5
+[PLAT]).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ SIZE_T_MAX = 2**64 - 1
 
 APIS = ["aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached"]
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def alloc(api: str, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
@@ -55,8 +56,8 @@ def round_up(n: int, k: int) -> int:
 
 
 def spec_padded(api: str, size: int, policy: int) -> int:
-    """spec §3.5: ``floor((size + 32 + pad - 1) / 32) * 32``; pad is the SoC padding for
-    aclrtMalloc / aclrtMallocCached unless the policy is exactly HUGE1G_ONLY(_P2P)."""
+    """docs/runtime-model.md §3.5: ``floor((size + 32 + pad - 1) / 32) * 32``; pad is the SoC
+    padding for aclrtMalloc / aclrtMallocCached unless the policy is exactly HUGE1G_ONLY(_P2P)."""
     pad = padding() if api != "aclrtMallocAlign32" else 0
     if policy in (6, 7):
         pad = 0
@@ -80,16 +81,18 @@ def giant_taken(giant0: int) -> int:
 
 
 def no_p2p_soc() -> bool:
-    """P2P policies are not offered on Atlas inference / 200I/500 A2 (spec §3.5 Products)."""
+    """P2P policies are not offered on Atlas inference / 200I/500 A2 (docs/runtime-model.md §3.5
+    Products)."""
     return raw.aclrtGetSocName().startswith("Ascend310")
 
 
-# -- §3.5 check order ----------------------------------------------------------------------
+# -- §3.5 check order ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_size_zero_is_100000_even_without_context(backend, api):
-    """spec §3.5: size 0 -> 100000, decided in the ACL layer before the context lookup."""
+    """docs/runtime-model.md §3.5: size 0 -> 100000, decided in the ACL layer before the context
+    lookup."""
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(lambda: alloc(api, 0))
     assert e.value.code == 100000
@@ -97,7 +100,7 @@ def test_spec_3_5_size_zero_is_100000_even_without_context(backend, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_size_zero_is_100000_with_context(dev, api):
-    """spec §3.5: size 0 -> 100000 for every policy."""
+    """docs/runtime-model.md §3.5: size 0 -> 100000 for every policy."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, MallocPolicy.NORMAL_ONLY):
         with pytest.raises(InvalidParamError) as e:
             alloc(api, 0, policy)
@@ -106,7 +109,7 @@ def test_spec_3_5_size_zero_is_100000_with_context(dev, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_size_overflow_is_100000(dev, api):
-    """spec §3.5: size + append wrapping around size_t -> 100000 (not 207001)."""
+    """docs/runtime-model.md §3.5: size + append wrapping around size_t -> 100000 (not 207001)."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE1G_ONLY):
         with pytest.raises(InvalidParamError) as e:
             alloc(api, SIZE_T_MAX, policy)
@@ -115,7 +118,8 @@ def test_spec_3_5_size_overflow_is_100000(dev, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_size_overflow_is_100000_without_context(backend, api):
-    """spec §3.5: the overflow check is an ACL-layer check: it wins over "no context"."""
+    """docs/runtime-model.md §3.5: the overflow check is an ACL-layer check: it wins over "no
+    context"."""
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(lambda: alloc(api, SIZE_T_MAX))
     assert e.value.code == 100000
@@ -123,7 +127,7 @@ def test_spec_3_5_size_overflow_is_100000_without_context(backend, api):
 
 @pytest.mark.parametrize("api", ["aclrtMalloc", "aclrtMallocCached"])
 def test_spec_3_5_padded_size_overflow_is_100000(dev, api):
-    """spec §3.5: with the +32 append, 2**64 - 32 already wraps -> 100000."""
+    """docs/runtime-model.md §3.5: with the +32 append, 2**64 - 32 already wraps -> 100000."""
     if padding() == 0:
         pytest.skip("no padding on this SoC")
     with pytest.raises(InvalidParamError) as e:
@@ -133,8 +137,8 @@ def test_spec_3_5_padded_size_overflow_is_100000(dev, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_overflow_boundary_is_where_size_plus_append_wraps(backend, api):
-    """spec §3.5 step 3: 100000 exactly when size + 32 + pad exceeds size_t, before the
-    context lookup; one byte less is a valid size (then no context -> 107002)."""
+    """docs/runtime-model.md §3.5 step 3: 100000 exactly when size + 32 + pad exceeds size_t, before
+    the context lookup; one byte less is a valid size (then no context -> 107002)."""
     pad = 0 if api == "aclrtMallocAlign32" else padding()
     first_wrapping = 2**64 - 32 - pad
     with pytest.raises(InvalidParamError) as e:
@@ -147,7 +151,7 @@ def test_spec_3_5_overflow_boundary_is_where_size_plus_append_wraps(backend, api
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_no_context_is_107002(backend, api):
-    """spec §3.5: a valid request in a thread without context -> 107002."""
+    """docs/runtime-model.md §3.5: a valid request in a thread without context -> 107002."""
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, 0x1000):
         with pytest.raises(ContextNullError) as e:
             raise_from_fresh_thread(partial(alloc, api, 1, policy))
@@ -156,7 +160,8 @@ def test_spec_3_5_no_context_is_107002(backend, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_null_devptr_is_100000(backend, api):
-    """spec §3.5: devPtr == NULL -> 100000, first of all checks (before size and context)."""
+    """docs/runtime-model.md §3.5: devPtr == NULL -> 100000, first of all checks (before size and
+    context)."""
     call = getattr(backend, api)
     # Without a context, and with size 0 too: NULL is checked first.
     assert raise_from_fresh_thread(lambda: call(16, 0, null_outputs=1))[0] == 100000
@@ -171,12 +176,13 @@ def test_spec_3_5_null_devptr_is_100000(backend, api):
         raw.aclrtResetDevice(0)
 
 
-# -- §3.5 / §3.13 size rounding and page kinds ----------------------------------------
+# -- §3.5 / §3.13 size rounding and page kinds -----------------------------------------------------
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_small_request_uses_one_normal_page(dev, api):
-    """spec §3.5: aclrtMalloc(1) -> 64 bytes (32 for Align32) -> one 4 KiB normal page."""
+    """docs/runtime-model.md §3.5: aclrtMalloc(1) -> 64 bytes (32 for Align32) -> one 4 KiB normal
+    page."""
     ptr, normal, huge = taken(lambda: alloc(api, 1))
     assert (normal, huge) == (NORMAL_PAGE, 0)
     raw.aclrtFree(ptr)
@@ -185,7 +191,8 @@ def test_spec_3_5_small_request_uses_one_normal_page(dev, api):
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_small_request_address_range_is_one_page(dev, api):
-    """spec §3.5 / §4.8 / §8 q15: a 64-byte block reports (ptr, 4096), also from inside."""
+    """docs/runtime-model.md §3.5 / §4.8 / §8 q15: a 64-byte block reports (ptr, 4096), also from
+    inside."""
     ptr = alloc(api, 1)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, NORMAL_PAGE)
     assert raw.aclrtMemGetAddressRange(ptr + 40) == (ptr, NORMAL_PAGE)
@@ -193,8 +200,8 @@ def test_spec_4_8_small_request_address_range_is_one_page(dev, api):
 
 
 def test_spec_3_5_malloc_1mib_goes_huge_but_align32_1mib_goes_normal(dev):
-    """spec §3.5: HUGE_FIRST compares the padded size with 1 MiB: aclrtMalloc(1 MiB) is
-    1 MiB + 32 -> one 2 MiB huge page; aclrtMallocAlign32(1 MiB) is 1 MiB -> 256 normal
+    """docs/runtime-model.md §3.5: HUGE_FIRST compares the padded size with 1 MiB: aclrtMalloc(1
+    MiB) is 1 MiB + 32 -> one 2 MiB huge page; aclrtMallocAlign32(1 MiB) is 1 MiB -> 256 normal
     pages. (On a padding-0 SoC aclrtMalloc(1 MiB) stays at 1 MiB -> normal pages.)"""
     ptr, normal, huge = taken(lambda: raw.aclrtMalloc(1 * MiB, MallocPolicy.HUGE_FIRST))
     assert (normal, huge) == ((0, 2 * MiB) if padding() else (1 * MiB, 0))
@@ -211,7 +218,8 @@ def test_spec_3_5_malloc_1mib_goes_huge_but_align32_1mib_goes_normal(dev):
 @pytest.mark.parametrize("size", [1 * MiB - 64, 1 * MiB - 32, 1 * MiB - 31, 1 * MiB,
                                   1 * MiB + 1, 3 * MiB, 4 * MiB])
 def test_spec_3_5_huge_first_threshold_is_padded_size_over_1mib(dev, api, size):
-    """spec §3.5 / §3.13: HUGE_FIRST: padded > 1 MiB -> 2 MiB pages, else 4 KiB pages."""
+    """docs/runtime-model.md §3.5 / §3.13: HUGE_FIRST: padded > 1 MiB -> 2 MiB pages, else 4 KiB
+    pages."""
     padded = spec_padded(api, size, MallocPolicy.HUGE_FIRST)
     if padded > 1 * MiB:
         expected = (0, round_up(padded, HUGE_PAGE))
@@ -223,8 +231,8 @@ def test_spec_3_5_huge_first_threshold_is_padded_size_over_1mib(dev, api, size):
 
 
 def test_spec_3_5_huge_first_examples_a2(dev):
-    """spec §3.5 / §7 on a padding-32 SoC: 1 MiB - 32 -> exactly 1 MiB of normal pages;
-    1 MiB - 31 -> 1 MiB + 32 -> one huge page; 3 MiB -> 3 MiB + 32 -> 4 MiB; Align32 4 MiB
+    """docs/runtime-model.md §3.5 / §7 on a padding-32 SoC: 1 MiB - 32 -> exactly 1 MiB of normal
+    pages; 1 MiB - 31 -> 1 MiB + 32 -> one huge page; 3 MiB -> 3 MiB + 32 -> 4 MiB; Align32 4 MiB
     -> exactly 4 MiB; aclrtMalloc 4 MiB -> 4 MiB + 32 -> 6 MiB."""
     if padding() != 32:
         pytest.skip("numbers worked out for padding 32 (A2/A3/910/310P/310B)")
@@ -245,7 +253,7 @@ def test_spec_3_5_huge_first_examples_a2(dev):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge_block_address_range_is_whole_huge_pages(dev):
-    """spec §4.8 / §8 q15: a huge-page block reports its 2 MiB-rounded size."""
+    """docs/runtime-model.md §4.8 / §8 q15: a huge-page block reports its 2 MiB-rounded size."""
     pad = padding()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, 4 * MiB)
@@ -258,7 +266,7 @@ def test_spec_4_8_huge_block_address_range_is_whole_huge_pages(dev):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_13_huge_only_small_takes_a_2mib_page(dev, api):
-    """spec §3.13: HUGE_ONLY rounds to 2 MiB pages even for 1 byte."""
+    """docs/runtime-model.md §3.13: HUGE_ONLY rounds to 2 MiB pages even for 1 byte."""
     ptr, normal, huge = taken(lambda: alloc(api, 1, MallocPolicy.HUGE_ONLY))
     assert (normal, huge) == (0, HUGE_PAGE)
     raw.aclrtFree(ptr)
@@ -267,7 +275,7 @@ def test_spec_3_13_huge_only_small_takes_a_2mib_page(dev, api):
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_huge_only_small_address_range(dev, api):
-    """spec §4.8 / §8 q15: a 1-byte HUGE_ONLY block spans one 2 MiB page."""
+    """docs/runtime-model.md §4.8 / §8 q15: a 1-byte HUGE_ONLY block spans one 2 MiB page."""
     ptr = alloc(api, 1, MallocPolicy.HUGE_ONLY)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, HUGE_PAGE)
     raw.aclrtFree(ptr)
@@ -275,8 +283,8 @@ def test_spec_4_8_huge_only_small_address_range(dev, api):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_13_normal_only_large_takes_normal_pages(dev, api):
-    """spec §3.13: NORMAL_ONLY takes 4 KiB pages whatever the size: 5 MiB + 32 -> 5 MiB +
-    4 KiB (Align32: exactly 5 MiB)."""
+    """docs/runtime-model.md §3.13: NORMAL_ONLY takes 4 KiB pages whatever the size: 5 MiB + 32 -> 5
+    MiB + 4 KiB (Align32: exactly 5 MiB)."""
     padded = spec_padded(api, 5 * MiB, MallocPolicy.NORMAL_ONLY)
     ptr, normal, huge = taken(lambda: alloc(api, 5 * MiB, MallocPolicy.NORMAL_ONLY))
     assert (normal, huge) == (round_up(padded, NORMAL_PAGE), 0)
@@ -287,7 +295,7 @@ def test_spec_3_13_normal_only_large_takes_normal_pages(dev, api):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_normal_only_large_address_range(dev):
-    """spec §4.8 / §8 q15: a NORMAL_ONLY block reports its 4 KiB-rounded size."""
+    """docs/runtime-model.md §4.8 / §8 q15: a NORMAL_ONLY block reports its 4 KiB-rounded size."""
     ptr = raw.aclrtMallocAlign32(5 * MiB + 1, MallocPolicy.NORMAL_ONLY)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, 5 * MiB + NORMAL_PAGE)
     raw.aclrtFree(ptr)
@@ -295,7 +303,8 @@ def test_spec_4_8_normal_only_large_address_range(dev):
 
 @pytest.mark.parametrize("api", ["aclrtMalloc", "aclrtMallocAlign32"])
 def test_spec_3_5_p2p_policies_use_the_same_pages(dev, api):
-    """spec §3.5 / §3.13: the P2P policies take the same page kinds as their base policy."""
+    """docs/runtime-model.md §3.5 / §3.13: the P2P policies take the same page kinds as their base
+    policy."""
     if no_p2p_soc():
         pytest.skip("P2P policies are not offered on this product")
     ptr, normal, huge = taken(lambda: alloc(api, 1, MallocPolicy.HUGE_ONLY_P2P))
@@ -314,12 +323,13 @@ def test_spec_3_5_p2p_policies_use_the_same_pages(dev, api):
     raw.aclrtFree(ptr)
 
 
-# -- §3.13 1 GiB pages -----------------------------------------------------------------
+# -- §3.13 1 GiB pages -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
-    """spec §3.13: HUGE1G_ONLY: 1.9 GiB -> 2 GiB of 1 GiB pages; 207000 without 1G pages."""
+    """docs/runtime-model.md §3.13: HUGE1G_ONLY: 1.9 GiB -> 2 GiB of 1 GiB pages; 207000 without 1G
+    pages."""
     size = int(1.9 * GiB)
     giant0 = giant_free()
     if giant0 is None:
@@ -337,7 +347,7 @@ def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge1g_address_range_is_whole_giant_pages(dev):
-    """spec §4.8 / §8 q15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
+    """docs/runtime-model.md §4.8 / §8 q15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
     if giant_free() is None:
         pytest.skip("no 1 GiB pages on this device")
     ptr = raw.aclrtMalloc(int(1.9 * GiB), MallocPolicy.HUGE1G_ONLY)
@@ -347,8 +357,8 @@ def test_spec_4_8_huge1g_address_range_is_whole_giant_pages(dev):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_huge1g_has_no_padding(dev, api):
-    """spec §3.5: HUGE1G_ONLY drops the padding: aclrtMalloc(1 GiB) -> exactly 1 GiB, one
-    giant page (with +32 it would be two)."""
+    """docs/runtime-model.md §3.5: HUGE1G_ONLY drops the padding: aclrtMalloc(1 GiB) -> exactly 1
+    GiB, one giant page (with +32 it would be two)."""
     giant0 = giant_free()
     if giant0 is None:
         with pytest.raises(FeatureNotSupportError) as e:
@@ -361,7 +371,8 @@ def test_spec_3_5_huge1g_has_no_padding(dev, api):
 
 
 def test_spec_3_5_huge1g_p2p_has_no_padding(dev):
-    """spec §3.5: HUGE1G_ONLY_P2P also drops the padding: aclrtMalloc(1 GiB) -> 1 GiB."""
+    """docs/runtime-model.md §3.5: HUGE1G_ONLY_P2P also drops the padding: aclrtMalloc(1 GiB) -> 1
+    GiB."""
     giant0 = giant_free()
     if giant0 is None or no_p2p_soc():
         with pytest.raises(FeatureNotSupportError) as e:
@@ -374,8 +385,8 @@ def test_spec_3_5_huge1g_p2p_has_no_padding(dev):
 
 
 def test_spec_3_5_cached_huge1g_p2p_is_default_policy_without_padding(dev):
-    """spec §3.5: aclrtMallocCached maps HUGE1G_ONLY_P2P to the default policy (no error,
-    even without 1 GiB pages) but the padding is still dropped for that exact value:
+    """docs/runtime-model.md §3.5: aclrtMallocCached maps HUGE1G_ONLY_P2P to the default policy (no
+    error, even without 1 GiB pages) but the padding is still dropped for that exact value:
     1 GiB -> exactly 1 GiB -> 512 huge pages, no normal pages."""
     ptr, normal, huge = taken(
         lambda: raw.aclrtMallocCached(1 * GiB, MallocPolicy.HUGE1G_ONLY_P2P))
@@ -383,7 +394,7 @@ def test_spec_3_5_cached_huge1g_p2p_is_default_policy_without_padding(dev):
     raw.aclrtFree(ptr)
 
 
-# -- §3.5 / §3.13 combined and unknown policies ------------------------------------------
+# -- §3.5 / §3.13 combined and unknown policies ----------------------------------------------------
 
 ODD_POLICIES = [
     pytest.param(MallocPolicy.HUGE_FIRST | MallocPolicy.TYPE_HIGH_BAND_WIDTH, id="HF|HIGH"),
@@ -405,8 +416,9 @@ ODD_POLICIES = [
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("policy", ODD_POLICIES)
 def test_spec_3_5_combined_or_unknown_policy_is_the_default(dev, api, policy):
-    """spec §3.5 / §3.13: a policy not exactly 0-7 is silently the default (HUGE_FIRST),
-    with the padding: 1 byte -> one normal page; 3 MiB -> huge pages. Never an error."""
+    """docs/runtime-model.md §3.5 / §3.13: a policy not exactly 0-7 is silently the default
+    (HUGE_FIRST), with the padding: 1 byte -> one normal page; 3 MiB -> huge pages. Never an
+    error."""
     ptr, normal, huge = taken(lambda: alloc(api, 1, policy))
     assert (normal, huge) == (NORMAL_PAGE, 0)
     raw.aclrtFree(ptr)
@@ -419,9 +431,10 @@ def test_spec_3_5_combined_or_unknown_policy_is_the_default(dev, api, policy):
 @pytest.mark.parametrize("policy", [MallocPolicy.HUGE_FIRST_P2P, MallocPolicy.HUGE_ONLY_P2P,
                                     MallocPolicy.NORMAL_ONLY_P2P, MallocPolicy.HUGE1G_ONLY_P2P])
 def test_spec_3_5_cached_p2p_policy_is_the_default(dev, policy):
-    """spec §3.5: aclrtMallocCached maps only HUGE_FIRST/HUGE_ONLY/NORMAL_ONLY/HUGE1G_ONLY;
-    a P2P value silently becomes the default: 1 byte -> a normal page (not huge for
-    HUGE_ONLY_P2P), 3 MiB -> huge pages (not normal for NORMAL_ONLY_P2P)."""
+    """docs/runtime-model.md §3.5: aclrtMallocCached maps only
+    HUGE_FIRST/HUGE_ONLY/NORMAL_ONLY/HUGE1G_ONLY; a P2P value silently becomes the default: 1 byte
+    -> a normal page (not huge for HUGE_ONLY_P2P), 3 MiB -> huge pages (not normal for
+    NORMAL_ONLY_P2P)."""
     ptr, normal, huge = taken(lambda: raw.aclrtMallocCached(1, policy))
     assert (normal, huge) == (NORMAL_PAGE, 0)
     raw.aclrtFree(ptr)
@@ -431,12 +444,13 @@ def test_spec_3_5_cached_p2p_policy_is_the_default(dev, policy):
     raw.aclrtFree(ptr)
 
 
-# -- §3.13 exhaustion ------------------------------------------------------------------
+# -- §3.13 exhaustion ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", ["aclrtMalloc", "aclrtMallocAlign32"])
 def test_spec_3_13_huge_only_beyond_huge_pool_is_207001(dev, api):
-    """spec §3.13: HUGE_ONLY larger than the free huge pool -> 207001, no fallback."""
+    """docs/runtime-model.md §3.13: HUGE_ONLY larger than the free huge pool -> 207001, no
+    fallback."""
     normal0, huge0 = free_pools()
     with pytest.raises(MemoryAllocationError) as e:
         alloc(api, huge0 + 1, MallocPolicy.HUGE_ONLY)
@@ -446,7 +460,8 @@ def test_spec_3_13_huge_only_beyond_huge_pool_is_207001(dev, api):
 
 @pytest.mark.parametrize("api", ["aclrtMalloc", "aclrtMallocAlign32"])
 def test_spec_3_13_normal_only_beyond_normal_pool_is_207001(dev, api):
-    """spec §3.13: NORMAL_ONLY larger than the free normal pool -> 207001, no fallback."""
+    """docs/runtime-model.md §3.13: NORMAL_ONLY larger than the free normal pool -> 207001, no
+    fallback."""
     normal0, huge0 = free_pools()
     with pytest.raises(MemoryAllocationError) as e:
         alloc(api, normal0 + 1, MallocPolicy.NORMAL_ONLY)
@@ -455,7 +470,7 @@ def test_spec_3_13_normal_only_beyond_normal_pool_is_207001(dev, api):
 
 
 def test_spec_3_13_huge_first_falls_back_to_normal_pages(dev):
-    """spec §3.13: with the huge pool exhausted, HUGE_FIRST takes normal pages:
+    """docs/runtime-model.md §3.13: with the huge pool exhausted, HUGE_FIRST takes normal pages:
     3 MiB + pad -> whole 4 KiB pages from the normal pool."""
     huge0 = free_pools()[1]
     fill = raw.aclrtMallocAlign32(huge0 // HUGE_PAGE * HUGE_PAGE, MallocPolicy.HUGE_ONLY)
@@ -477,12 +492,13 @@ def test_spec_3_13_huge_first_falls_back_to_normal_pages(dev):
     assert free_pools()[1] == huge0
 
 
-# -- §3.5 alignment --------------------------------------------------------------------
+# -- §3.5 alignment --------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_5_pointers_are_64_byte_aligned_and_disjoint(dev, api):
-    """spec §3.5: returned addresses are 64-byte aligned; live blocks never overlap."""
+    """docs/runtime-model.md §3.5: returned addresses are 64-byte aligned; live blocks never
+    overlap."""
     blocks = []
     for policy in (MallocPolicy.HUGE_FIRST, MallocPolicy.NORMAL_ONLY, MallocPolicy.HUGE_ONLY):
         for size in (1, 31, 33, 100, 4095, 4097, 1 * MiB + 5, 3 * MiB):
@@ -497,18 +513,18 @@ def test_spec_3_5_pointers_are_64_byte_aligned_and_disjoint(dev, api):
         raw.aclrtFree(ptr)
 
 
-# -- §3.6 aclrtFree ------------------------------------------------------------------
+# -- §3.6 aclrtFree --------------------------------------------------------------------------------
 
 
 def test_spec_3_6_free_null_is_100000(dev):
-    """spec §3.6: aclrtFree(NULL) -> 100000."""
+    """docs/runtime-model.md §3.6: aclrtFree(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtFree(0)
     assert e.value.code == 100000
 
 
 def test_spec_3_6_free_null_is_100000_without_context(backend):
-    """spec §3.6: aclrtFree(NULL) -> 100000 also in a thread without context."""
+    """docs/runtime-model.md §3.6: aclrtFree(NULL) -> 100000 also in a thread without context."""
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtFree(0))
     assert e.value.code == 100000
@@ -516,7 +532,7 @@ def test_spec_3_6_free_null_is_100000_without_context(backend):
 
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_6_free_gives_the_pages_back(dev, api):
-    """spec §3.6: aclrtFree frees at once: the pools are back where they were."""
+    """docs/runtime-model.md §3.6: aclrtFree frees at once: the pools are back where they were."""
     before = free_pools()
     ptrs = [alloc(api, 1), alloc(api, 3 * MiB), alloc(api, 1, MallocPolicy.HUGE_ONLY),
             alloc(api, 5 * MiB, MallocPolicy.NORMAL_ONLY)]
@@ -529,7 +545,8 @@ def test_spec_3_6_free_gives_the_pages_back(dev, api):
 @pytest.mark.open_question(1)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_6_double_free_is_107000(dev, api):
-    """spec §3.6 / §8 q1: freeing an already freed pointer -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.6 / §8 q1: freeing an already freed pointer -> 107000 (fake's
+    choice)."""
     ptr = alloc(api, 64)
     raw.aclrtFree(ptr)
     before = free_pools()
@@ -541,7 +558,8 @@ def test_spec_3_6_double_free_is_107000(dev, api):
 
 @pytest.mark.open_question(1)
 def test_spec_3_6_interior_pointer_is_107000_and_block_survives(dev):
-    """spec §3.6 / §8 q1: freeing a pointer inside a block -> 107000; the block stays."""
+    """docs/runtime-model.md §3.6 / §8 q1: freeing a pointer inside a block -> 107000; the block
+    stays."""
     before = free_pools()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)
     during = free_pools()
@@ -556,7 +574,8 @@ def test_spec_3_6_interior_pointer_is_107000_and_block_survives(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_6_never_allocated_pointer_is_107000(dev):
-    """spec §3.6 / §8 q1: a pointer no allocation returned (host memory) -> 107000."""
+    """docs/runtime-model.md §3.6 / §8 q1: a pointer no allocation returned (host memory) ->
+    107000."""
     plain = bytearray(4096)
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtFree(address_of(plain))
@@ -564,7 +583,7 @@ def test_spec_3_6_never_allocated_pointer_is_107000(dev):
 
 
 def test_spec_3_6_free_needs_no_context(dev):
-    """spec §3.6: aclrtFree works in a thread that never set a device."""
+    """docs/runtime-model.md §3.6: aclrtFree works in a thread that never set a device."""
     before = free_pools()
     small = raw.aclrtMalloc(100, MallocPolicy.HUGE_FIRST)
     large = raw.aclrtMallocAlign32(3 * MiB, MallocPolicy.HUGE_ONLY)
@@ -573,9 +592,9 @@ def test_spec_3_6_free_needs_no_context(dev):
     assert free_pools() == before
 
 
-# -- Pythonic layer: allocated_size follows the spec formula ----------------------------
+# -- Pythonic layer: allocated_size follows the runtime model formula ------------------------------
 
-# spec §3.5 by hand: floor((size + 32 + pad - 1) / 32) * 32, pad 0 for Align32.
+# docs/runtime-model.md §3.5 by hand: floor((size + 32 + pad - 1) / 32) * 32, pad 0 for Align32.
 ALLOCATED = {
     # padding: {size: (aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached)}
     32: {1: (64, 32, 64), 32: (64, 32, 64), 33: (96, 64, 96), 100: (160, 128, 160)},
@@ -586,7 +605,7 @@ ALLOCATED = {
 
 @pytest.mark.parametrize("size", [1, 32, 33, 100])
 def test_spec_3_5_device_malloc_allocated_size(dev, size):
-    """spec §3.5 / §7: Device.malloc* report the bytes the runtime reserves
+    """docs/runtime-model.md §3.5 / §7: Device.malloc* report the bytes the runtime reserves
     (1 -> 64 / 32 / 64; 33 -> 96 / 64 / 96 on padding-32 SoCs)."""
     want = ALLOCATED[padding()][size]
     got = []
@@ -599,7 +618,8 @@ def test_spec_3_5_device_malloc_allocated_size(dev, size):
 
 
 def test_spec_3_5_device_malloc_pages_match_allocated_size(dev):
-    """spec §3.5: a Device.malloc buffer takes the pages its allocated size implies."""
+    """docs/runtime-model.md §3.5: a Device.malloc buffer takes the pages its allocated size
+    implies."""
     normal0, huge0 = free_pools()
     buf = dev.malloc(4 * MiB)
     pad = padding()
@@ -609,14 +629,14 @@ def test_spec_3_5_device_malloc_pages_match_allocated_size(dev):
     assert free_pools() == (normal0, huge0)
 
 
-# -- fake-only: profiles ---------------------------------------------------------------
+# -- fake-only: profiles ---------------------------------------------------------------------------
 
 
 @pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
 @pytest.mark.parametrize("api", ["aclrtMalloc", "aclrtMallocAlign32"])
 def test_spec_3_5_atlas_inference_rejects_p2p_and_1g_policies(fake, api):
-    """spec §3.5: P2P policies on a SoC without them and 1 GiB pages on a chip without
-    them -> 207000; the pools are untouched."""
+    """docs/runtime-model.md §3.5: P2P policies on a SoC without them and 1 GiB pages on a chip
+    without them -> 207000; the pools are untouched."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
         before = free_pools()
@@ -634,7 +654,8 @@ def test_spec_3_5_atlas_inference_rejects_p2p_and_1g_policies(fake, api):
 
 @pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
 def test_spec_3_5_atlas_inference_checks_before_the_driver(fake):
-    """spec §1.2 / §3.5: parameter and context checks come before "not supported"."""
+    """docs/runtime-model.md §1.2 / §3.5: parameter and context checks come before "not
+    supported"."""
     acl_mem.fake.configure("atlas-inference")
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY))
@@ -647,8 +668,8 @@ def test_spec_3_5_atlas_inference_checks_before_the_driver(fake):
 
 @pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
 def test_spec_3_5_atlas_inference_cached_p2p_is_default_not_an_error(fake):
-    """spec §3.5: aclrtMallocCached maps P2P values to the default, so even where P2P is
-    unsupported they allocate (1 byte -> a normal page); HUGE1G_ONLY stays 207000."""
+    """docs/runtime-model.md §3.5: aclrtMallocCached maps P2P values to the default, so even where
+    P2P is unsupported they allocate (1 byte -> a normal page); HUGE1G_ONLY stays 207000."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
         for policy in (MallocPolicy.HUGE_FIRST_P2P, MallocPolicy.HUGE_ONLY_P2P,
@@ -663,8 +684,8 @@ def test_spec_3_5_atlas_inference_cached_p2p_is_default_not_an_error(fake):
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_5_ascend950_has_no_padding(fake):
-    """spec §3.5: on 950 padding_size is 0: aclrtMalloc(1) reserves 32 bytes (one 4 KiB
-    page), 33 -> 64; aclrtMalloc(1 MiB) stays at 1 MiB -> normal pages; HUGE_ONLY 2 MiB
+    """docs/runtime-model.md §3.5: on 950 padding_size is 0: aclrtMalloc(1) reserves 32 bytes (one 4
+    KiB page), 33 -> 64; aclrtMalloc(1 MiB) stays at 1 MiB -> normal pages; HUGE_ONLY 2 MiB
     -> exactly one huge page (A2 would take two)."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0) as d:
@@ -691,7 +712,7 @@ def test_spec_3_5_ascend950_has_no_padding(fake):
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_13_ascend950_has_no_1g_pages(fake):
-    """spec §3.13: 1 GiB pages exist on A2/A3 only: 950 -> 207000."""
+    """docs/runtime-model.md §3.13: 1 GiB pages exist on A2/A3 only: 950 -> 207000."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0):
         for api in APIS:
@@ -702,8 +723,8 @@ def test_spec_3_13_ascend950_has_no_1g_pages(fake):
 
 @pytest.mark.fake_only("the default fake profile (atlas-a2) has 1 GiB pages; hardware varies")
 def test_spec_3_13_atlas_a2_1g_pool_takes_1_9gib_as_2gib(fake):
-    """spec §3.13: on A2, HUGE1G_ONLY 1.9 GiB -> 2 GiB from the 1 GiB pool, no normal
-    pages; aclrtMalloc(1 GiB, HUGE1G_ONLY) -> 1 GiB (no +32)."""
+    """docs/runtime-model.md §3.13: on A2, HUGE1G_ONLY 1.9 GiB -> 2 GiB from the 1 GiB pool, no
+    normal pages; aclrtMalloc(1 GiB, HUGE1G_ONLY) -> 1 GiB (no +32)."""
     with acl_mem.Device(0):
         giant0 = giant_free()
         assert giant0 is not None

@@ -1,6 +1,7 @@
-"""Conformance: synchronous aclrtMemcpy (spec §3.10) and aclrtMemset (spec §3.11).
+"""Conformance: synchronous aclrtMemcpy (docs/runtime-model.md §3.10) and aclrtMemset
+(docs/runtime-model.md §3.11).
 
-Every expected code and byte is written out by hand from the spec; the rt-M check
+Every expected code and byte is written out by hand from the runtime model; the rt-M check
 order of §3.10 is: kind (100000) -> count 0 (success) -> NULL (100000) -> destMax 0 /
 count > destMax (107000) -> dst == src (success) -> context (107002) -> driver.
 """
@@ -32,7 +33,7 @@ D2H = MemcpyKind.DEVICE_TO_HOST
 D2D = MemcpyKind.DEVICE_TO_DEVICE
 
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 def addr_of(obj: Buffer) -> int:
     """Raw address of a writable buffer-protocol object (bytearray, numpy array)."""
     return int(_ffi.cast("uintptr_t", _ffi.from_buffer(obj, require_writable=True)))
@@ -53,11 +54,12 @@ def upload(ptr: int, data: np.ndarray) -> None:
     raw.aclrtMemcpy(ptr, data.nbytes, data.ctypes.data, data.nbytes, H2D)
 
 
-# -- §3.10 check order -----------------------------------------------------------------
+# -- §3.10 check order -----------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", [6, 7, 8, 0xFFFFFFFF])
 @pytest.mark.parametrize("count", [0, 16])
 def test_memcpy_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
-    """spec §3.10 step 1 (rt-M): kind 6/7 (and anything > 5) -> 100000 before the count-0 exit."""
+    """docs/runtime-model.md §3.10 step 1 (rt-M): kind 6/7 (and anything > 5) -> 100000 before the
+    count-0 exit."""
     a = np.zeros(16, dtype=np.uint8)
     b = np.zeros(16, dtype=np.uint8)
     for dst, src in [(0, 0), (a.ctypes.data, b.ctypes.data)]:
@@ -68,13 +70,14 @@ def test_memcpy_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
 
 @pytest.mark.parametrize("kind", [0, 1, 2, 3, 4, 5])
 def test_memcpy_count_0_succeeds_with_null_pointers(dev, kind):
-    """spec §3.10 step 2: count 0 -> success, nothing done, even for NULL dst/src."""
+    """docs/runtime-model.md §3.10 step 2: count 0 -> success, nothing done, even for NULL
+    dst/src."""
     raw.aclrtMemcpy(0, 0, 0, 0, kind)
     raw.aclrtMemcpy(0, 16, 0, 0, kind)
 
 
 def test_memcpy_count_0_touches_nothing(dev):
-    """spec §3.10 step 2: count 0 with real pointers copies nothing."""
+    """docs/runtime-model.md §3.10 step 2: count 0 with real pointers copies nothing."""
     src = pattern(32)
     dst = np.zeros(32, dtype=np.uint8)
     raw.aclrtMemcpy(dst.ctypes.data, 32, src.ctypes.data, 0, H2H)
@@ -83,7 +86,7 @@ def test_memcpy_count_0_touches_nothing(dev):
 
 @pytest.mark.parametrize("which", ["dst", "src", "both"])
 def test_memcpy_null_pointer_is_100000(dev, which):
-    """spec §3.10 step 3: NULL dst or src with count > 0 -> 100000."""
+    """docs/runtime-model.md §3.10 step 3: NULL dst or src with count > 0 -> 100000."""
     ptr = raw.aclrtMalloc(64)
     dst = 0 if which in ("dst", "both") else ptr
     src = 0 if which in ("src", "both") else ptr
@@ -93,14 +96,15 @@ def test_memcpy_null_pointer_is_100000(dev, which):
 
 
 def test_memcpy_null_beats_destmax_checks(dev):
-    """spec §3.10: the ACL NULL check (100000) runs before the runtime destMax check (107000)."""
+    """docs/runtime-model.md §3.10: the ACL NULL check (100000) runs before the runtime destMax
+    check (107000)."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtMemcpy(0, 0, 0, 64, H2D)
     assert e.value.code == 100000
 
 
 def test_memcpy_destmax_0_is_107000(dev):
-    """spec §3.10 step 4: destMax 0 (count > 0) -> 107000."""
+    """docs/runtime-model.md §3.10 step 4: destMax 0 (count > 0) -> 107000."""
     ptr = raw.aclrtMalloc(64)
     host = pattern(64)
     with pytest.raises(RtParamInvalidError) as e:
@@ -110,7 +114,7 @@ def test_memcpy_destmax_0_is_107000(dev):
 
 @pytest.mark.parametrize("direction", ["H2D", "D2H", "D2D"])
 def test_memcpy_count_above_destmax_is_107000_and_copies_nothing(dev, direction):
-    """spec §3.10 step 4: count > destMax -> 107000 and nothing is copied."""
+    """docs/runtime-model.md §3.10 step 4: count > destMax -> 107000 and nothing is copied."""
     a = raw.aclrtMalloc(64)
     b = raw.aclrtMalloc(64)
     raw.aclrtMemset(a, 64, 0, 64)
@@ -133,7 +137,8 @@ def test_memcpy_count_above_destmax_is_107000_and_copies_nothing(dev, direction)
 
 
 def test_memcpy_destmax_is_not_compared_with_the_block_size(dev):
-    """spec §3.10: only count <= destMax is checked; a huge destMax is fine (vllm-ascend)."""
+    """docs/runtime-model.md §3.10: only count <= destMax is checked; a huge destMax is fine
+    (vllm-ascend)."""
     ptr = raw.aclrtMalloc(64)
     data = pattern(64, seed=9)
     raw.aclrtMemcpy(ptr, 2**63, data.ctypes.data, 64, H2D)
@@ -141,7 +146,8 @@ def test_memcpy_destmax_is_not_compared_with_the_block_size(dev):
 
 
 def test_memcpy_dst_equal_src_succeeds(dev):
-    """spec §3.10 step 4: dst == src -> 0 without copying (device and host pointers)."""
+    """docs/runtime-model.md §3.10 step 4: dst == src -> 0 without copying (device and host
+    pointers)."""
     ptr = raw.aclrtMalloc(64)
     data = pattern(64)
     upload(ptr, data)
@@ -153,12 +159,14 @@ def test_memcpy_dst_equal_src_succeeds(dev):
 
 
 def test_memcpy_dst_equal_src_is_decided_before_the_address_check(dev):
-    """spec §3.10 step 4: dst == src returns 0 without copying, so no address is touched."""
+    """docs/runtime-model.md §3.10 step 4: dst == src returns 0 without copying, so no address is
+    touched."""
     raw.aclrtMemcpy(0x1000, 64, 0x1000, 64, H2H)
 
 
 def test_memcpy_destmax_check_precedes_dst_equal_src(dev):
-    """spec §3.10 step 4: destMax 0 / count > destMax (107000) come before dst == src."""
+    """docs/runtime-model.md §3.10 step 4: destMax 0 / count > destMax (107000) come before dst ==
+    src."""
     ptr = raw.aclrtMalloc(64)
     for dest_max in (0, 63):
         with pytest.raises(RtParamInvalidError) as e:
@@ -167,7 +175,7 @@ def test_memcpy_destmax_check_precedes_dst_equal_src(dev):
 
 
 def test_memcpy_without_context_is_107002(dev):
-    """spec §3.10 step 5: a valid copy from a thread with no context -> 107002."""
+    """docs/runtime-model.md §3.10 step 5: a valid copy from a thread with no context -> 107002."""
     ptr = raw.aclrtMalloc(64)
     host = pattern(64)
     _, error = in_fresh_thread(lambda: raw.aclrtMemcpy(ptr, 64, host.ctypes.data, 64, H2D))
@@ -184,7 +192,7 @@ def test_memcpy_without_context_is_107002(dev):
     ],
 )
 def test_memcpy_parameter_errors_win_over_missing_context(backend, args, code):
-    """spec §1.2/§3.10: ACL-layer errors are reported before the context lookup."""
+    """docs/runtime-model.md §1.2/§3.10: ACL-layer errors are reported before the context lookup."""
     _, error = in_fresh_thread(lambda: raw.aclrtMemcpy(*args))
     assert isinstance(error, InvalidParamError)
     assert error.code == code
@@ -192,7 +200,8 @@ def test_memcpy_parameter_errors_win_over_missing_context(backend, args, code):
 
 @pytest.mark.parametrize(("dest_max", "count"), [(0, 16), (15, 16)])
 def test_memcpy_destmax_errors_win_over_missing_context(dev, dest_max, count):
-    """spec §1.2/§3.10: runtime destMax checks (107000) run before the context lookup."""
+    """docs/runtime-model.md §1.2/§3.10: runtime destMax checks (107000) run before the context
+    lookup."""
     ptr = raw.aclrtMalloc(64)
     host = pattern(64)
     _, error = in_fresh_thread(
@@ -202,7 +211,7 @@ def test_memcpy_destmax_errors_win_over_missing_context(dev, dest_max, count):
 
 
 def test_memcpy_count_0_and_dst_equal_src_need_no_context(dev):
-    """spec §3.10 steps 2 and 4 return success before step 5 (context)."""
+    """docs/runtime-model.md §3.10 steps 2 and 4 return success before step 5 (context)."""
     ptr = raw.aclrtMalloc(64)
     _, error = in_fresh_thread(lambda: raw.aclrtMemcpy(0, 0, 0, 0, H2D))
     assert error is None
@@ -210,9 +219,9 @@ def test_memcpy_count_0_and_dst_equal_src_need_no_context(dev):
     assert error is None
 
 
-# -- §3.10 copies ---------------------------------------------------------------------
+# -- §3.10 copies ----------------------------------------------------------------------------------
 def test_memcpy_round_trip_numpy(dev):
-    """spec §3.10: H2D then D2H through numpy addresses restores the bytes."""
+    """docs/runtime-model.md §3.10: H2D then D2H through numpy addresses restores the bytes."""
     n = 4096 + 100
     ptr = raw.aclrtMalloc(n)
     src = pattern(n, seed=5)
@@ -223,7 +232,7 @@ def test_memcpy_round_trip_numpy(dev):
 
 
 def test_memcpy_round_trip_bytearray_via_cffi(dev):
-    """spec §3.10: H2D/D2H with bytearray addresses taken through cffi."""
+    """docs/runtime-model.md §3.10: H2D/D2H with bytearray addresses taken through cffi."""
     data = bytearray(range(256)) * 3
     ptr = raw.aclrtMalloc(len(data))
     raw.aclrtMemcpy(ptr, len(data), addr_of(data), len(data), H2D)
@@ -233,7 +242,7 @@ def test_memcpy_round_trip_bytearray_via_cffi(dev):
 
 
 def test_memcpy_partial_copy_at_offsets(dev):
-    """spec §3.10: count bytes land at dst; neighbouring bytes are untouched."""
+    """docs/runtime-model.md §3.10: count bytes land at dst; neighbouring bytes are untouched."""
     ptr = raw.aclrtMalloc(256)
     raw.aclrtMemset(ptr, 256, 0, 256)
     src = pattern(50, seed=2)
@@ -243,7 +252,8 @@ def test_memcpy_partial_copy_at_offsets(dev):
 
 
 def test_memcpy_d2d_same_device(dev):
-    """spec §3.10: D2D between two blocks of the current device, and inside one block."""
+    """docs/runtime-model.md §3.10: D2D between two blocks of the current device, and inside one
+    block."""
     a = raw.aclrtMalloc(1024)
     b = raw.aclrtMalloc(1024)
     data = pattern(1024, seed=4)
@@ -256,7 +266,7 @@ def test_memcpy_d2d_same_device(dev):
 
 
 def test_memcpy_d2d_huge_page_block(dev):
-    """spec §3.10: copies work on a huge-page block (3 MiB, HUGE_FIRST)."""
+    """docs/runtime-model.md §3.10: copies work on a huge-page block (3 MiB, HUGE_FIRST)."""
     n = 3 << 20
     a = raw.aclrtMalloc(n, MallocPolicy.HUGE_FIRST)
     b = raw.aclrtMalloc(n, MallocPolicy.HUGE_FIRST)
@@ -268,7 +278,8 @@ def test_memcpy_d2d_huge_page_block(dev):
 
 @pytest.mark.parametrize("kind", [H2H, D2H, D2D, MemcpyKind.DEFAULT])
 def test_memcpy_sync_ignores_kind_for_h2d(dev, kind):
-    """spec §3.10: sync aclrtMemcpy decides by the addresses; H2D with another kind copies."""
+    """docs/runtime-model.md §3.10: sync aclrtMemcpy decides by the addresses; H2D with another kind
+    copies."""
     ptr = raw.aclrtMalloc(128)
     data = pattern(128, seed=kind + 10)
     raw.aclrtMemcpy(ptr, 128, data.ctypes.data, 128, kind)
@@ -277,7 +288,8 @@ def test_memcpy_sync_ignores_kind_for_h2d(dev, kind):
 
 @pytest.mark.parametrize("kind", [H2H, H2D, D2D, MemcpyKind.DEFAULT])
 def test_memcpy_sync_ignores_kind_for_d2h(dev, kind):
-    """spec §3.10: a D2H copy issued with any kind 0-4 still copies device -> host."""
+    """docs/runtime-model.md §3.10: a D2H copy issued with any kind 0-4 still copies device ->
+    host."""
     ptr = raw.aclrtMalloc(128)
     data = pattern(128, seed=kind + 20)
     upload(ptr, data)
@@ -288,7 +300,8 @@ def test_memcpy_sync_ignores_kind_for_d2h(dev, kind):
 
 @pytest.mark.parametrize("kind", [H2H, H2D, D2H, MemcpyKind.DEFAULT])
 def test_memcpy_sync_ignores_kind_for_d2d(dev, kind):
-    """spec §3.10: a D2D copy issued with any kind 0-4 still copies device -> device."""
+    """docs/runtime-model.md §3.10: a D2D copy issued with any kind 0-4 still copies device ->
+    device."""
     a = raw.aclrtMalloc(128)
     b = raw.aclrtMalloc(128)
     data = pattern(128, seed=kind + 30)
@@ -299,7 +312,8 @@ def test_memcpy_sync_ignores_kind_for_d2d(dev, kind):
 
 @pytest.mark.parametrize("direction", ["H2D", "D2H"])
 def test_memcpy_device_range_past_block_end_is_107000(dev, direction):
-    """spec §3.10 step 6: a device range running into unallocated space -> 107000, nothing copied.
+    """docs/runtime-model.md §3.10 step 6: a device range running into unallocated space -> 107000,
+    nothing copied.
 
     aclrtMalloc(100) is one 4 KiB page (open question 15); 1 MiB from its start runs far
     past it into space no block occupies (the only block on a fresh device).
@@ -324,7 +338,8 @@ def test_memcpy_device_range_past_block_end_is_107000(dev, direction):
 
 
 def test_memcpy_freed_device_pointer_is_107000(dev):
-    """spec §3.10 step 6: a device address whose block was freed is not valid for a copy."""
+    """docs/runtime-model.md §3.10 step 6: a device address whose block was freed is not valid for a
+    copy."""
     ptr = raw.aclrtMalloc(64)
     raw.aclrtFree(ptr)
     host = pattern(64)
@@ -336,7 +351,8 @@ def test_memcpy_freed_device_pointer_is_107000(dev):
 @pytest.mark.open_question(10)
 @pytest.mark.parametrize("kind", [H2H, MemcpyKind.DEFAULT])
 def test_memcpy_two_unregistered_host_pointers_is_107000(dev, kind):
-    """spec §3.10 / open question 10: plain host -> plain host -> 107000, nothing copied."""
+    """docs/runtime-model.md §3.10 / open question 10: plain host -> plain host -> 107000, nothing
+    copied."""
     src = pattern(64)
     dst = np.zeros(64, dtype=np.uint8)
     with pytest.raises(RtParamInvalidError) as e:
@@ -348,7 +364,8 @@ def test_memcpy_two_unregistered_host_pointers_is_107000(dev, kind):
 @pytest.mark.open_question(10)
 @pytest.mark.parametrize("direction", ["0->1", "1->0"])
 def test_memcpy_d2d_across_devices_is_107000(dev, direction):
-    """spec §3.10 / open question 10: D2D between devices 0 and 1 without peer access -> 107000."""
+    """docs/runtime-model.md §3.10 / open question 10: D2D between devices 0 and 1 without peer
+    access -> 107000."""
     need_two_devices()
     p0 = raw.aclrtMalloc(64)
     raw.aclrtSetDevice(1)
@@ -371,7 +388,8 @@ def test_memcpy_d2d_across_devices_is_107000(dev, direction):
 
 
 def test_memcpy_pinned_host_and_unregistered_host(dev):
-    """spec §3.10: pinned (aclrtMallocHost) <-> plain host copies work both ways."""
+    """docs/runtime-model.md §3.10: pinned (aclrtMallocHost) <-> plain host copies work both
+    ways."""
     pinned = raw.aclrtMallocHost(256)
     try:
         src = pattern(256, seed=6)
@@ -386,7 +404,7 @@ def test_memcpy_pinned_host_and_unregistered_host(dev):
 
 
 def test_memcpy_pinned_host_and_device(dev):
-    """spec §3.10: pinned host <-> device copies work both ways."""
+    """docs/runtime-model.md §3.10: pinned host <-> device copies work both ways."""
     pinned = raw.aclrtMallocHost(512)
     ptr = raw.aclrtMalloc(512)
     try:
@@ -404,7 +422,8 @@ def test_memcpy_pinned_host_and_device(dev):
 @pytest.mark.fake_only("a wild host pointer may crash the driver on hardware")
 @pytest.mark.parametrize("side", ["dst", "src"])
 def test_memcpy_wild_host_pointer_is_107000(fake, dev, side):
-    """spec §3.10 step 6: an unmapped host address (0x1000) -> 107000, never a crash."""
+    """docs/runtime-model.md §3.10 step 6: an unmapped host address (0x1000) -> 107000, never a
+    crash."""
     ptr = raw.aclrtMalloc(64)
     dst, src = (0x1000, ptr) if side == "dst" else (ptr, 0x1000)
     for kind in (H2H, H2D, D2H, D2D):
@@ -415,7 +434,8 @@ def test_memcpy_wild_host_pointer_is_107000(fake, dev, side):
 
 @pytest.mark.fake_only("a wild host pointer may crash the driver on hardware")
 def test_memcpy_wild_host_pointer_to_host_is_107000(fake, dev):
-    """spec §3.10 step 6: a wild host source into plain host memory -> 107000, dst untouched."""
+    """docs/runtime-model.md §3.10 step 6: a wild host source into plain host memory -> 107000, dst
+    untouched."""
     dst = np.zeros(64, dtype=np.uint8)
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemcpy(dst.ctypes.data, 64, 0x1000, 64, H2H)
@@ -423,29 +443,32 @@ def test_memcpy_wild_host_pointer_to_host_is_107000(fake, dev):
     assert dst.tobytes() == bytes(64)
 
 
-# -- §3.11 aclrtMemset ----------------------------------------------------------------
+# -- §3.11 aclrtMemset -----------------------------------------------------------------------------
 def test_memset_count_0_succeeds_even_with_null(dev):
-    """spec §3.11: count 0 -> 0 before any other check, even for NULL and maxCount 0."""
+    """docs/runtime-model.md §3.11: count 0 -> 0 before any other check, even for NULL and maxCount
+    0."""
     raw.aclrtMemset(0, 0, 0, 0)
     raw.aclrtMemset(0, 16, 0x7F, 0)
 
 
 def test_memset_count_0_needs_no_context(backend):
-    """spec §3.11: count 0 is decided before the context lookup."""
+    """docs/runtime-model.md §3.11: count 0 is decided before the context lookup."""
     _, error = in_fresh_thread(lambda: raw.aclrtMemset(0, 0, 0, 0))
     assert error is None
 
 
 @pytest.mark.parametrize("max_count", [16, 0])
 def test_memset_null_is_100000(dev, max_count):
-    """spec §3.11: devPtr NULL with count > 0 -> 100000 (before any maxCount check)."""
+    """docs/runtime-model.md §3.11: devPtr NULL with count > 0 -> 100000 (before any maxCount
+    check)."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtMemset(0, max_count, 0, 16)
     assert e.value.code == 100000
 
 
 def test_memset_null_wins_over_missing_context(backend):
-    """spec §1.2/§3.11: the ACL NULL check (100000) comes before the context (107002)."""
+    """docs/runtime-model.md §1.2/§3.11: the ACL NULL check (100000) comes before the context
+    (107002)."""
     _, error = in_fresh_thread(lambda: raw.aclrtMemset(0, 16, 0, 16))
     assert isinstance(error, InvalidParamError)
     assert error.code == 100000
@@ -454,7 +477,8 @@ def test_memset_null_wins_over_missing_context(backend):
 @pytest.mark.open_question(9)
 @pytest.mark.parametrize("max_count", [0, 15])
 def test_memset_count_above_max_count_is_107000(dev, max_count):
-    """spec §3.11 / open question 9: sync count > maxCount -> 107000, nothing written."""
+    """docs/runtime-model.md §3.11 / open question 9: sync count > maxCount -> 107000, nothing
+    written."""
     ptr = raw.aclrtMalloc(64)
     raw.aclrtMemset(ptr, 64, 0x33, 64)
     with pytest.raises(RtParamInvalidError) as e:
@@ -464,7 +488,7 @@ def test_memset_count_above_max_count_is_107000(dev, max_count):
 
 
 def test_memset_writes_count_bytes_only(dev):
-    """spec §3.11: exactly count bytes from devPtr are set."""
+    """docs/runtime-model.md §3.11: exactly count bytes from devPtr are set."""
     ptr = raw.aclrtMalloc(64)
     raw.aclrtMemset(ptr, 64, 0x01, 64)
     raw.aclrtMemset(ptr + 8, 56, 0xEE, 10)
@@ -476,7 +500,8 @@ def test_memset_writes_count_bytes_only(dev):
     [(0x1AB, 0xAB), (-1, 0xFF), (0x100, 0x00), (0x7FFFFF80, 0x80), (-(2**31), 0x00), (0x5C, 0x5C)],
 )
 def test_memset_writes_only_the_low_byte(dev, value, byte):
-    """spec §3.11: only the low byte of value is written (0x1AB -> 0xAB, -1 -> 0xFF)."""
+    """docs/runtime-model.md §3.11: only the low byte of value is written (0x1AB -> 0xAB, -1 ->
+    0xFF)."""
     ptr = raw.aclrtMalloc(100)
     raw.aclrtMemset(ptr, 100, 0x11, 100)
     raw.aclrtMemset(ptr, 100, value, 100)
@@ -484,7 +509,7 @@ def test_memset_writes_only_the_low_byte(dev, value, byte):
 
 
 def test_memset_huge_page_block(dev):
-    """spec §3.11: memset of a whole 3 MiB huge-page block."""
+    """docs/runtime-model.md §3.11: memset of a whole 3 MiB huge-page block."""
     n = 3 << 20
     ptr = raw.aclrtMalloc(n)
     raw.aclrtMemset(ptr, n, 0xC3, n)
@@ -492,7 +517,7 @@ def test_memset_huge_page_block(dev):
 
 
 def test_memset_pinned_host_memory(dev):
-    """spec §3.11: host memory from aclrtMallocHost is accepted."""
+    """docs/runtime-model.md §3.11: host memory from aclrtMallocHost is accepted."""
     pinned = raw.aclrtMallocHost(128)
     try:
         ctypes.memset(pinned, 0, 128)
@@ -503,7 +528,7 @@ def test_memset_pinned_host_memory(dev):
 
 
 def test_memset_without_context_is_107002(dev):
-    """spec §3.11: a valid memset from a thread with no context -> 107002."""
+    """docs/runtime-model.md §3.11: a valid memset from a thread with no context -> 107002."""
     ptr = raw.aclrtMalloc(64)
     raw.aclrtMemset(ptr, 64, 0, 64)
     _, error = in_fresh_thread(lambda: raw.aclrtMemset(ptr, 64, 0x77, 64))
@@ -514,7 +539,8 @@ def test_memset_without_context_is_107002(dev):
 
 @pytest.mark.fake_only("memset of unregistered host memory is undefined behaviour on hardware")
 def test_memset_unregistered_host_pointer_is_107000(fake, dev):
-    """spec §3.11: host memory not from ACL (numpy) -> the fake answers 107000, untouched."""
+    """docs/runtime-model.md §3.11: host memory not from ACL (numpy) -> the fake answers 107000,
+    untouched."""
     host = np.zeros(64, dtype=np.uint8)
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemset(host.ctypes.data, 64, 0x55, 64)
@@ -524,14 +550,15 @@ def test_memset_unregistered_host_pointer_is_107000(fake, dev):
 
 @pytest.mark.fake_only("a wild host pointer may crash the driver on hardware")
 def test_memset_wild_host_pointer_is_107000(fake, dev):
-    """spec §3.11: an unmapped address (0x1000) -> 107000 rather than a crash."""
+    """docs/runtime-model.md §3.11: an unmapped address (0x1000) -> 107000 rather than a crash."""
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemset(0x1000, 64, 0, 64)
     assert e.value.code == 107000
 
 
 def test_pythonic_memset_and_copy_agree_with_raw(dev):
-    """spec §3.10/§3.11 through the Pythonic layer: DeviceBuffer copy/memset/read."""
+    """docs/runtime-model.md §3.10/§3.11 through the Pythonic layer: DeviceBuffer
+    copy/memset/read."""
     buf = dev.malloc(64)
     buf.memset(0xAB)
     assert buf.read() == b"\xab" * 64
@@ -544,7 +571,8 @@ def test_pythonic_memset_and_copy_agree_with_raw(dev):
 
 @pytest.mark.fake_only("a count far beyond the block could corrupt memory on hardware")
 def test_memcpy_and_memset_size_max_count_is_107000(fake, dev):
-    """spec §3.10 step 6 / §3.11: SIZE_MAX bytes from a 64-byte block -> 107000, no crash."""
+    """docs/runtime-model.md §3.10 step 6 / §3.11: SIZE_MAX bytes from a 64-byte block -> 107000, no
+    crash."""
     ptr = raw.aclrtMalloc(64)
     host = np.zeros(64, dtype=np.uint8)
     size_max = 2**64 - 1
@@ -563,8 +591,8 @@ def test_memcpy_and_memset_size_max_count_is_107000(fake, dev):
                        "on hardware")
 @pytest.mark.parametrize("count", [64, 4 << 20])
 def test_spec_8_10_unwritable_or_inaccessible_host_memory_is_107000(dev, count):
-    """spec §8.10 (fake choice): a mapped but read-only or PROT_NONE host range is not a
-    copy target or source: 107000, never a crash, for small and large copies alike."""
+    """docs/runtime-model.md §8.10 (fake choice): a mapped but read-only or PROT_NONE host range is
+    not a copy target or source: 107000, never a crash, for small and large copies alike."""
     from acl_mem._fake.hostmem import _libc, ffi
 
     device = raw.aclrtMalloc(count)

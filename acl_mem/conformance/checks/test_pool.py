@@ -1,9 +1,9 @@
-"""Pools that follow the secondary-allocation rules (spec §3.14, issue 6).
+"""Pools that follow the secondary-allocation rules (docs/runtime-model.md §3.14).
 
 Segment sizes ``ALIGN_UP(len, 32) + 32``, starts on 64 bytes for the aclrtMalloc family
 and aclrtMallocHost, 128 for DVPP memory or with ``mixed_media``; best fit, coalescing,
 limits, statistics, segments used as buffers, a Hypothesis state machine and threads.
-Expected numbers are written out by hand from the spec's formulas.
+Expected numbers are written out by hand from the runtime model's formulas.
 """
 
 from __future__ import annotations
@@ -38,11 +38,11 @@ GiB = 1 << 30
 DEVICE_FAMILY = [AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED]
 DVPP = [AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC]
 ALL_KINDS = [*DEVICE_FAMILY, *DVPP, AllocApi.MALLOC_HOST]
-#: Start alignment of spec §3.14's table, by parent kind.
+#: Start alignment of docs/runtime-model.md §3.14's table, by parent kind.
 TABLE_ALIGNMENT = {AllocApi.MALLOC: 64, AllocApi.MALLOC_ALIGN32: 64,
                    AllocApi.MALLOC_CACHED: 64, AllocApi.DVPP_MALLOC: 128,
                    AllocApi.HI_MPI_DVPP_MALLOC: 128, AllocApi.MALLOC_HOST: 64}
-#: len -> m = ALIGN_UP(len, 32) + 32 (spec §3.14), written out.
+#: len -> m = ALIGN_UP(len, 32) + 32 (docs/runtime-model.md §3.14), written out.
 SEGMENT_SIZE = {1: 64, 31: 64, 32: 64, 33: 96, 100: 160, 1000: 1056, 4096: 4128}
 
 
@@ -51,7 +51,7 @@ def padded() -> bool:
 
 
 def rule_size(length: int) -> int:
-    """spec §3.14 by hand: ALIGN_UP(len, 32) + 32 (+0 on SoCs without padding)."""
+    """docs/runtime-model.md §3.14 by hand: ALIGN_UP(len, 32) + 32 (+0 on SoCs without padding)."""
     return ((length - 1) // 32 + 1) * 32 + (32 if padded() else 0)
 
 
@@ -61,14 +61,15 @@ def spaced(length: int, alignment: int) -> int:
     return ((m - 1) // alignment + 1) * alignment
 
 
-# -- the §3.14 rules for every parent kind ---------------------------------------------
+# -- the §3.14 rules for every parent kind ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("api", ALL_KINDS, ids=lambda a: a.value)
 def test_spec_3_14_segment_size_and_alignment_for_every_parent_kind(dev, api):
-    """spec §3.14: m = ALIGN_UP(len,32)+32; starts on 64 B (aclrtMalloc family, host) or
-    128 B (acldvppMalloc, hi_mpi_dvpp_malloc), consecutive segments ALIGN_UP(m, A) apart."""
-    assert padded()  # the default profile pads 32 bytes (spec §3.5)
+    """docs/runtime-model.md §3.14: m = ALIGN_UP(len,32)+32; starts on 64 B (aclrtMalloc family,
+    host) or 128 B (acldvppMalloc, hi_mpi_dvpp_malloc), consecutive segments ALIGN_UP(m, A)
+    apart."""
+    assert padded()  # the default profile pads 32 bytes (docs/runtime-model.md §3.5)
     alignment = TABLE_ALIGNMENT[api]
     with SegmentPool(dev, api=api, block_size=1 * MiB) as pool:
         assert pool.alignment == alignment
@@ -93,7 +94,8 @@ def test_spec_3_14_segment_size_and_alignment_for_every_parent_kind(dev, api):
                                  AllocApi.MALLOC_CACHED, AllocApi.MALLOC_HOST],
                          ids=lambda a: a.value)
 def test_spec_3_14_mixed_media_aligns_every_kind_to_128(dev, api):
-    """spec §3.14 advice: media and inference buffers in one pool -> 128 B starts."""
+    """docs/runtime-model.md §3.14 advice: media and inference buffers in one pool -> 128 B
+    starts."""
     with SegmentPool(dev, api=api, block_size=1 * MiB, mixed_media=True) as pool:
         assert pool.alignment == 128
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
@@ -104,7 +106,7 @@ def test_spec_3_14_mixed_media_aligns_every_kind_to_128(dev, api):
 
 
 def test_spec_3_14_expandable_pool_follows_the_rules(dev):
-    """spec §3.14 in a virtual range: aclrtMalloc rules, 128 B with mixed_media."""
+    """docs/runtime-model.md §3.14 in a virtual range: aclrtMalloc rules, 128 B with mixed_media."""
     with ExpandablePool(dev, 16 * MiB) as pool:
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
         assert [s.ptr - pool.address for s in segments] == [0, 64, 256, 1344]
@@ -116,7 +118,8 @@ def test_spec_3_14_expandable_pool_follows_the_rules(dev):
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_14_no_extra_32_bytes_on_ascend950(fake):
-    """spec §3.14: on 950 the aclrtMalloc rule has no +32 (m = ALIGN_UP(len, 32))."""
+    """docs/runtime-model.md §3.14: on 950 the aclrtMalloc rule has no +32 (m = ALIGN_UP(len,
+    32))."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0) as dev, SegmentPool(dev, block_size=1 * MiB) as pool:
         segments = [pool.allocate(n) for n in (1, 33, 100, 1000)]
@@ -125,12 +128,12 @@ def test_spec_3_14_no_extra_32_bytes_on_ascend950(fake):
         assert [s.ptr - base for s in segments] == [0, 64, 128, 256]
 
 
-# -- placement ---------------------------------------------------------------------------
+# -- placement -------------------------------------------------------------------------------------
 
 
 def test_spec_3_14_segments_never_overlap_and_stay_inside_their_block(dev):
-    """spec §3.14: no two segments share a byte; each lies inside one runtime block,
-    also when blocks are back to back and requests exceed the block size."""
+    """docs/runtime-model.md §3.14: no two segments share a byte; each lies inside one runtime
+    block, also when blocks are back to back and requests exceed the block size."""
     rng = random.Random(7)
     with SegmentPool(dev, api=AllocApi.MALLOC_ALIGN32, block_size=64 * KiB) as pool:
         segments = [pool.allocate(rng.choice([1, 100, 3000, 20 * KiB, 100 * KiB]))
@@ -148,7 +151,8 @@ def test_spec_3_14_segments_never_overlap_and_stay_inside_their_block(dev):
 
 
 def test_spec_3_14_a_request_larger_than_the_block_size_gets_its_own_block(dev):
-    """spec §3.14: a 3 MiB request in a pool of 1 MiB blocks starts its own block."""
+    """docs/runtime-model.md §3.14: a 3 MiB request in a pool of 1 MiB blocks starts its own
+    block."""
     with SegmentPool(dev, block_size=1 * MiB) as pool:
         big = pool.allocate(3 * MiB)
         assert raw.aclrtMemGetAddressRange(big.ptr)[0] == big.ptr
@@ -200,7 +204,7 @@ def test_coalescing_three_free_neighbours_become_one_extent(dev):
         assert stats.fragmentation == 0.0
 
 
-# -- limits, out of memory, release --------------------------------------------------------
+# -- limits, out of memory, release ----------------------------------------------------------------
 
 
 def test_limit_raises_pool_out_of_memory_with_code_207001(dev):
@@ -211,7 +215,7 @@ def test_limit_raises_pool_out_of_memory_with_code_207001(dev):
             pool.allocate(40 * KiB)
         assert e.value.code == 207001
         assert isinstance(e.value, MemoryAllocationError)
-        # Blocks: aclrtMalloc(64 KiB - 64) -> 65472 usable bytes each (spec §3.5).
+        # Blocks: aclrtMalloc(64 KiB - 64) -> 65472 usable bytes each (docs/runtime-model.md §3.5).
         # Segments: 40960 + 32 -> 41024 bytes apart. Hand-computed figures:
         assert e.value.requested == 40 * KiB
         assert e.value.reserved == 2 * 65472
@@ -233,8 +237,8 @@ def test_limit_raises_pool_out_of_memory_with_code_207001(dev):
 
 
 def test_runtime_out_of_memory_becomes_pool_out_of_memory_chained(dev):
-    """spec §1.1: aclrtMalloc out of memory (207001) -> PoolOutOfMemoryError, original
-    chained; the pool is unchanged."""
+    """docs/runtime-model.md §1.1: aclrtMalloc out of memory (207001) -> PoolOutOfMemoryError,
+    original chained; the pool is unchanged."""
     with SegmentPool(dev, block_size=1 * MiB) as pool:
         with pytest.raises(PoolOutOfMemoryError) as e:
             pool.allocate(200 * GiB)
@@ -246,7 +250,7 @@ def test_runtime_out_of_memory_becomes_pool_out_of_memory_chained(dev):
 
 
 def test_pool_oom_error_does_not_replace_the_runtime_error_class(dev):
-    """spec §1.1: the runtime's own 207001 stays MemoryAllocationError."""
+    """docs/runtime-model.md §1.1: the runtime's own 207001 stays MemoryAllocationError."""
     with pytest.raises(MemoryAllocationError) as e:
         raw.aclrtMalloc(200 * GiB, 0)
     assert type(e.value) is MemoryAllocationError
@@ -254,8 +258,8 @@ def test_pool_oom_error_does_not_replace_the_runtime_error_class(dev):
 
 
 def test_release_unused_gives_free_blocks_back_to_the_device(dev):
-    """spec §3.12: mem_info shows the blocks taken (4 MiB of huge pages each, padding
-    included) and given back by release_unused and close."""
+    """docs/runtime-model.md §3.12: mem_info shows the blocks taken (4 MiB of huge pages each,
+    padding included) and given back by release_unused and close."""
     before = dev.mem_info(MemAttr.HBM_MEM).free
     pool = SegmentPool(dev, block_size=4 * MiB)
     segments = [pool.allocate(3 * MiB) for _ in range(3)]  # one per block
@@ -274,7 +278,7 @@ def test_release_unused_gives_free_blocks_back_to_the_device(dev):
 
 
 def test_expandable_pool_grows_and_shrinks_by_granularity_chunks(dev):
-    """spec §4.5: the range grows by 2 MiB chunks (HBM huge granularity) and
+    """docs/runtime-model.md §4.5: the range grows by 2 MiB chunks (HBM huge granularity) and
     release_unused unmaps the free chunks at its end."""
     before = dev.mem_info(MemAttr.HBM_MEM_HUGE).free
     pool = ExpandablePool(dev, 64 * MiB)
@@ -304,7 +308,7 @@ def test_expandable_pool_grows_and_shrinks_by_granularity_chunks(dev):
     assert dev.mem_info(MemAttr.HBM_MEM_HUGE).free == before
 
 
-# -- statistics --------------------------------------------------------------------------
+# -- statistics ------------------------------------------------------------------------------------
 
 
 def test_stats_are_consistent_and_kept_apart(dev):
@@ -337,12 +341,12 @@ def test_stats_are_consistent_and_kept_apart(dev):
         assert pool.stats().peak_in_use == 0
 
 
-# -- segments as buffers -------------------------------------------------------------------
+# -- segments as buffers ---------------------------------------------------------------------------
 
 
 def test_segments_work_in_copies_memset_and_async_calls(dev):
-    """spec §3.6, §3.10, §3.11: segments are buffers: copies, memset and async variants on
-    a stream touch only the segment, never its neighbours."""
+    """docs/runtime-model.md §3.6, §3.10, §3.11: segments are buffers: copies, memset and async
+    variants on a stream touch only the segment, never its neighbours."""
     with SegmentPool(dev, block_size=1 * MiB) as pool, dev.stream() as stream:
         left, mid, right = (pool.allocate(100) for _ in range(3))
         left.memset(0x11)
@@ -373,8 +377,8 @@ def test_segments_work_in_copies_memset_and_async_calls(dev):
 
 
 def test_host_segments_are_host_buffers(dev):
-    """spec §3.7: segments of an aclrtMallocHost pool are viewable without copying; free
-    refuses under a live view; they copy to and from device segments."""
+    """docs/runtime-model.md §3.7: segments of an aclrtMallocHost pool are viewable without copying;
+    free refuses under a live view; they copy to and from device segments."""
     with SegmentPool(dev, api="aclrtMallocHost", block_size=64 * KiB) as host, \
             SegmentPool(dev, block_size=64 * KiB) as device:
         seg = host.allocate(64)
@@ -431,7 +435,7 @@ def test_finalizer_returns_a_forgotten_segment(dev):
 
 
 def test_a_forgotten_host_segment_waits_for_its_last_view(dev):
-    """spec §3.7: host memory under a live view is never reused."""
+    """docs/runtime-model.md §3.7: host memory under a live view is never reused."""
     with SegmentPool(dev, api="aclrtMallocHost", block_size=64 * KiB) as pool:
         seg = pool.allocate(100)
         view = seg.view()
@@ -480,7 +484,7 @@ def test_pool_tells_the_checker_about_segments(fake, dev, monkeypatch):
         assert returned == [carved[0][1], b_ptr]
 
 
-# -- Hypothesis: random programs keep every invariant ------------------------------------
+# -- Hypothesis: random programs keep every invariant ----------------------------------------------
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -549,7 +553,8 @@ class PoolMachine(RuleBasedStateMachine):
     def no_overlap_and_spacing(self) -> None:
         spans = sorted((s.ptr, s.ptr + s.allocated_size) for s, _, _ in self.live)
         for (_, end), (start, _) in itertools.pairwise(spans):
-            # The next segment starts no earlier than ALIGN_UP(end, A) (spec §3.14).
+            # The next segment starts no earlier than ALIGN_UP(end, A) (docs/runtime-model.md
+            # §3.14).
             assert start >= -(-end // self.alignment) * self.alignment
 
     @invariant()
@@ -585,7 +590,7 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 def test_pool_state_machine(dev):
-    """spec §3.14: random programs keep segments apart and aligned, the statistics
+    """docs/runtime-model.md §3.14: random programs keep segments apart and aligned, the statistics
     consistent, and give every byte back after release_unused and close."""
     run_state_machine_as_test(
         PoolMachine,
@@ -595,7 +600,7 @@ def test_pool_state_machine(dev):
     )
 
 
-# -- threads -----------------------------------------------------------------------------
+# -- threads ---------------------------------------------------------------------------------------
 
 THREADS, OPERATIONS = 8, 2000  # benchmarks/pool_bench.py runs 8 x 20 000
 

@@ -1,7 +1,7 @@
-"""Conformance: aclrtGetMemInfo (spec §3.12), aclrtMemGetAddressRange (spec §4.8) and
-aclrtPointerGetAttributes (spec §4.9).
+"""Conformance: aclrtGetMemInfo (docs/runtime-model.md §3.12), aclrtMemGetAddressRange
+(docs/runtime-model.md §4.8) and aclrtPointerGetAttributes (docs/runtime-model.md §4.9).
 
-Pool sizes, page sizes and codes are written out by hand from the spec; page sizes of
+Pool sizes, page sizes and codes are written out by hand from the runtime model; page sizes of
 small and huge blocks follow the fake's choice for open question 15.
 """
 
@@ -32,7 +32,7 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 def info_or_code(attr: int) -> tuple[int, int] | int:
     """``(free, total)`` of ``attr``, or the error code it raised."""
     try:
@@ -42,22 +42,24 @@ def info_or_code(attr: int) -> tuple[int, int] | int:
 
 
 def padded_malloc_size(size: int) -> int:
-    """aclrtMalloc's rounding by hand (spec §3.5): floor((size + 32 + pad - 1) / 32) * 32."""
+    """aclrtMalloc's rounding by hand (docs/runtime-model.md §3.5): floor((size + 32 + pad - 1) /
+    32) * 32."""
     pad = soc_padding(raw.aclrtGetSocName())
     return (size + 32 + pad - 1) // 32 * 32
 
 
-# -- §3.12 aclrtGetMemInfo ------------------------------------------------------------
+# -- §3.12 aclrtGetMemInfo -------------------------------------------------------------------------
 @pytest.mark.parametrize("null_outputs", [1, 2, 3])
 @pytest.mark.parametrize("attr", [MemAttr.HBM_MEM, MemAttr.MEM_NORMAL, 18, 1000])
 def test_get_mem_info_null_output_is_100000(dev, backend, null_outputs, attr):
-    """spec §3.12: free or total NULL -> 100000 (ACL layer, before the attr check)."""
+    """docs/runtime-model.md §3.12: free or total NULL -> 100000 (ACL layer, before the attr
+    check)."""
     rc, *_ = backend.aclrtGetMemInfo(attr, null_outputs=null_outputs)
     assert rc == 100000
 
 
 def test_get_mem_info_null_output_beats_missing_context(backend):
-    """spec §1.2/§3.12: the NULL check (100000) runs before the context lookup."""
+    """docs/runtime-model.md §1.2/§3.12: the NULL check (100000) runs before the context lookup."""
     result, error = in_fresh_thread(lambda: backend.aclrtGetMemInfo(1, null_outputs=1))
     assert error is None
     assert result == (100000, 0, 0)
@@ -65,7 +67,8 @@ def test_get_mem_info_null_output_beats_missing_context(backend):
 
 @pytest.mark.parametrize("attr", [18, 19, 1000, 0xFFFFFFFF])
 def test_get_mem_info_unknown_attr_is_107016(dev, attr):
-    """spec §3.12: attr outside 0..17 -> 107016 ACL_ERROR_RT_INVALID_MEMORY_TYPE."""
+    """docs/runtime-model.md §3.12: attr outside 0..17 -> 107016
+    ACL_ERROR_RT_INVALID_MEMORY_TYPE."""
     with pytest.raises(InvalidMemoryTypeError) as e:
         raw.aclrtGetMemInfo(attr)
     assert e.value.code == 107016
@@ -73,7 +76,8 @@ def test_get_mem_info_unknown_attr_is_107016(dev, attr):
 
 @pytest.mark.parametrize("attr", [18, 1000])
 def test_get_mem_info_unknown_attr_beats_missing_context(backend, attr):
-    """spec §1.2/§3.12: the attr range check (runtime decorator) precedes the context lookup."""
+    """docs/runtime-model.md §1.2/§3.12: the attr range check (runtime decorator) precedes the
+    context lookup."""
     _, error = in_fresh_thread(lambda: raw.aclrtGetMemInfo(attr))
     assert isinstance(error, InvalidMemoryTypeError)
     assert error.code == 107016
@@ -81,14 +85,14 @@ def test_get_mem_info_unknown_attr_beats_missing_context(backend, attr):
 
 @pytest.mark.parametrize("attr", [MemAttr.HBM_MEM, MemAttr.HBM_MEM_NORMAL, MemAttr.MEM_HUGE])
 def test_get_mem_info_without_context_is_107002(backend, attr):
-    """spec §3.12: a thread with no current context -> 107002."""
+    """docs/runtime-model.md §3.12: a thread with no current context -> 107002."""
     _, error = in_fresh_thread(lambda: raw.aclrtGetMemInfo(attr))
     assert isinstance(error, ContextNullError)
     assert error.code == 107002
 
 
 def test_get_mem_info_hbm_is_huge_plus_normal(dev):
-    """spec §3.12: ACL_HBM_MEM = huge + normal, for free and for total."""
+    """docs/runtime-model.md §3.12: ACL_HBM_MEM = huge + normal, for free and for total."""
     free, total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM)
     huge_free, huge_total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)
     normal_free, normal_total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)
@@ -98,7 +102,8 @@ def test_get_mem_info_hbm_is_huge_plus_normal(dev):
 
 
 def test_get_mem_info_hbm_sum_holds_after_allocations(dev):
-    """spec §3.12: the HBM = huge + normal identity holds with memory in both pools."""
+    """docs/runtime-model.md §3.12: the HBM = huge + normal identity holds with memory in both
+    pools."""
     raw.aclrtMalloc(100, MallocPolicy.NORMAL_ONLY)
     raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
     free, total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM)
@@ -119,7 +124,8 @@ def test_get_mem_info_hbm_sum_holds_after_allocations(dev):
     ],
 )
 def test_get_mem_info_new_attrs_match_hbm_attrs(dev, new_attr, hbm_attr):
-    """spec §3.12: ACL_MEM_* (12-17) report the same pools as the HBM attrs on an HBM device."""
+    """docs/runtime-model.md §3.12: ACL_MEM_* (12-17) report the same pools as the HBM attrs on an
+    HBM device."""
     raw.aclrtMalloc(100, MallocPolicy.NORMAL_ONLY)
     raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
     assert info_or_code(new_attr) == info_or_code(hbm_attr)
@@ -134,7 +140,8 @@ def test_get_mem_info_new_attrs_match_hbm_attrs(dev, new_attr, hbm_attr):
     ],
 )
 def test_get_mem_info_p2p_attrs_report_the_same_page_pool(dev, p2p_attr, plain_attr):
-    """spec §3.12: *_HUGE -> huge pool, *_HUGE1G -> 1 GiB pool, other attrs -> normal pool."""
+    """docs/runtime-model.md §3.12: *_HUGE -> huge pool, *_HUGE1G -> 1 GiB pool, other attrs ->
+    normal pool."""
     raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
     assert info_or_code(p2p_attr) == info_or_code(plain_attr)
 
@@ -156,7 +163,8 @@ def pages(nbytes: int, page: int) -> int:
     ],
 )
 def test_allocation_reduces_free_of_the_right_pool(dev, size, policy, pool):
-    """spec §3.12 with §3.5/§3.13: the pool the policy names loses whole pages; free restores."""
+    """docs/runtime-model.md §3.12 with §3.5/§3.13: the pool the policy names loses whole pages;
+    free restores."""
     padded = padded_malloc_size(size)
     normal_delta = pages(padded, 4 * KiB) if pool == "normal" else 0
     huge_delta = pages(padded, 2 * MiB) if pool == "huge" else 0
@@ -175,7 +183,8 @@ def test_allocation_reduces_free_of_the_right_pool(dev, size, policy, pool):
 
 
 def test_allocation_deltas_by_hand_on_padding_32(dev):
-    """spec §3.5/§3.12, padding 32: 4096 -> 8 KiB; 3 MiB NORMAL_ONLY -> 3 MiB + 4 KiB."""
+    """docs/runtime-model.md §3.5/§3.12, padding 32: 4096 -> 8 KiB; 3 MiB NORMAL_ONLY -> 3 MiB + 4
+    KiB."""
     if soc_padding(raw.aclrtGetSocName()) != 32:
         pytest.skip("numbers below are for padding 32")
     normal = dev.mem_info(MemAttr.HBM_MEM_NORMAL).free
@@ -186,7 +195,8 @@ def test_allocation_deltas_by_hand_on_padding_32(dev):
 
 
 def test_one_mib_malloc_pool_depends_on_padding(dev):
-    """spec §3.5/§3.12: aclrtMalloc(1 MiB) pads past 1 MiB (huge pages) unless padding is 0."""
+    """docs/runtime-model.md §3.5/§3.12: aclrtMalloc(1 MiB) pads past 1 MiB (huge pages) unless
+    padding is 0."""
     padded = padded_malloc_size(MiB)
     normal = dev.mem_info(MemAttr.HBM_MEM_NORMAL).free
     huge = dev.mem_info(MemAttr.HBM_MEM_HUGE).free
@@ -200,7 +210,8 @@ def test_one_mib_malloc_pool_depends_on_padding(dev):
 
 
 def test_align32_one_mib_takes_normal_pages(dev):
-    """spec §3.5/§3.12: aclrtMallocAlign32(1 MiB) is exactly 1 MiB -> not > 1 MiB -> normal."""
+    """docs/runtime-model.md §3.5/§3.12: aclrtMallocAlign32(1 MiB) is exactly 1 MiB -> not > 1 MiB
+    -> normal."""
     normal = dev.mem_info(MemAttr.HBM_MEM_NORMAL).free
     huge = dev.mem_info(MemAttr.HBM_MEM_HUGE).free
     raw.aclrtMallocAlign32(MiB, MallocPolicy.HUGE_FIRST)
@@ -209,7 +220,8 @@ def test_align32_one_mib_takes_normal_pages(dev):
 
 
 def test_mem_info_is_per_device(dev):
-    """spec §3.12: the pool of the current device only; device 1 memory leaves device 0 alone."""
+    """docs/runtime-model.md §3.12: the pool of the current device only; device 1 memory leaves
+    device 0 alone."""
     need_two_devices()
     before = dev.mem_info(MemAttr.HBM_MEM_NORMAL)
     raw.aclrtSetDevice(1)
@@ -226,7 +238,8 @@ def test_mem_info_is_per_device(dev):
 
 @pytest.mark.fake_only("the pool sizes of the atlas-a2 profile are the fake's choice")
 def test_atlas_a2_pool_sizes(fake):
-    """spec §3.12 on the fake's atlas-a2: 64 GiB = 4 GiB normal + 60 GiB huge; 1G = 60 GiB."""
+    """docs/runtime-model.md §3.12 on the fake's atlas-a2: 64 GiB = 4 GiB normal + 60 GiB huge; 1G =
+    60 GiB."""
     acl_mem.fake.configure("atlas-a2")
     with acl_mem.Device(0) as d:
         assert d.mem_info(MemAttr.HBM_MEM) == (64 * GiB, 64 * GiB)
@@ -242,7 +255,8 @@ def test_atlas_a2_pool_sizes(fake):
      MemAttr.DDR_MEM_P2P_NORMAL],
 )
 def test_atlas_a2_ddr_attrs_report_zero(fake, attr):
-    """spec §3.12: an attribute the hardware lacks -> free = total = 0 (success)."""
+    """docs/runtime-model.md §3.12: an attribute the hardware lacks -> free = total = 0
+    (success)."""
     acl_mem.fake.configure("atlas-a2")
     with acl_mem.Device(0):
         assert raw.aclrtGetMemInfo(attr) == (0, 0)
@@ -250,7 +264,8 @@ def test_atlas_a2_ddr_attrs_report_zero(fake, attr):
 
 @pytest.mark.fake_only("the 1 GiB pool carved from the huge pool is the fake's model")
 def test_atlas_a2_huge1g_free_is_whole_gibs(fake):
-    """spec §3.12: *_HUGE1G reports the 1 GiB pool: free counts whole GiB pages only."""
+    """docs/runtime-model.md §3.12: *_HUGE1G reports the 1 GiB pool: free counts whole GiB pages
+    only."""
     acl_mem.fake.configure("atlas-a2")
     with acl_mem.Device(0):
         raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)  # 4 MiB of huge pages
@@ -277,7 +292,8 @@ def test_atlas_a2_huge1g_free_is_whole_gibs(fake):
     ],
 )
 def test_ddr_device_hbm_attrs_report_ddr_pools(fake, hbm_attr, ddr_attr, total):
-    """spec §3.12: on a DDR chip HBM attrs silently query DDR (same free and total)."""
+    """docs/runtime-model.md §3.12: on a DDR chip HBM attrs silently query DDR (same free and
+    total)."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
         raw.aclrtMalloc(100, MallocPolicy.NORMAL_ONLY)
@@ -296,7 +312,7 @@ def test_ddr_device_hbm_attrs_report_ddr_pools(fake, hbm_attr, ddr_attr, total):
      MemAttr.MEM_P2P_HUGE1G],
 )
 def test_ddr_device_huge1g_is_207000(fake, attr):
-    """spec §3.12: *_HUGE1G on a chip without 1 GiB pages -> 207000."""
+    """docs/runtime-model.md §3.12: *_HUGE1G on a chip without 1 GiB pages -> 207000."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
         with pytest.raises(FeatureNotSupportError) as e:
@@ -304,9 +320,10 @@ def test_ddr_device_huge1g_is_207000(fake, attr):
         assert e.value.code == 207000
 
 
-# -- §4.8 aclrtMemGetAddressRange -----------------------------------------------------
+# -- §4.8 aclrtMemGetAddressRange ------------------------------------------------------------------
 def test_address_range_null_ptr_is_100000(dev, backend):
-    """spec §4.8: ptr NULL -> 100000, also when both outputs are NULL (ACL layer first)."""
+    """docs/runtime-model.md §4.8: ptr NULL -> 100000, also when both outputs are NULL (ACL layer
+    first)."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtMemGetAddressRange(0)
     assert e.value.code == 100000
@@ -314,14 +331,14 @@ def test_address_range_null_ptr_is_100000(dev, backend):
 
 
 def test_address_range_both_outputs_null_is_107000(dev, backend):
-    """spec §4.8: pbase and psize both NULL -> 107000."""
+    """docs/runtime-model.md §4.8: pbase and psize both NULL -> 107000."""
     ptr = raw.aclrtMalloc(64)
     assert backend.aclrtMemGetAddressRange(ptr, null_outputs=3)[0] == 107000
 
 
 @pytest.mark.open_question(15)
 def test_address_range_one_output_null_is_fine(dev, backend):
-    """spec §4.8: one of pbase / psize may be NULL; the other is still written."""
+    """docs/runtime-model.md §4.8: one of pbase / psize may be NULL; the other is still written."""
     ptr = raw.aclrtMalloc(64)
     rc, _, size = backend.aclrtMemGetAddressRange(ptr + 8, null_outputs=1)
     assert (rc, size) == (0, 4 * KiB)
@@ -342,14 +359,16 @@ def test_address_range_one_output_null_is_fine(dev, backend):
     ],
 )
 def test_address_range_size_is_page_rounded(dev, call, size, policy, expected):
-    """spec §4.8 / open question 15: psize = padded size rounded up to the block's page size."""
+    """docs/runtime-model.md §4.8 / open question 15: psize = padded size rounded up to the block's
+    page size."""
     ptr = getattr(raw, call)(size, policy)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, expected)
 
 
 @pytest.mark.open_question(15)
 def test_address_range_malloc_4096_spills_into_a_second_page(dev):
-    """spec §3.5 + §4.8: aclrtMalloc(4096) is 4096 + padding bytes: 8 KiB unless padding is 0."""
+    """docs/runtime-model.md §3.5 + §4.8: aclrtMalloc(4096) is 4096 + padding bytes: 8 KiB unless
+    padding is 0."""
     ptr = raw.aclrtMalloc(4096, MallocPolicy.NORMAL_ONLY)
     expected = 8 * KiB if padded_malloc_size(4096) > 4096 else 4 * KiB
     assert raw.aclrtMemGetAddressRange(ptr)[1] == expected
@@ -358,20 +377,21 @@ def test_address_range_malloc_4096_spills_into_a_second_page(dev):
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("offset", [1, 63, 4095])
 def test_address_range_interior_pointer_gives_the_base(dev, offset):
-    """spec §4.8: any address inside the block reports the block's base and size."""
+    """docs/runtime-model.md §4.8: any address inside the block reports the block's base and
+    size."""
     ptr = raw.aclrtMalloc(64)
     assert raw.aclrtMemGetAddressRange(ptr + offset) == (ptr, 4 * KiB)
 
 
 @pytest.mark.open_question(15)
 def test_address_range_interior_pointer_of_huge_block(dev):
-    """spec §4.8: interior pointer of a 3 MiB HUGE_FIRST block -> (base, 4 MiB)."""
+    """docs/runtime-model.md §4.8: interior pointer of a 3 MiB HUGE_FIRST block -> (base, 4 MiB)."""
     ptr = raw.aclrtMalloc(3 * MiB)
     assert raw.aclrtMemGetAddressRange(ptr + 3 * MiB - 1) == (ptr, 4 * MiB)
 
 
 def test_address_range_of_two_blocks_are_distinct(dev):
-    """spec §4.8: each block reports its own base."""
+    """docs/runtime-model.md §4.8: each block reports its own base."""
     a = raw.aclrtMalloc(64)
     b = raw.aclrtMalloc(64)
     assert raw.aclrtMemGetAddressRange(a)[0] == a
@@ -379,7 +399,7 @@ def test_address_range_of_two_blocks_are_distinct(dev):
 
 
 def test_address_range_freed_device_pointer_is_107000(dev):
-    """spec §4.8: a device address no block holds any more -> 107000."""
+    """docs/runtime-model.md §4.8: a device address no block holds any more -> 107000."""
     ptr = raw.aclrtMalloc(64)
     raw.aclrtFree(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -389,7 +409,8 @@ def test_address_range_freed_device_pointer_is_107000(dev):
 
 @pytest.mark.open_question(15)
 def test_address_range_pinned_host_memory(dev):
-    """spec §4.8: blocks from aclrtMallocHost are known too (base, size rounded to a page)."""
+    """docs/runtime-model.md §4.8: blocks from aclrtMallocHost are known too (base, size rounded to
+    a page)."""
     ptr = raw.aclrtMallocHost(100)
     try:
         page = mmap.PAGESIZE
@@ -401,14 +422,14 @@ def test_address_range_pinned_host_memory(dev):
 
 @pytest.mark.open_question(15)
 def test_address_range_pythonic(dev):
-    """spec §4.8 through DeviceBuffer.address_range()."""
+    """docs/runtime-model.md §4.8 through DeviceBuffer.address_range()."""
     buf = dev.malloc(3 * MiB)
     assert buf.address_range() == (buf.ptr, 4 * MiB)
 
 
-# -- §4.9 aclrtPointerGetAttributes ---------------------------------------------------
+# -- §4.9 aclrtPointerGetAttributes ----------------------------------------------------------------
 def test_pointer_attributes_null_ptr_is_100000(dev, backend):
-    """spec §4.9: ptr NULL -> 100000."""
+    """docs/runtime-model.md §4.9: ptr NULL -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtPointerGetAttributes(0)
     assert e.value.code == 100000
@@ -416,7 +437,7 @@ def test_pointer_attributes_null_ptr_is_100000(dev, backend):
 
 
 def test_pointer_attributes_null_attributes_is_100000(dev, backend):
-    """spec §4.9: attributes NULL -> 100000."""
+    """docs/runtime-model.md §4.9: attributes NULL -> 100000."""
     ptr = raw.aclrtMalloc(64)
     assert backend.aclrtPointerGetAttributes(ptr, null_outputs=1)[0] == 100000
 
@@ -432,7 +453,8 @@ def test_pointer_attributes_null_attributes_is_100000(dev, backend):
     ],
 )
 def test_pointer_attributes_device_memory(dev, size, policy, page):
-    """spec §4.9 / open question 15: DEVICE, id 0, pageSize 4096 (normal) or 2 MiB (huge)."""
+    """docs/runtime-model.md §4.9 / open question 15: DEVICE, id 0, pageSize 4096 (normal) or 2 MiB
+    (huge)."""
     ptr = raw.aclrtMalloc(size, policy)
     attrs = raw.aclrtPointerGetAttributes(ptr)
     assert (attrs.type, attrs.id, attrs.pageSize) == (MemLocationType.DEVICE, 0, page)
@@ -441,7 +463,7 @@ def test_pointer_attributes_device_memory(dev, size, policy, page):
 
 @pytest.mark.open_question(15)
 def test_pointer_attributes_giant_page_block(dev):
-    """spec §4.9 / open question 15: a HUGE1G_ONLY block reports pageSize 1 GiB."""
+    """docs/runtime-model.md §4.9 / open question 15: a HUGE1G_ONLY block reports pageSize 1 GiB."""
     try:
         ptr = raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY)
     except FeatureNotSupportError:
@@ -451,7 +473,7 @@ def test_pointer_attributes_giant_page_block(dev):
 
 
 def test_pointer_attributes_device_1_reports_id_1(dev):
-    """spec §4.9: location.id is the (user) device id of the block."""
+    """docs/runtime-model.md §4.9: location.id is the (user) device id of the block."""
     need_two_devices()
     raw.aclrtSetDevice(1)
     try:
@@ -468,7 +490,7 @@ def test_pointer_attributes_device_1_reports_id_1(dev):
 
 
 def test_pointer_attributes_pinned_host(dev):
-    """spec §4.9: aclrtMallocHost memory -> HOST, id 0."""
+    """docs/runtime-model.md §4.9: aclrtMallocHost memory -> HOST, id 0."""
     ptr = raw.aclrtMallocHost(100)
     try:
         attrs = raw.aclrtPointerGetAttributes(ptr)
@@ -479,14 +501,14 @@ def test_pointer_attributes_pinned_host(dev):
 
 
 def test_pointer_attributes_numpy_is_unregistered(dev):
-    """spec §4.9: plain host memory (a numpy array) -> UNREGISTERED."""
+    """docs/runtime-model.md §4.9: plain host memory (a numpy array) -> UNREGISTERED."""
     arr = np.zeros(1000, dtype=np.uint8)
     assert raw.aclrtPointerGetAttributes(arr.ctypes.data).type == MemLocationType.UNREGISTERED
 
 
 @pytest.mark.open_question(15)
 def test_pointer_attributes_without_context(dev):
-    """spec §4.9: works from a thread with no current context."""
+    """docs/runtime-model.md §4.9: works from a thread with no current context."""
     ptr = raw.aclrtMalloc(64)
     result, error = in_fresh_thread(lambda: raw.aclrtPointerGetAttributes(ptr))
     assert error is None
@@ -495,7 +517,7 @@ def test_pointer_attributes_without_context(dev):
 
 
 def test_pointer_attributes_pythonic(dev):
-    """spec §4.9 through DeviceBuffer/HostBuffer.attributes()."""
+    """docs/runtime-model.md §4.9 through DeviceBuffer/HostBuffer.attributes()."""
     buf = dev.malloc(64)
     assert buf.attributes().type == MemLocationType.DEVICE
     host = dev.malloc_host(64)

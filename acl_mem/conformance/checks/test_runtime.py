@@ -1,4 +1,5 @@
-"""Conformance: aclInit / aclFinalize (spec §3.1) and devices (spec §3.2).
+"""Conformance: aclInit / aclFinalize (docs/runtime-model.md §3.1) and devices
+(docs/runtime-model.md §3.2).
 
 Sequences that depend on the whole process's history ("before any aclInit", "the very
 first aclInit's config") run in a fresh interpreter with the backend under test, so
@@ -38,7 +39,7 @@ MiB = 1 << 20
 HUGE_PAGE = 2 * MiB
 NORMAL_PAGE = 4096
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 class Worker:
@@ -128,11 +129,11 @@ def need_devices(n: int) -> None:
         pytest.skip(f"needs {n} devices")
 
 
-# -- §3.1 aclInit / aclFinalize ------------------------------------------------------------
+# -- §3.1 aclInit / aclFinalize --------------------------------------------------------------------
 
 
 def test_spec_3_1_repeat_init_returns_100002(backend):
-    """spec §3.1: first aclInit succeeds; every later aclInit returns 100002."""
+    """docs/runtime-model.md §3.1: first aclInit succeeds; every later aclInit returns 100002."""
     raw.aclInit()
     try:
         for _ in range(3):
@@ -144,7 +145,8 @@ def test_spec_3_1_repeat_init_returns_100002(backend):
 
 
 def test_spec_3_1_one_finalize_undoes_every_init_then_repeat_finalize_is_100037(backend):
-    """spec §3.1: one aclFinalize undoes any number of aclInit; the next one returns 100037."""
+    """docs/runtime-model.md §3.1: one aclFinalize undoes any number of aclInit; the next one
+    returns 100037."""
     raw.aclInit()
     for _ in range(4):
         with pytest.raises(RepeatInitializeError):
@@ -157,7 +159,7 @@ def test_spec_3_1_one_finalize_undoes_every_init_then_repeat_finalize_is_100037(
 
 
 def test_spec_3_1_init_works_again_after_finalize(backend):
-    """spec §3.1: aclInit -> aclFinalize -> aclInit succeeds; the flag is reset."""
+    """docs/runtime-model.md §3.1: aclInit -> aclFinalize -> aclInit succeeds; the flag is reset."""
     raw.aclInit()
     raw.aclFinalize()
     raw.aclInit()
@@ -172,7 +174,8 @@ def test_spec_3_1_init_works_again_after_finalize(backend):
 
 @pytest.mark.open_question(13)
 def test_spec_3_1_finalize_before_any_init_returns_0(backend):
-    """spec §3.1 / §8 q13: aclFinalize before any aclInit succeeds; a second one is 100037."""
+    """docs/runtime-model.md §3.1 / §8 q13: aclFinalize before any aclInit succeeds; a second one is
+    100037."""
     codes = fresh_process(backend.name, """
         rc(raw.aclFinalize)
         rc(raw.aclFinalize)
@@ -183,7 +186,8 @@ def test_spec_3_1_finalize_before_any_init_returns_0(backend):
 
 
 def test_spec_3_1_init_with_config_file(backend, tmp_path):
-    """spec §3.1: configPath may point to a JSON file ("{}" allowed), str or path-like."""
+    """docs/runtime-model.md §3.1: configPath may point to a JSON file ("{}" allowed), str or
+    path-like."""
     config = tmp_path / "acl.json"
     config.write_text("{}")
     codes = fresh_process(backend.name, f"""
@@ -197,8 +201,8 @@ def test_spec_3_1_init_with_config_file(backend, tmp_path):
 
 
 def test_spec_3_1_repeat_init_does_not_read_the_config(backend, tmp_path):
-    """spec §3.1: while initialised, a later aclInit's config is not read: 100002 even for
-    a missing file or one with different content."""
+    """docs/runtime-model.md §3.1: while initialised, a later aclInit's config is not read: 100002
+    even for a missing file or one with different content."""
     first = tmp_path / "first.json"
     first.write_text("{}")
     other = tmp_path / "other.json"
@@ -215,8 +219,8 @@ def test_spec_3_1_repeat_init_does_not_read_the_config(backend, tmp_path):
 
 
 def test_spec_3_1_different_config_content_after_finalize_is_100000(backend, tmp_path):
-    """spec §3.1: after aclFinalize, aclInit with config content differing from the very
-    first aclInit's returns 100000; the same content (any path) succeeds."""
+    """docs/runtime-model.md §3.1: after aclFinalize, aclInit with config content differing from the
+    very first aclInit's returns 100000; the same content (any path) succeeds."""
     first = tmp_path / "first.json"
     first.write_text("{}")
     same = tmp_path / "same-content-elsewhere.json"
@@ -233,12 +237,12 @@ def test_spec_3_1_different_config_content_after_finalize_is_100000(backend, tmp
     assert codes == [0, 0, 100000, 0, 0]
 
 
-# -- §3.2 aclrtSetDevice / aclrtResetDevice -------------------------------------------------
+# -- §3.2 aclrtSetDevice / aclrtResetDevice --------------------------------------------------------
 
 
 @pytest.mark.parametrize("which", ["-1", "count", "count+1", "INT32_MAX", "INT32_MIN"])
 def test_spec_3_2_set_device_invalid_id_is_107001(backend, which):
-    """spec §3.2: aclrtSetDevice with an id outside [0, count) -> 107001."""
+    """docs/runtime-model.md §3.2: aclrtSetDevice with an id outside [0, count) -> 107001."""
     count = device_count()
     device_id = {"-1": -1, "count": count, "count+1": count + 1, "INT32_MAX": 2**31 - 1,
                  "INT32_MIN": -(2**31)}[which]
@@ -252,7 +256,8 @@ def test_spec_3_2_set_device_invalid_id_is_107001(backend, which):
 
 
 def test_spec_3_2_set_device_every_valid_id(backend):
-    """spec §3.2: every id in [0, count) can be set; the last one set is current."""
+    """docs/runtime-model.md §3.2: every id in [0, count) can be set; the last one set is
+    current."""
     count = device_count()
     for device_id in range(count):
         raw.aclrtSetDevice(device_id)
@@ -262,14 +267,15 @@ def test_spec_3_2_set_device_every_valid_id(backend):
 
 
 def test_spec_3_2_reset_never_set_device_is_507007(backend):
-    """spec §3.2: aclrtResetDevice on a device with no reference -> 507007."""
+    """docs/runtime-model.md §3.2: aclrtResetDevice on a device with no reference -> 507007."""
     with pytest.raises(ContextReleaseError) as e:
         raw.aclrtResetDevice(0)
     assert e.value.code == 507007
 
 
 def test_spec_3_2_reset_after_last_reference_is_507007(backend):
-    """spec §3.2: a reset beyond the last reference ("already been reset") -> 507007."""
+    """docs/runtime-model.md §3.2: a reset beyond the last reference ("already been reset") ->
+    507007."""
     raw.aclrtSetDevice(0)
     raw.aclrtResetDevice(0)
     with pytest.raises(ContextReleaseError) as e:
@@ -279,7 +285,8 @@ def test_spec_3_2_reset_after_last_reference_is_507007(backend):
 
 @pytest.mark.parametrize("which", ["-1", "count", "INT32_MAX"])
 def test_spec_3_2_reset_out_of_range_is_107001(backend, which):
-    """spec §3.2: aclrtResetDevice with an out-of-range id -> 107001 (not 507007)."""
+    """docs/runtime-model.md §3.2: aclrtResetDevice with an out-of-range id -> 107001 (not
+    507007)."""
     count = device_count()
     device_id = {"-1": -1, "count": count, "INT32_MAX": 2**31 - 1}[which]
     with pytest.raises(InvalidDeviceIdError) as e:
@@ -287,18 +294,19 @@ def test_spec_3_2_reset_out_of_range_is_107001(backend, which):
     assert e.value.code == 107001
 
 
-# -- §3.2 aclrtGetDevice / per-thread contexts -------------------------------------------
+# -- §3.2 aclrtGetDevice / per-thread contexts -----------------------------------------------------
 
 
 def test_spec_3_2_get_device_without_set_is_107002(backend):
-    """spec §3.2: aclrtGetDevice in a thread that never set a device -> 107002."""
+    """docs/runtime-model.md §3.2: aclrtGetDevice in a thread that never set a device -> 107002."""
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(raw.aclrtGetDevice)
     assert e.value.code == 107002
 
 
 def test_spec_3_2_get_device_in_other_thread_is_107002_while_main_has_one(dev):
-    """spec §3.2: the current device is per thread: another thread still has none."""
+    """docs/runtime-model.md §3.2: the current device is per thread: another thread still has
+    none."""
     assert raw.aclrtGetDevice() == 0
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(raw.aclrtGetDevice)
@@ -307,7 +315,8 @@ def test_spec_3_2_get_device_in_other_thread_is_107002_while_main_has_one(dev):
 
 
 def test_spec_3_2_two_threads_have_different_current_devices(backend):
-    """spec §3.2: two threads that set different devices each see their own device."""
+    """docs/runtime-model.md §3.2: two threads that set different devices each see their own
+    device."""
     need_devices(2)
     with Worker() as a, Worker() as b:
         a.run(lambda: raw.aclrtSetDevice(0))
@@ -322,7 +331,8 @@ def test_spec_3_2_two_threads_have_different_current_devices(backend):
 
 
 def test_spec_3_2_set_device_switches_the_current_device(backend):
-    """spec §3.2: a second aclrtSetDevice in the same thread makes that device current."""
+    """docs/runtime-model.md §3.2: a second aclrtSetDevice in the same thread makes that device
+    current."""
     need_devices(2)
     raw.aclrtSetDevice(0)
     raw.aclrtSetDevice(1)
@@ -334,11 +344,12 @@ def test_spec_3_2_set_device_switches_the_current_device(backend):
     raw.aclrtResetDevice(1)
 
 
-# -- §3.2 reference counting -------------------------------------------------------------
+# -- §3.2 reference counting -----------------------------------------------------------------------
 
 
 def test_spec_3_2_set_twice_reset_once_keeps_the_context(backend):
-    """spec §3.2: each set adds a reference; one reset of two keeps context and memory."""
+    """docs/runtime-model.md §3.2: each set adds a reference; one reset of two keeps context and
+    memory."""
     raw.aclrtSetDevice(0)
     raw.aclrtSetDevice(0)
     ptr = raw.aclrtMalloc(4096, MallocPolicy.HUGE_FIRST)
@@ -356,8 +367,8 @@ def test_spec_3_2_set_twice_reset_once_keeps_the_context(backend):
 
 
 def test_spec_3_2_final_reset_releases_the_device_memory(backend):
-    """spec §3.2: at zero references the device's memory is freed: after setting the
-    device again the pools show the bytes free again."""
+    """docs/runtime-model.md §3.2: at zero references the device's memory is freed: after setting
+    the device again the pools show the bytes free again."""
     raw.aclrtSetDevice(0)
     normal0 = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0]
     huge0 = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
@@ -379,8 +390,8 @@ def test_spec_3_2_final_reset_releases_the_device_memory(backend):
 
 
 def test_spec_3_2_references_are_per_process_and_final_reset_ends_other_threads(backend):
-    """spec §3.2: threads setting the same device share its context and its reference
-    count; when the count reaches 0 the other threads have no context (107002)."""
+    """docs/runtime-model.md §3.2: threads setting the same device share its context and its
+    reference count; when the count reaches 0 the other threads have no context (107002)."""
     with Worker() as other:
         other.run(lambda: raw.aclrtSetDevice(0))
         raw.aclrtSetDevice(0)
@@ -396,8 +407,8 @@ def test_spec_3_2_references_are_per_process_and_final_reset_ends_other_threads(
 
 
 def test_spec_3_2_memory_is_shared_by_threads_of_one_device(backend):
-    """spec §3.2: threads that set the same device share its context: memory allocated
-    in one thread is visible in the pools of the other."""
+    """docs/runtime-model.md §3.2: threads that set the same device share its context: memory
+    allocated in one thread is visible in the pools of the other."""
     raw.aclrtSetDevice(0)
     with Worker() as other:
         other.run(lambda: raw.aclrtSetDevice(0))
@@ -410,11 +421,12 @@ def test_spec_3_2_memory_is_shared_by_threads_of_one_device(backend):
     raw.aclrtResetDevice(0)
 
 
-# -- §3.2 aclrtGetDeviceCount and NULL outputs -------------------------------------------
+# -- §3.2 aclrtGetDeviceCount and NULL outputs -----------------------------------------------------
 
 
 def test_spec_3_2_get_device_count_needs_no_context(backend):
-    """spec §3.2: aclrtGetDeviceCount returns the visible devices, with or without context."""
+    """docs/runtime-model.md §3.2: aclrtGetDeviceCount returns the visible devices, with or without
+    context."""
     count = device_count()
     assert isinstance(count, int)
     assert count >= 1
@@ -426,7 +438,8 @@ def test_spec_3_2_get_device_count_needs_no_context(backend):
 
 @pytest.mark.fake_only("only the fake's device count can be chosen")
 def test_spec_3_2_get_device_count_follows_the_configured_count(fake):
-    """spec §3.2: aclrtGetDeviceCount reports the visible devices; ids stop at count."""
+    """docs/runtime-model.md §3.2: aclrtGetDeviceCount reports the visible devices; ids stop at
+    count."""
     acl_mem.fake.configure(device_count=3)
     assert raw.aclrtGetDeviceCount() == 3
     raw.aclrtSetDevice(2)
@@ -437,7 +450,7 @@ def test_spec_3_2_get_device_count_follows_the_configured_count(fake):
 
 
 def test_spec_3_2_get_device_null_output_is_100000(backend):
-    """spec §3.2: aclrtGetDevice(NULL) -> 100000, before the context lookup."""
+    """docs/runtime-model.md §3.2: aclrtGetDevice(NULL) -> 100000, before the context lookup."""
     assert backend.aclrtGetDevice(null_outputs=1)[0] == 100000
     assert raise_from_fresh_thread(lambda: backend.aclrtGetDevice(null_outputs=1))[0] == 100000
     raw.aclrtSetDevice(0)
@@ -447,7 +460,7 @@ def test_spec_3_2_get_device_null_output_is_100000(backend):
 
 
 def test_spec_3_2_get_device_count_null_output_is_100000(backend):
-    """spec §3.2: aclrtGetDeviceCount(NULL) -> 100000."""
+    """docs/runtime-model.md §3.2: aclrtGetDeviceCount(NULL) -> 100000."""
     assert backend.aclrtGetDeviceCount(null_outputs=1)[0] == 100000
     rc, count = backend.aclrtGetDeviceCount()
     assert rc == 0

@@ -1,6 +1,7 @@
-"""Conformance: streams (spec §3.4), aclrtMemcpyAsync (§3.10) and aclrtMemsetAsync (§3.11).
+"""Conformance: streams (docs/runtime-model.md §3.4), aclrtMemcpyAsync (§3.10) and aclrtMemsetAsync
+(§3.11).
 
-Every expected code, count and byte is written out by hand from the spec. The rt-M
+Every expected code, count and byte is written out by hand from the runtime model. The rt-M
 check order of aclrtMemcpyAsync is: kind (100000) -> count 0 (success) -> NULL
 (100000) -> stream handle (107017) -> count > destMax (107000) -> kind correction by
 location (107000 / 207000 for H2H) -> dst == src (success) -> context (107002).
@@ -54,7 +55,7 @@ OK = 0
 N = 64
 
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 def pattern(n: int, seed: int = 1) -> bytes:
     return bytes((i * 7 + seed) % 251 for i in range(n))
 
@@ -102,7 +103,7 @@ def dead_stream() -> int:
 
 
 def max_streams(soc: str) -> int:
-    """Streams per device, the default stream included (spec §3.4, [DOC-RT:06])."""
+    """Streams per device, the default stream included (docs/runtime-model.md §3.4)."""
     if soc.startswith("Ascend310P"):  # Atlas inference
         return 1024
     if soc.startswith("Ascend310B"):  # Atlas 200I/500 A2
@@ -134,9 +135,10 @@ class Endpoint:
             raw.aclrtFreeHost(self.ptr)
 
 
-# -- §3.4 aclrtCreateStream --------------------------------------------------------------
+# -- §3.4 aclrtCreateStream ------------------------------------------------------------------------
 def test_spec_3_4_create_stream_null_output_is_100000(backend):
-    """spec §3.4: aclrtCreateStream(NULL) -> 100000, also without a context (ACL layer)."""
+    """docs/runtime-model.md §3.4: aclrtCreateStream(NULL) -> 100000, also without a context (ACL
+    layer)."""
     with acl_mem.Device(0):
         rc, _ = backend.aclrtCreateStream(null_outputs=1)
         assert rc == 100000
@@ -145,14 +147,15 @@ def test_spec_3_4_create_stream_null_output_is_100000(backend):
 
 
 def test_spec_3_4_create_stream_without_context_is_107002(backend):
-    """spec §3.4: aclrtCreateStream in a thread with no current context -> 107002."""
+    """docs/runtime-model.md §3.4: aclrtCreateStream in a thread with no current context ->
+    107002."""
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(raw.aclrtCreateStream)
     assert e.value.code == 107002
 
 
 def test_spec_3_4_created_streams_are_distinct_non_null_handles(dev):
-    """spec §3.4: each aclrtCreateStream gives a new non-NULL handle."""
+    """docs/runtime-model.md §3.4: each aclrtCreateStream gives a new non-NULL handle."""
     handles = [raw.aclrtCreateStream() for _ in range(4)]
     try:
         assert 0 not in handles
@@ -163,8 +166,8 @@ def test_spec_3_4_created_streams_are_distinct_non_null_handles(dev):
 
 
 def test_spec_3_4_stream_limit_per_device_includes_the_default_stream(dev):
-    """spec §3.4: at most 1984 streams per device on A2 (512 / 1024 on 200I-500 A2 / Atlas
-    inference), the default stream included: the 1984th aclrtCreateStream -> 207008
+    """docs/runtime-model.md §3.4: at most 1984 streams per device on A2 (512 / 1024 on 200I-500 A2
+    / Atlas inference), the default stream included: the 1984th aclrtCreateStream -> 207008
     ACL_ERROR_RT_NO_STREAM_RESOURCE ([HE]; §3.4 gives the limit, not the code)."""
     # Runs on hardware too: the expected limit follows the SoC the backend reports, so a
     # 310P or 310B host is held to its own documented number, not to the A2 one.
@@ -209,9 +212,10 @@ def test_spec_3_4_stream_limit_per_device_includes_the_default_stream(dev):
     raw.aclrtDestroyStream(raw.aclrtCreateStream())
 
 
-# -- §3.4 aclrtDestroyStream ---------------------------------------------------------------
+# -- §3.4 aclrtDestroyStream -----------------------------------------------------------------------
 def test_spec_3_4_destroy_stream_null_is_100000(dev):
-    """spec §3.4: aclrtDestroyStream(NULL) -> 100000 (the default stream is not destroyable)."""
+    """docs/runtime-model.md §3.4: aclrtDestroyStream(NULL) -> 100000 (the default stream is not
+    destroyable)."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtDestroyStream(0)
     assert e.value.code == 100000
@@ -219,7 +223,8 @@ def test_spec_3_4_destroy_stream_null_is_100000(dev):
 
 
 def test_spec_3_4_destroy_stream_null_without_context_is_100000(backend):
-    """spec §3.4 / §1.2: the ACL-layer NULL check runs before any context lookup."""
+    """docs/runtime-model.md §3.4 / §1.2: the ACL-layer NULL check runs before any context
+    lookup."""
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtDestroyStream(0))
     assert e.value.code == 100000
@@ -227,7 +232,7 @@ def test_spec_3_4_destroy_stream_null_without_context_is_100000(backend):
 
 @pytest.mark.open_question(14)
 def test_spec_3_4_double_destroy_is_107017(dev):
-    """spec §3.4 / §8 q14: destroying a stream twice -> 107017 (handle guard)."""
+    """docs/runtime-model.md §3.4 / §8 q14: destroying a stream twice -> 107017 (handle guard)."""
     stream = raw.aclrtCreateStream()
     raw.aclrtDestroyStream(stream)
     with pytest.raises(InvalidHandleError) as e:
@@ -236,8 +241,8 @@ def test_spec_3_4_double_destroy_is_107017(dev):
 
 
 def test_spec_3_4_stream_of_a_reset_context_is_107017(backend):
-    """spec §3.4: a stream created in a context that was reset since is a dead handle:
-    destroy, synchronize and async calls on it -> 107017."""
+    """docs/runtime-model.md §3.4: a stream created in a context that was reset since is a dead
+    handle: destroy, synchronize and async calls on it -> 107017."""
     raw.aclrtSetDevice(0)
     stream = raw.aclrtCreateStream()
     raw.aclrtResetDevice(0)
@@ -259,8 +264,8 @@ def test_spec_3_4_stream_of_a_reset_context_is_107017(backend):
 
 
 def test_spec_3_4_destroy_from_a_thread_on_another_device_is_107003(dev):
-    """spec §3.4: the stream must belong to the current context: destroying a device-0
-    stream from a thread whose current device is 1 -> 107003; the stream survives."""
+    """docs/runtime-model.md §3.4: the stream must belong to the current context: destroying a
+    device-0 stream from a thread whose current device is 1 -> 107003; the stream survives."""
     need_two_devices()
     stream = raw.aclrtCreateStream()
 
@@ -280,8 +285,8 @@ def test_spec_3_4_destroy_from_a_thread_on_another_device_is_107003(dev):
 
 @pytest.mark.filterwarnings("ignore::acl_mem.errors.HazardWarning")
 def test_spec_3_4_destroy_waits_for_queued_work(dev):
-    """spec §3.4: aclrtDestroyStream waits for unfinished tasks: the queued copy and
-    memset have run when it returns (no synchronize)."""
+    """docs/runtime-model.md §3.4: aclrtDestroyStream waits for unfinished tasks: the queued copy
+    and memset have run when it returns (no synchronize)."""
     host = pinned_with(pattern(N, 5))
     dst = device_with(bytes(N))
     stream = raw.aclrtCreateStream()
@@ -293,9 +298,10 @@ def test_spec_3_4_destroy_waits_for_queued_work(dev):
     raw.aclrtFreeHost(host)
 
 
-# -- §3.4 aclrtSynchronizeStream / aclrtSynchronizeDevice ----------------------------------
+# -- §3.4 aclrtSynchronizeStream / aclrtSynchronizeDevice ------------------------------------------
 def test_spec_3_4_synchronize_null_is_the_default_stream(dev):
-    """spec §3.4: aclrtSynchronizeStream(NULL) is legal and waits for the default stream."""
+    """docs/runtime-model.md §3.4: aclrtSynchronizeStream(NULL) is legal and waits for the default
+    stream."""
     host = pinned_with(pattern(N, 9))
     dst = device_with(bytes(N))
     raw.aclrtMemcpyAsync(dst, N, host, N, H2D, 0)
@@ -307,28 +313,30 @@ def test_spec_3_4_synchronize_null_is_the_default_stream(dev):
 
 
 def test_spec_3_4_synchronize_destroyed_stream_is_107017(dev):
-    """spec §3.4: aclrtSynchronizeStream of a destroyed handle -> 107017."""
+    """docs/runtime-model.md §3.4: aclrtSynchronizeStream of a destroyed handle -> 107017."""
     with pytest.raises(InvalidHandleError) as e:
         raw.aclrtSynchronizeStream(dead_stream())
     assert e.value.code == 107017
 
 
 def test_spec_3_4_synchronize_null_without_context_is_107002(backend):
-    """spec §3.4: NULL means the current context's default stream; no context -> 107002."""
+    """docs/runtime-model.md §3.4: NULL means the current context's default stream; no context ->
+    107002."""
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(lambda: raw.aclrtSynchronizeStream(0))
     assert e.value.code == 107002
 
 
 def test_spec_3_4_synchronize_device_without_context_is_107002(backend):
-    """spec §3.4: aclrtSynchronizeDevice with no current context -> 107002."""
+    """docs/runtime-model.md §3.4: aclrtSynchronizeDevice with no current context -> 107002."""
     with pytest.raises(ContextNullError) as e:
         raise_from_fresh_thread(raw.aclrtSynchronizeDevice)
     assert e.value.code == 107002
 
 
 def test_spec_3_4_synchronize_device_runs_every_stream(dev):
-    """spec §3.4: aclrtSynchronizeDevice waits for the default stream and every created one."""
+    """docs/runtime-model.md §3.4: aclrtSynchronizeDevice waits for the default stream and every
+    created one."""
     regions = [device_with(bytes(N)) for _ in range(3)]
     streams = [raw.aclrtCreateStream(), raw.aclrtCreateStream()]
     host = pinned_with(pattern(N, 11))
@@ -346,12 +354,12 @@ def test_spec_3_4_synchronize_device_runs_every_stream(dev):
     raw.aclrtFreeHost(host)
 
 
-# -- §3.10 aclrtMemcpyAsync check order ----------------------------------------------------
+# -- §3.10 aclrtMemcpyAsync check order ------------------------------------------------------------
 @pytest.mark.parametrize("kind", [6, 7, 8])
 @pytest.mark.parametrize("count", [0, 16])
 def test_spec_3_10_async_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
-    """spec §3.10 step 1 (rt-M): kind 6 / 7 (INNER/INTER D2D) and above -> 100000, checked
-    before the count-0 exit and before the stream handle."""
+    """docs/runtime-model.md §3.10 step 1 (rt-M): kind 6 / 7 (INNER/INTER D2D) and above -> 100000,
+    checked before the count-0 exit and before the stream handle."""
     dst = device_with(bytes(16))
     src = pinned_with(pattern(16))
     for d, s, stream in [(0, 0, 0), (dst, src, 0), (dst, src, dead_stream())]:
@@ -366,14 +374,15 @@ def test_spec_3_10_async_kind_out_of_range_is_100000_even_with_count_0(dev, kind
 
 @pytest.mark.parametrize("kind", [0, 1, 2, 3, 4, 5])
 def test_spec_3_10_async_count_0_succeeds_with_null_pointers(dev, kind):
-    """spec §3.10 step 2: count 0 -> success, nothing done, even with NULL dst/src, destMax 0
-    and a destroyed stream (the handle is checked later)."""
+    """docs/runtime-model.md §3.10 step 2: count 0 -> success, nothing done, even with NULL dst/src,
+    destMax 0 and a destroyed stream (the handle is checked later)."""
     raw.aclrtMemcpyAsync(0, 0, 0, 0, kind, 0)
     raw.aclrtMemcpyAsync(0, 16, 0, 0, kind, dead_stream())
 
 
 def test_spec_3_10_async_null_pointer_is_100000(dev):
-    """spec §3.10 step 3: NULL dst or src -> 100000, before the stream and destMax checks."""
+    """docs/runtime-model.md §3.10 step 3: NULL dst or src -> 100000, before the stream and destMax
+    checks."""
     ptr = device_with(bytes(16))
     dead = dead_stream()
     for d, s in [(0, ptr), (ptr, 0), (0, 0)]:
@@ -385,8 +394,8 @@ def test_spec_3_10_async_null_pointer_is_100000(dev):
 
 
 def test_spec_3_10_async_destroyed_stream_is_107017_before_count_over_dest_max(dev):
-    """spec §3.10 step 4 (async): the stream handle is validated first -> 107017, even when
-    count > destMax would give 107000."""
+    """docs/runtime-model.md §3.10 step 4 (async): the stream handle is validated first -> 107017,
+    even when count > destMax would give 107000."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     dead = dead_stream()
@@ -402,7 +411,8 @@ def test_spec_3_10_async_destroyed_stream_is_107017_before_count_over_dest_max(d
 
 @pytest.mark.parametrize("dest_max", [0, 1, N - 1])
 def test_spec_3_10_async_count_over_dest_max_is_107000_and_copies_nothing(dev, dest_max):
-    """spec §3.10 step 4: count > destMax (destMax 0 included) -> 107000, nothing copied."""
+    """docs/runtime-model.md §3.10 step 4: count > destMax (destMax 0 included) -> 107000, nothing
+    copied."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     stream = raw.aclrtCreateStream()
@@ -422,7 +432,8 @@ def test_spec_3_10_async_count_over_dest_max_is_107000_and_copies_nothing(dev, d
 
 
 def test_spec_3_10_async_dest_max_is_not_compared_with_the_allocation(dev):
-    """spec §3.10: destMax is only compared with count, not with the real block size."""
+    """docs/runtime-model.md §3.10: destMax is only compared with count, not with the real block
+    size."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     raw.aclrtMemcpyAsync(dst, 1 << 40, src, N, H2D, 0)
@@ -433,7 +444,8 @@ def test_spec_3_10_async_dest_max_is_not_compared_with_the_allocation(dev):
 
 
 def test_spec_3_10_async_same_pointer_is_success(dev):
-    """spec §3.10 step 4: dst == src (after the kind checks) -> success, data unchanged."""
+    """docs/runtime-model.md §3.10 step 4: dst == src (after the kind checks) -> success, data
+    unchanged."""
     ptr = device_with(pattern(N))
     for kind in (D2D, DEFAULT, H2D):
         raw.aclrtMemcpyAsync(ptr, N, ptr, N, kind, 0)
@@ -443,8 +455,8 @@ def test_spec_3_10_async_same_pointer_is_success(dev):
 
 
 def test_spec_3_10_async_same_pinned_pointer_is_still_207000(dev):
-    """spec §3.10: the location/kind check (pinned->pinned becomes H2H -> 207000) runs
-    before the dst == src shortcut."""
+    """docs/runtime-model.md §3.10: the location/kind check (pinned->pinned becomes H2H -> 207000)
+    runs before the dst == src shortcut."""
     host = pinned_with(pattern(N))
     with pytest.raises(FeatureNotSupportError) as e:
         raw.aclrtMemcpyAsync(host, N, host, N, H2H, 0)
@@ -452,11 +464,11 @@ def test_spec_3_10_async_same_pinned_pointer_is_still_207000(dev):
     raw.aclrtFreeHost(host)
 
 
-# -- §3.10 the kind auto-correction table ---------------------------------------------------
+# -- §3.10 the kind auto-correction table ----------------------------------------------------------
 E107 = 107000
 E207 = 207000
-#: (src, dst) -> outcome for kinds H2H, H2D, D2H, D2D, DEFAULT, written from spec §3.10:
-#: forced pairs take any kind 0-3 and DEFAULT; the other pairs accept two kinds, DEFAULT
+#: (src, dst) -> outcome for kinds H2H, H2D, D2H, D2D, DEFAULT, written from docs/runtime-model.md
+#: §3.10: forced pairs take any kind 0-3 and DEFAULT; the other pairs accept two kinds, DEFAULT
 #: becomes the listed one, others -> 107000; a result of H2H -> 207000 (EP mode).
 _TABLE: dict[tuple[str, str], tuple[int, int, int, int, int]] = {
     #                       H2H   H2D   D2H   D2D   DEFAULT
@@ -478,8 +490,8 @@ _ERRORS: dict[int, type[AclError]] = {E107: RtParamInvalidError, E207: FeatureNo
 
 @pytest.mark.parametrize(("src_at", "dst_at", "kind", "outcome"), _CASES)
 def test_spec_3_10_async_kind_correction_table(dev, src_at, dst_at, kind, outcome):
-    """spec §3.10: aclrtMemcpyAsync classifies src/dst as HOST (pinned), DEVICE or UNREG and
-    forces, accepts or rejects the kind (107000); a resulting H2H -> 207000. Accepted
+    """docs/runtime-model.md §3.10: aclrtMemcpyAsync classifies src/dst as HOST (pinned), DEVICE or
+    UNREG and forces, accepts or rejects the kind (107000); a resulting H2H -> 207000. Accepted
     copies have the data after synchronize; rejected ones copy nothing."""
     data, before = pattern(N, 17), b"\xee" * N
     src, dst = Endpoint(src_at, data), Endpoint(dst_at, before)
@@ -502,7 +514,7 @@ def test_spec_3_10_async_kind_correction_table(dev, src_at, dst_at, kind, outcom
 
 @pytest.mark.parametrize("kind", [H2H, DEFAULT])
 def test_spec_3_10_async_pageable_to_pageable_h2h_is_207000(dev, kind):
-    """spec §3.10: UNREG->UNREG: H2H stays and DEFAULT becomes H2H -> 207000."""
+    """docs/runtime-model.md §3.10: UNREG->UNREG: H2H stays and DEFAULT becomes H2H -> 207000."""
     src = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
     dst = np.zeros(N, dtype=np.uint8)
     with pytest.raises(FeatureNotSupportError) as e:
@@ -514,8 +526,8 @@ def test_spec_3_10_async_pageable_to_pageable_h2h_is_207000(dev, kind):
 @pytest.mark.open_question(10)
 @pytest.mark.parametrize("kind", [H2D, D2H, D2D])
 def test_spec_3_10_async_pageable_to_pageable_other_kinds_are_107000(dev, kind):
-    """spec §3.10 / §8 q10: UNREG->UNREG accepts H2D/D2H/D2D as given and then copies
-    synchronously; two plain host addresses do not allow a copy -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.10 / §8 q10: UNREG->UNREG accepts H2D/D2H/D2D as given and then
+    copies synchronously; two plain host addresses do not allow a copy -> 107000 (fake's choice)."""
     src = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
     dst = np.zeros(N, dtype=np.uint8)
     with pytest.raises(RtParamInvalidError) as e:
@@ -536,8 +548,8 @@ _PAGEABLE = [
 
 @pytest.mark.parametrize(("src_at", "dst_at", "kind"), _PAGEABLE)
 def test_spec_3_10_async_copy_with_pageable_memory_is_done_on_return(dev, src_at, dst_at, kind):
-    """spec §3.10: with unregistered (pageable) memory the runtime synchronises the stream
-    and copies synchronously: the data is there when the call returns, no synchronize."""
+    """docs/runtime-model.md §3.10: with unregistered (pageable) memory the runtime synchronises the
+    stream and copies synchronously: the data is there when the call returns, no synchronize."""
     data = pattern(N, 23)
     src, dst = Endpoint(src_at, data), Endpoint(dst_at, bytes(N))
     stream = raw.aclrtCreateStream()
@@ -551,8 +563,8 @@ def test_spec_3_10_async_copy_with_pageable_memory_is_done_on_return(dev, src_at
 
 
 def test_spec_3_10_async_pageable_copy_first_runs_the_stream_queue(dev):
-    """spec §3.10: the pageable copy synchronises its stream first, so work queued before
-    it on that stream is in the copied data (FIFO), without any synchronize."""
+    """docs/runtime-model.md §3.10: the pageable copy synchronises its stream first, so work queued
+    before it on that stream is in the copied data (FIFO), without any synchronize."""
     ptr = device_with(bytes(N))
     stream = raw.aclrtCreateStream()
     raw.aclrtMemsetAsync(ptr, N, 0x5A, N, stream)
@@ -570,7 +582,8 @@ def test_spec_3_10_async_pageable_copy_first_runs_the_stream_queue(dev):
 
 
 def test_spec_3_10_async_without_context_is_107002(dev):
-    """spec §3.10 step 5: valid arguments in a thread with no current context -> 107002."""
+    """docs/runtime-model.md §3.10 step 5: valid arguments in a thread with no current context ->
+    107002."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     pageable = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
@@ -585,8 +598,8 @@ def test_spec_3_10_async_without_context_is_107002(dev):
 
 
 def test_spec_3_10_async_parameter_errors_win_over_no_context(dev):
-    """spec §1.2 / §3.10: kind, NULL, stream handle, count > destMax and the H2H check all
-    come before the context lookup: a thread without a context gets those codes."""
+    """docs/runtime-model.md §1.2 / §3.10: kind, NULL, stream handle, count > destMax and the H2H
+    check all come before the context lookup: a thread without a context gets those codes."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     other = pinned_with(bytes(N))
@@ -611,15 +624,16 @@ def test_spec_3_10_async_parameter_errors_win_over_no_context(dev):
     raw.aclrtFreeHost(other)
 
 
-# -- §3.11 aclrtMemsetAsync ------------------------------------------------------------------
+# -- §3.11 aclrtMemsetAsync ------------------------------------------------------------------------
 def test_spec_3_11_async_memset_count_0_succeeds_with_null(dev):
-    """spec §3.11: count 0 -> success before any other check (NULL, maxCount 0, dead stream)."""
+    """docs/runtime-model.md §3.11: count 0 -> success before any other check (NULL, maxCount 0,
+    dead stream)."""
     raw.aclrtMemsetAsync(0, 0, 1, 0, 0)
     raw.aclrtMemsetAsync(0, 16, 1, 0, dead_stream())
 
 
 def test_spec_3_11_async_memset_null_is_100000(dev):
-    """spec §3.11: devPtr NULL -> 100000, before the stream and maxCount checks."""
+    """docs/runtime-model.md §3.11: devPtr NULL -> 100000, before the stream and maxCount checks."""
     for stream, max_count in [(0, 16), (dead_stream(), 16), (0, 0)]:
         with pytest.raises(InvalidParamError) as e:
             raw.aclrtMemsetAsync(0, max_count, 1, 16, stream)
@@ -627,7 +641,7 @@ def test_spec_3_11_async_memset_null_is_100000(dev):
 
 
 def test_spec_3_11_async_memset_destroyed_stream_is_107017(dev):
-    """spec §3.11: a destroyed stream -> 107017, before count > maxCount."""
+    """docs/runtime-model.md §3.11: a destroyed stream -> 107017, before count > maxCount."""
     ptr = device_with(bytes(N))
     dead = dead_stream()
     for max_count in (N, N - 1):
@@ -641,7 +655,8 @@ def test_spec_3_11_async_memset_destroyed_stream_is_107017(dev):
 
 @pytest.mark.parametrize("max_count", [0, 1, N - 1])
 def test_spec_3_11_async_memset_count_over_max_count_is_107000(dev, max_count):
-    """spec §3.11: count > maxCount -> 107000, nothing written; count == maxCount is fine."""
+    """docs/runtime-model.md §3.11: count > maxCount -> 107000, nothing written; count == maxCount
+    is fine."""
     ptr = device_with(bytes(N))
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemsetAsync(ptr, max_count, 0x7F, N, 0)
@@ -655,7 +670,7 @@ def test_spec_3_11_async_memset_count_over_max_count_is_107000(dev, max_count):
 
 
 def test_spec_3_11_async_memset_without_context_is_107002(dev):
-    """spec §3.11: no current context -> 107002, after the parameter checks."""
+    """docs/runtime-model.md §3.11: no current context -> 107002, after the parameter checks."""
     ptr = device_with(bytes(N))
     dead = dead_stream()
     cases: list[tuple[Callable[[], None], type[AclError], int]] = [
@@ -676,7 +691,8 @@ def test_spec_3_11_async_memset_without_context_is_107002(dev):
 @pytest.mark.parametrize(("value", "byte"), [(0x1AB, 0xAB), (-1, 0xFF), (0x7FFFFF00, 0x00),
                                              (-0x80000000, 0x00), (0x12345678, 0x78)])
 def test_spec_3_11_async_memset_writes_the_low_byte_only(dev, value, byte):
-    """spec §3.11: only the low byte of value is written, over exactly count bytes."""
+    """docs/runtime-model.md §3.11: only the low byte of value is written, over exactly count
+    bytes."""
     ptr = device_with(b"\x11" * N)
     raw.aclrtMemsetAsync(ptr, N, value, 16, 0)
     raw.aclrtSynchronizeStream(0)
@@ -685,7 +701,7 @@ def test_spec_3_11_async_memset_writes_the_low_byte_only(dev, value, byte):
 
 
 def test_spec_3_11_async_memset_of_pinned_host_memory(dev):
-    """spec §3.11: host memory from ACL (aclrtMallocHost) is accepted too."""
+    """docs/runtime-model.md §3.11: host memory from ACL (aclrtMallocHost) is accepted too."""
     host = pinned_with(bytes(N))
     stream = raw.aclrtCreateStream()
     raw.aclrtMemsetAsync(host, N, 0xC3, N // 2, stream)
@@ -695,10 +711,10 @@ def test_spec_3_11_async_memset_of_pinned_host_memory(dev):
     raw.aclrtFreeHost(host)
 
 
-# -- §3.4 ordering within a stream -------------------------------------------------------------
+# -- §3.4 ordering within a stream -----------------------------------------------------------------
 def test_spec_3_4_work_on_one_stream_runs_in_order(dev):
-    """spec §3.4: one stream is FIFO: memset 1, copy, memset 2 on overlapping ranges end with
-    the last writer's bytes; a D2D chain A->B->C delivers A."""
+    """docs/runtime-model.md §3.4: one stream is FIFO: memset 1, copy, memset 2 on overlapping
+    ranges end with the last writer's bytes; a D2D chain A->B->C delivers A."""
     ptr = device_with(bytes(N))
     host = pinned_with(pattern(N, 3))
     stream = raw.aclrtCreateStream()
@@ -723,7 +739,8 @@ def test_spec_3_4_work_on_one_stream_runs_in_order(dev):
 
 
 def test_spec_3_4_d2h_into_pinned_memory_is_there_after_synchronize(dev):
-    """spec §3.4 / §3.10: a queued D2H into pinned memory has landed after synchronize."""
+    """docs/runtime-model.md §3.4 / §3.10: a queued D2H into pinned memory has landed after
+    synchronize."""
     ptr = device_with(pattern(N, 60))
     host = pinned_with(bytes(N))
     stream = raw.aclrtCreateStream()
@@ -735,7 +752,7 @@ def test_spec_3_4_d2h_into_pinned_memory_is_there_after_synchronize(dev):
     raw.aclrtFreeHost(host)
 
 
-# -- fake only: deferred execution and hazards -----------------------------------------------
+# -- fake only: deferred execution and hazards -----------------------------------------------------
 _DEFERRED = "on hardware timing decides when queued work lands; only the fake defers it " \
             "to the synchronisation deterministically"
 _HAZARDS = "hazard reports are the fake's own diagnostics; the runtime reports nothing"
@@ -769,8 +786,8 @@ def _queued_h2d(data: bytes) -> tuple[int, int, int]:
 
 @pytest.mark.fake_only(_DEFERRED)
 def test_spec_3_4_fake_queued_copy_is_stale_before_synchronize(hazard_mode):
-    """spec §3.4: nothing queued is done before synchronize: a synchronous read of a block a
-    queued H2D writes sees the old bytes (and is an access-before-synchronize hazard)."""
+    """docs/runtime-model.md §3.4: nothing queued is done before synchronize: a synchronous read of
+    a block a queued H2D writes sees the old bytes (and is an access-before-synchronize hazard)."""
     hazard_mode("count")
     stream, dst, _ = _queued_h2d(pattern(N, 2))
     assert dev_bytes(dst, N) == bytes(N)
@@ -782,7 +799,7 @@ def test_spec_3_4_fake_queued_copy_is_stale_before_synchronize(hazard_mode):
 
 @pytest.mark.fake_only(_DEFERRED)
 def test_spec_3_4_fake_queued_d2h_into_pinned_memory_is_stale_before_synchronize(hazard_mode):
-    """spec §3.4: a queued D2H leaves pinned memory untouched until synchronize."""
+    """docs/runtime-model.md §3.4: a queued D2H leaves pinned memory untouched until synchronize."""
     hazard_mode("count")
     raw.aclrtSetDevice(0)
     ptr = device_with(pattern(N, 8))
@@ -798,8 +815,8 @@ def test_spec_3_4_fake_queued_d2h_into_pinned_memory_is_stale_before_synchronize
 
 @pytest.mark.fake_only(_DEFERRED)
 def test_spec_3_4_fake_streams_are_independent(hazard_mode):
-    """spec §3.4: synchronising one stream (or the default stream) does not run another
-    stream's queued work; aclrtSynchronizeDevice runs it."""
+    """docs/runtime-model.md §3.4: synchronising one stream (or the default stream) does not run
+    another stream's queued work; aclrtSynchronizeDevice runs it."""
     hazard_mode("count")
     raw.aclrtSetDevice(0)
     x, y, z = device_with(bytes(N)), device_with(bytes(N)), device_with(bytes(N))
@@ -824,8 +841,8 @@ def test_spec_3_4_fake_streams_are_independent(hazard_mode):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_6_fake_free_while_queued_is_reported(hazard_mode):
-    """spec §3.6: aclrtFree does not wait: freeing a block a queued copy writes, or one a
-    queued copy reads, is a free-while-queued hazard; an untouched block is not."""
+    """docs/runtime-model.md §3.6: aclrtFree does not wait: freeing a block a queued copy writes, or
+    one a queued copy reads, is a free-while-queued hazard; an untouched block is not."""
     hazard_mode("count")
     stream, dst, _ = _queued_h2d(pattern(N))
     untouched = device_with(bytes(N))
@@ -842,8 +859,8 @@ def test_spec_3_6_fake_free_while_queued_is_reported(hazard_mode):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_7_fake_free_host_while_queued_is_reported(hazard_mode):
-    """spec §3.7: aclrtFreeHost frees at once without synchronisation: freeing pinned memory
-    a queued H2D still reads is a free-while-queued hazard (as for aclrtFree)."""
+    """docs/runtime-model.md §3.7: aclrtFreeHost frees at once without synchronisation: freeing
+    pinned memory a queued H2D still reads is a free-while-queued hazard (as for aclrtFree)."""
     hazard_mode("count")
     _, _, src = _queued_h2d(pattern(N))
     raw.aclrtFreeHost(src)
@@ -852,8 +869,8 @@ def test_spec_3_7_fake_free_host_while_queued_is_reported(hazard_mode):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_destroy_with_pending_work_is_reported_and_waits(hazard_mode):
-    """spec §3.4: destroying a stream with queued work reports destroy-with-pending-work;
-    the work still ran (destroy waits)."""
+    """docs/runtime-model.md §3.4: destroying a stream with queued work reports
+    destroy-with-pending-work; the work still ran (destroy waits)."""
     hazard_mode("count")
     stream, dst, _ = _queued_h2d(pattern(N, 4))
     raw.aclrtDestroyStream(stream)
@@ -866,7 +883,7 @@ def test_spec_3_4_fake_destroy_with_pending_work_is_reported_and_waits(hazard_mo
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_access_before_synchronize_is_reported(hazard_mode):
-    """spec §3.4: synchronous reads and writes of a range a queued op writes are
+    """docs/runtime-model.md §3.4: synchronous reads and writes of a range a queued op writes are
     access-before-synchronize hazards; disjoint ranges and ranges a queued op only reads
     are not."""
     hazard_mode("count")
@@ -889,7 +906,7 @@ def test_spec_3_4_fake_access_before_synchronize_is_reported(hazard_mode):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_host_buffer_view_under_queued_d2h_is_reported(hazard_mode):
-    """spec §3.4: HostBuffer.view() of pinned memory a queued D2H writes is an
+    """docs/runtime-model.md §3.4: HostBuffer.view() of pinned memory a queued D2H writes is an
     access-before-synchronize hazard; a view of pinned memory a queued H2D only reads
     is not; after synchronize the view shows the data."""
     hazard_mode("count")
@@ -916,8 +933,8 @@ def test_spec_3_4_fake_host_buffer_view_under_queued_d2h_is_reported(hazard_mode
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_2_fake_reset_with_pending_work_is_reported(hazard_mode):
-    """spec §3.2 / §3.4: releasing a device whose streams still have queued work reports
-    reset-with-pending-work (that work never runs)."""
+    """docs/runtime-model.md §3.2 / §3.4: releasing a device whose streams still have queued work
+    reports reset-with-pending-work (that work never runs)."""
     hazard_mode("count")
     _queued_h2d(pattern(N))
     raw.aclrtMemsetAsync(device_with(bytes(N)), N, 1, N, 0)
@@ -938,8 +955,8 @@ def _situations() -> dict[str, Callable[[int, int, int], object]]:
 @pytest.mark.fake_only(_HAZARDS)
 @pytest.mark.parametrize("kind", sorted(_situations()))
 def test_spec_3_4_fake_hazards_raise_in_raise_mode(hazard_mode, kind):
-    """spec §3.4: with configure(hazards="raise") each hazard raises acl_mem.HazardError
-    (and is still counted)."""
+    """docs/runtime-model.md §3.4: with configure(hazards="raise") each hazard raises
+    acl_mem.HazardError (and is still counted)."""
     hazard_mode("raise")
     stream, dst, src = _queued_h2d(pattern(N))
     with pytest.raises(HazardError):
@@ -949,7 +966,8 @@ def test_spec_3_4_fake_hazards_raise_in_raise_mode(hazard_mode, kind):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_host_buffer_view_raises_in_raise_mode(hazard_mode):
-    """spec §3.4: HostBuffer.view() under a queued D2H raises HazardError in raise mode."""
+    """docs/runtime-model.md §3.4: HostBuffer.view() under a queued D2H raises HazardError in raise
+    mode."""
     hazard_mode("raise")
     dev = acl_mem.Device(0).set_current()
     source = dev.malloc(N)
@@ -963,8 +981,8 @@ def test_spec_3_4_fake_host_buffer_view_raises_in_raise_mode(hazard_mode):
 @pytest.mark.fake_only(_HAZARDS)
 @pytest.mark.parametrize("kind", sorted(_situations()))
 def test_spec_3_4_fake_hazards_warn_in_warn_mode(hazard_mode, kind):
-    """spec §3.4: with configure(hazards="warn") each hazard warns acl_mem.HazardWarning and
-    the call goes ahead."""
+    """docs/runtime-model.md §3.4: with configure(hazards="warn") each hazard warns
+    acl_mem.HazardWarning and the call goes ahead."""
     hazard_mode("warn")
     stream, dst, src = _queued_h2d(pattern(N))
     with pytest.warns(HazardWarning):
@@ -974,7 +992,8 @@ def test_spec_3_4_fake_hazards_warn_in_warn_mode(hazard_mode, kind):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_hazards_warn_by_default(fake):
-    """spec §3.4: an unconfigured fake warns HazardWarning; count mode stays silent."""
+    """docs/runtime-model.md §3.4: an unconfigured fake warns HazardWarning; count mode stays
+    silent."""
     with acl_mem.Device(0):
         stream, dst, _ = _queued_h2d(pattern(N))
         with pytest.warns(HazardWarning):
@@ -987,7 +1006,8 @@ def test_spec_3_4_fake_hazards_warn_by_default(fake):
 
 @pytest.mark.fake_only(_HAZARDS)
 def test_spec_3_4_fake_count_mode_is_silent(hazard_mode):
-    """spec §3.4: configure(hazards="count") neither warns nor raises; hazards() counts."""
+    """docs/runtime-model.md §3.4: configure(hazards="count") neither warns nor raises; hazards()
+    counts."""
     hazard_mode("count")
     stream, dst, _ = _queued_h2d(pattern(N))
     with warnings.catch_warnings():
@@ -998,10 +1018,10 @@ def test_spec_3_4_fake_count_mode_is_silent(hazard_mode):
                                       "destroy-with-pending-work": 1}
 
 
-# -- the Pythonic layer ------------------------------------------------------------------------
+# -- the Pythonic layer ----------------------------------------------------------------------------
 def test_spec_3_4_device_stream_context_manager_destroys(dev):
-    """spec §3.4: `with dev.stream() as s` destroys the stream at exit (the runtime then
-    answers 107017 for its handle)."""
+    """docs/runtime-model.md §3.4: `with dev.stream() as s` destroys the stream at exit (the runtime
+    then answers 107017 for its handle)."""
     with dev.stream() as stream:
         handle = stream.handle
         assert handle != 0
@@ -1014,7 +1034,8 @@ def test_spec_3_4_device_stream_context_manager_destroys(dev):
 
 
 def test_spec_3_4_stream_destroy_is_idempotent(dev):
-    """spec §3.4: Stream.destroy() twice does not reach aclrtDestroyStream twice (no 107017)."""
+    """docs/runtime-model.md §3.4: Stream.destroy() twice does not reach aclrtDestroyStream twice
+    (no 107017)."""
     stream = dev.stream()
     stream.destroy()
     stream.destroy()
@@ -1024,7 +1045,8 @@ def test_spec_3_4_stream_destroy_is_idempotent(dev):
 
 
 def test_spec_3_4_stream_used_after_destroy_raises(dev):
-    """spec §3.4: a destroyed Stream raises DestroyedStreamError wherever it is used."""
+    """docs/runtime-model.md §3.4: a destroyed Stream raises DestroyedStreamError wherever it is
+    used."""
     buf = dev.malloc(N)
     stream = dev.stream()
     stream.destroy()
@@ -1042,8 +1064,8 @@ def test_spec_3_4_stream_used_after_destroy_raises(dev):
 
 
 def test_spec_3_4_stream_of_a_reset_device_is_destroyed(backend):
-    """spec §3.2 / §3.4: resetting the device to zero references destroys its streams:
-    the Stream reports destroyed, raises DestroyedStreamError, destroy() is a no-op."""
+    """docs/runtime-model.md §3.2 / §3.4: resetting the device to zero references destroys its
+    streams: the Stream reports destroyed, raises DestroyedStreamError, destroy() is a no-op."""
     with acl_mem.Device(0) as device:
         stream = device.stream()
     assert stream.destroyed
@@ -1058,8 +1080,8 @@ def test_spec_3_4_stream_of_a_reset_device_is_destroyed(backend):
 
 
 def test_spec_3_4_default_stream_destroy_is_a_no_op(dev):
-    """spec §3.4: the default stream (NULL) is never destroyed: destroy() does nothing and
-    the stream keeps working."""
+    """docs/runtime-model.md §3.4: the default stream (NULL) is never destroyed: destroy() does
+    nothing and the stream keeps working."""
     default = dev.default_stream
     assert default.handle == 0
     default.destroy()
@@ -1077,8 +1099,8 @@ def test_spec_3_4_default_stream_destroy_is_a_no_op(dev):
 
 
 def test_spec_3_10_buffer_async_methods_use_the_default_stream(dev):
-    """spec §3.10 / §3.11: copy_from_async / copy_to_async / memset_async with stream=None
-    queue on the default stream: synchronising the NULL stream completes them."""
+    """docs/runtime-model.md §3.10 / §3.11: copy_from_async / copy_to_async / memset_async with
+    stream=None queue on the default stream: synchronising the NULL stream completes them."""
     staging = dev.malloc_host(N)
     staging.view()[:] = pattern(N, 13)
     buf = dev.malloc(N)
@@ -1098,8 +1120,8 @@ def test_spec_3_10_buffer_async_methods_use_the_default_stream(dev):
 
 
 def test_spec_3_10_buffer_async_with_a_created_stream(dev):
-    """spec §3.10: the Pythonic async copies on a created stream; pageable sources and
-    destinations (bytes, bytearray) are done on return."""
+    """docs/runtime-model.md §3.10: the Pythonic async copies on a created stream; pageable sources
+    and destinations (bytes, bytearray) are done on return."""
     with dev.stream() as stream:
         buf = dev.malloc(N)
         buf.copy_from_async(pattern(N, 31), stream=stream)
@@ -1117,8 +1139,8 @@ def test_spec_3_10_buffer_async_with_a_created_stream(dev):
 
 
 def test_spec_3_10_host_buffer_async_host_to_host_is_207000(dev):
-    """spec §3.10: a HostBuffer filled asynchronously from pageable or pinned host memory
-    is an H2H async copy -> FeatureNotSupportError 207000."""
+    """docs/runtime-model.md §3.10: a HostBuffer filled asynchronously from pageable or pinned host
+    memory is an H2H async copy -> FeatureNotSupportError 207000."""
     staging = dev.malloc_host(N)
     other = dev.malloc_host(N)
     for src in (b"x" * N, other):
@@ -1143,7 +1165,7 @@ def test_spec_3_4_stream_argument_of_the_wrong_type_is_type_error(dev, bad):
 
 
 def test_spec_3_4_buffer_with_a_stream_of_another_device_is_107003(dev):
-    """spec §3.4: a stream of device 1 used while device 0 is current -> 107003
+    """docs/runtime-model.md §3.4: a stream of device 1 used while device 0 is current -> 107003
     (ACL_ERROR_RT_STREAM_CONTEXT), nothing queued."""
     need_two_devices()
     buf = dev.malloc(N)
@@ -1173,8 +1195,8 @@ def test_spec_3_4_buffer_with_a_stream_of_another_device_is_107003(dev):
 
 @pytest.mark.fake_only("on hardware timing decides whether the queued copy already read it")
 def test_spec_3_4_fake_overwriting_the_source_of_a_queued_copy_is_reported(hazard_mode):
-    """spec §3.4: a synchronous write into memory a queued copy still reads (write after
-    read) is an access-before-synchronize hazard; the queued copy then sees the new bytes."""
+    """docs/runtime-model.md §3.4: a synchronous write into memory a queued copy still reads (write
+    after read) is an access-before-synchronize hazard; the queued copy then sees the new bytes."""
     hazard_mode("count")
     with acl_mem.Device(0) as dev, dev.stream() as stream:
         source = dev.malloc(N)

@@ -1,10 +1,10 @@
-"""Conformance: virtual memory management (spec §4).
+"""Conformance: virtual memory management (docs/runtime-model.md §4).
 
 Reservations (§4.2), physical memory (§4.3), mappings (§4.4), granularity (§4.5),
 sharing between processes (§4.6), access (§4.7) and the queries on mapped addresses
 (§4.8, §4.9, handle retain / properties). Every number is written out here from the
-spec; where only the driver decides, the expectation is the fake's documented choice
-(spec §8 questions 2-8 and 12, docs/fidelity.md rows 39-52) and the check carries
+runtime model; where only the driver decides, the expectation is the fake's documented choice
+(docs/runtime-model.md §8 questions 2-8 and 12, docs/fidelity.md rows 39-52) and the check carries
 ``open_question``.
 """
 
@@ -68,20 +68,21 @@ GiB = 1 << 30
 TiB = 1 << 40
 HUGE = 2 * MiB
 GIANT = 1 * GiB
-WINDOW = (16 * TiB, 24 * TiB)  # spec §4.2, §7: the fixed-address window
+WINDOW = (16 * TiB, 24 * TiB)  # docs/runtime-model.md §4.2, §7: the fixed-address window
 #: Fixed addresses are tried high in the window, away from where NULL reservations go.
 FIXED = 20 * TiB
 DEVICE, HOST, UNREGISTERED, HOST_NUMA = (MemLocationType.DEVICE, MemLocationType.HOST,
                                          MemLocationType.UNREGISTERED,
                                          MemLocationType.HOST_NUMA)
-#: spec §4.3 step 8: host-only attributes (DDR_MEM_HUGE, DDR_MEM_NORMAL, DDR P2P pair).
+#: docs/runtime-model.md §4.3 step 8: host-only attributes (DDR_MEM_HUGE, DDR_MEM_NORMAL, DDR P2P
+#: pair).
 HOST_ONLY_ATTRS = [2, 3, 6, 7]
-#: spec §4.3 step 9: attributes aclrtMallocPhysical rejects (and anything > 17).
+#: docs/runtime-model.md §4.3 step 9: attributes aclrtMallocPhysical rejects (and anything > 17).
 REJECTED_ATTRS = [0, 1, 8, 9, 11, 18]
 GIANT_ATTRS = [MemAttr.HBM_MEM_HUGE1G, MemAttr.MEM_HUGE1G, MemAttr.MEM_P2P_HUGE1G]
 
 
-# -- helpers ---------------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------------------
 
 
 def prop(attr: int = MemAttr.HBM_MEM_HUGE, location: int = DEVICE, device: int = 0, *,
@@ -202,20 +203,21 @@ def vmm(backend: Any) -> Iterator[Vmm]:
         tracker.close()
 
 
-# -- §4.2 aclrtReserveMemAddress / aclrtReleaseMemAddress ------------------------------
+# -- §4.2 aclrtReserveMemAddress / aclrtReleaseMemAddress ------------------------------------------
 
 
 @pytest.mark.parametrize("size, alignment, flags", [
     (HUGE, 0, 0), (0, 0, 0), (HUGE, 0, 2), (0, 1, 2), (200 * GiB, 1, 7)])
 def test_reserve_null_out_is_100000_first(backend, size, alignment, flags):
-    """spec §4.2 step 1: virPtr (out) NULL -> 100000, before every other check."""
+    """docs/runtime-model.md §4.2 step 1: virPtr (out) NULL -> 100000, before every other check."""
     rc, _ = backend.aclrtReserveMemAddress(size, alignment, 0, flags, null_outputs=1)
     assert rc == 100000
 
 
 @pytest.mark.parametrize("alignment, flags", [(0, 0), (0, 1), (1, 0), (HUGE, 0), (0, 2)])
 def test_reserve_size_0_is_100000(backend, alignment, flags):
-    """spec §4.2 step 2: size 0 -> 100000 (ACL layer, before flags and the driver)."""
+    """docs/runtime-model.md §4.2 step 2: size 0 -> 100000 (ACL layer, before flags and the
+    driver)."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtReserveMemAddress(0, alignment, 0, flags)
     assert e.value.code == 100000
@@ -223,14 +225,15 @@ def test_reserve_size_0_is_100000(backend, alignment, flags):
 
 @pytest.mark.parametrize("flags", [2, 3, 0x100, 2**63, 2**64 - 1])
 def test_reserve_flags_other_than_0_or_1_is_100000(backend, flags):
-    """spec §4.2 step 3: flags not 0 and not 1 -> 100000."""
+    """docs/runtime-model.md §4.2 step 3: flags not 0 and not 1 -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtReserveMemAddress(HUGE, 0, 0, flags)
     assert e.value.code == 100000
 
 
 def test_reserve_acl_checks_win_over_driver_checks(backend):
-    """spec §1.2/§4.2: flags 2 with alignment != 0 or size > 128 GiB -> still 100000."""
+    """docs/runtime-model.md §1.2/§4.2: flags 2 with alignment != 0 or size > 128 GiB -> still
+    100000."""
     for size, alignment in [(HUGE, HUGE), (128 * GiB + 1, 0), (256 * GiB, 1)]:
         with pytest.raises(InvalidParamError) as e:
             raw.aclrtReserveMemAddress(size, alignment, 0, 2)
@@ -239,7 +242,8 @@ def test_reserve_acl_checks_win_over_driver_checks(backend):
 
 @pytest.mark.parametrize("flags", [0, 1])
 def test_reserve_flags_0_and_1_accepted(backend, vmm, flags):
-    """spec §4.2: flags 0 and 1 are both accepted (page type not compared, §8 Q4)."""
+    """docs/runtime-model.md §4.2: flags 0 and 1 are both accepted (page type not compared,
+    §8.4)."""
     base = vmm.reserve(4 * HUGE, flags=flags)
     assert base != 0
     vmm.release(base)
@@ -248,7 +252,8 @@ def test_reserve_flags_0_and_1_accepted(backend, vmm, flags):
 @pytest.mark.open_question(3)
 @pytest.mark.parametrize("alignment", [1, 4096, HUGE, GIANT])
 def test_reserve_alignment_nonzero_is_107000(backend, alignment):
-    """spec §4.2 / §8 Q3: alignment is reserved and must be 0; else 107000 (driver)."""
+    """docs/runtime-model.md §4.2 / §8.3: alignment is reserved and must be 0; else 107000
+    (driver)."""
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtReserveMemAddress(HUGE, alignment, 0, 0)
     assert e.value.code == 107000
@@ -257,21 +262,23 @@ def test_reserve_alignment_nonzero_is_107000(backend, alignment):
 @pytest.mark.open_question(8)
 @pytest.mark.parametrize("size", [128 * GiB + 1, 128 * GiB + HUGE, 1 * TiB])
 def test_reserve_over_128_gib_is_207001(backend, size):
-    """spec §4.2, §7 / §8 Q8: more than 128 GiB in one reservation -> 207001."""
+    """docs/runtime-model.md §4.2, §7 / §8.8: more than 128 GiB in one reservation -> 207001."""
     with pytest.raises(MemoryAllocationError) as e:
         raw.aclrtReserveMemAddress(size, 0, 0, 0)
     assert e.value.code == 207001
 
 
 def test_reserve_exactly_128_gib_succeeds(backend, vmm):
-    """spec §4.2, §7: at most 128 GiB per reservation -- 128 GiB itself is allowed."""
+    """docs/runtime-model.md §4.2, §7: at most 128 GiB per reservation -- 128 GiB itself is
+    allowed."""
     base = vmm.reserve(128 * GiB)
     assert base % GIANT == 0
     vmm.release(base)
 
 
 def test_reserve_torch_npu_probe_512_bytes(backend):
-    """spec §4.2, §5.1: torch_npu's probe aclrtReserveMemAddress(&p, 512, 0, NULL, 1)
+    """docs/runtime-model.md §4.2, §5.1: torch_npu's probe aclrtReserveMemAddress(&p, 512, 0, NULL,
+    1)
     succeeds and aclrtReleaseMemAddress(p) succeeds."""
     base = raw.aclrtReserveMemAddress(512, 0, 0, 1)
     assert base != 0
@@ -283,7 +290,8 @@ def test_reserve_torch_npu_probe_512_bytes(backend):
     (512, HUGE), (HUGE, HUGE), (3 * MiB, HUGE), (20 * MiB, HUGE), (GIANT - HUGE, HUGE),
     (GIANT, GIANT), (GIANT + 1, GIANT), (3 * GIANT, GIANT)])
 def test_reserve_returned_address_alignment(backend, vmm, size, alignment):
-    """spec §4.2 / §8 Q7 (fidelity row 40): the address for expectPtr NULL is 2 MiB
+    """docs/runtime-model.md §4.2 / §8.7 (docs/fidelity.md row 40): the address for expectPtr NULL
+    is 2 MiB
     aligned, 1 GiB aligned when size >= 1 GiB, and lies in [16 TiB, 24 TiB)."""
     vmm.reserve(HUGE)  # something already reserved, so the next one is not the first
     base = vmm.reserve(size)
@@ -293,7 +301,8 @@ def test_reserve_returned_address_alignment(backend, vmm, size, alignment):
 
 @pytest.mark.open_question(7)
 def test_reserve_live_reservations_do_not_overlap(backend, vmm):
-    """spec §4.2 (fidelity row 40): live reservations are disjoint; each occupies its
+    """docs/runtime-model.md §4.2 (docs/fidelity.md row 40): live reservations are disjoint; each
+    occupies its
     size rounded up to 2 MiB."""
     sizes = [512, HUGE, 3 * MiB, GIANT, 5 * HUGE, 1]
     spans = sorted((vmm.reserve(n), -(-n // HUGE) * HUGE) for n in sizes)
@@ -311,7 +320,8 @@ def test_reserve_live_reservations_do_not_overlap(backend, vmm):
     (3 * GIANT, 2 * GIANT),
 ])
 def test_reserve_expect_ptr_returns_that_address(backend, vmm, size, offset):
-    """spec §4.2 fake recommendation (row 39): an aligned expectPtr inside
+    """docs/runtime-model.md §4.2 fake recommendation (docs/fidelity.md row 39): an aligned
+    expectPtr inside
     [16 TiB, 24 TiB) is returned exactly."""
     expect = FIXED + offset
     assert vmm.reserve(size, expect) == expect
@@ -327,7 +337,8 @@ def test_reserve_expect_ptr_returns_that_address(backend, vmm, size, offset):
     (3 * GIANT, GIANT + HUGE),
 ])
 def test_reserve_expect_ptr_misaligned_is_107000(backend, size, offset):
-    """spec §4.2 (row 39): expectPtr not aligned to max(2 MiB, 2^ceil(log2 size))
+    """docs/runtime-model.md §4.2 (docs/fidelity.md row 39): expectPtr not aligned to max(2 MiB,
+    2^ceil(log2 size))
     (size <= 512 MiB) or 1 GiB (larger) -> 107000."""
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtReserveMemAddress(size, 0, FIXED + offset, 0)
@@ -342,20 +353,23 @@ def test_reserve_expect_ptr_misaligned_is_107000(backend, size, offset):
     (40 * TiB, GIANT),
 ])
 def test_reserve_expect_ptr_outside_window_is_207001(backend, expect, size):
-    """spec §4.2 (row 39): expectPtr outside [16 TiB, 24 TiB) -> 207001."""
+    """docs/runtime-model.md §4.2 (docs/fidelity.md row 39): expectPtr outside [16 TiB, 24 TiB) ->
+    207001."""
     with pytest.raises(MemoryAllocationError) as e:
         raw.aclrtReserveMemAddress(size, 0, expect, 0)
     assert e.value.code == 207001
 
 
 def test_reserve_expect_ptr_window_edges(backend, vmm):
-    """spec §4.2: the first and the last GiB of the window can be reserved by address."""
+    """docs/runtime-model.md §4.2: the first and the last GiB of the window can be reserved by
+    address."""
     assert vmm.reserve(GIANT, 16 * TiB) == 16 * TiB
     assert vmm.reserve(GIANT, 24 * TiB - GIANT) == 24 * TiB - GIANT
 
 
 def test_reserve_expect_ptr_overlapping_is_207001(backend, vmm):
-    """spec §4.2 (row 39): an expectPtr range overlapping a live reservation -> 207001;
+    """docs/runtime-model.md §4.2 (docs/fidelity.md row 39): an expectPtr range overlapping a live
+    reservation -> 207001;
     after the release a neighbour-free range is available again."""
     fixed = vmm.reserve(GIANT, FIXED)
     for expect, size in [(FIXED, GIANT), (FIXED, HUGE), (FIXED + 512 * MiB, 512 * MiB),
@@ -374,7 +388,8 @@ def test_reserve_expect_ptr_overlapping_is_207001(backend, vmm):
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_reserve_expect_ptr_on_ascend950_is_207000(fake):
-    """spec §4.2 (row 39): on 950 only expectPtr NULL is allowed -> 207000."""
+    """docs/runtime-model.md §4.2 (docs/fidelity.md row 39): on 950 only expectPtr NULL is allowed
+    -> 207000."""
     acl_mem.fake.configure("ascend950")
     with pytest.raises(FeatureNotSupportError) as e:
         raw.aclrtReserveMemAddress(HUGE, 0, FIXED, 0)
@@ -384,7 +399,7 @@ def test_reserve_expect_ptr_on_ascend950_is_207000(fake):
 
 
 def test_release_null_is_100000(backend):
-    """spec §4.2: aclrtReleaseMemAddress(NULL) -> 100000."""
+    """docs/runtime-model.md §4.2: aclrtReleaseMemAddress(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtReleaseMemAddress(0)
     assert e.value.code == 100000
@@ -392,7 +407,8 @@ def test_release_null_is_100000(backend):
 
 @pytest.mark.open_question(2)
 def test_release_unknown_or_twice_is_107000(backend, vmm):
-    """spec §4.2 / §8 Q2: releasing an address that is not a live reservation's start
+    """docs/runtime-model.md §4.2 / §8.2: releasing an address that is not a live reservation's
+    start
     (never reserved, inside one, released already) -> 107000."""
     base = vmm.reserve(4 * HUGE)
     for address in [FIXED + 64 * GiB, base + HUGE, base + 1]:
@@ -407,7 +423,8 @@ def test_release_unknown_or_twice_is_107000(backend, vmm):
 
 @pytest.mark.open_question(3)
 def test_release_while_mapped_is_107000(backend, vmm):
-    """spec §4.2 / §8 Q3: release while a mapping is in it -> 107000; after the unmap
+    """docs/runtime-model.md §4.2 / §8.3: release while a mapping is in it -> 107000; after the
+    unmap
     the release succeeds."""
     base = vmm.reserve(2 * HUGE)
     handle = vmm.physical()
@@ -419,7 +436,7 @@ def test_release_while_mapped_is_107000(backend, vmm):
     vmm.release(base)
 
 
-# -- §4.3 aclrtMallocPhysical / aclrtFreePhysical --------------------------------------
+# -- §4.3 aclrtMallocPhysical / aclrtFreePhysical --------------------------------------------------
 
 
 def _malloc_rc(backend: Any, size: int = HUGE, p: raw.aclrtPhysicalMemProp | None = None,
@@ -430,7 +447,8 @@ def _malloc_rc(backend: Any, size: int = HUGE, p: raw.aclrtPhysicalMemProp | Non
     return int(rc)
 
 
-#: (case, size, prop, flags, null_outputs) for spec §4.3 steps 1-9, one wrong thing each.
+#: (case, size, prop, flags, null_outputs) for docs/runtime-model.md §4.3 steps 1-9, one wrong thing
+#: each.
 _ACL_CASES: list[tuple[str, int, raw.aclrtPhysicalMemProp | None, int, int]] = [
     ("1 handle NULL", HUGE, prop(), 0, 1),
     ("2 prop NULL", HUGE, None, 0, 0),
@@ -450,7 +468,7 @@ _ACL_CASES: list[tuple[str, int, raw.aclrtPhysicalMemProp | None, int, int]] = [
 @pytest.mark.parametrize("case, size, p, flags, null_outputs", _ACL_CASES,
                          ids=[c[0] for c in _ACL_CASES])
 def test_malloc_physical_acl_checks_are_100000(backend, case, size, p, flags, null_outputs):
-    """spec §4.3 steps 1-9: every ACL-layer check fails with 100000."""
+    """docs/runtime-model.md §4.3 steps 1-9: every ACL-layer check fails with 100000."""
     assert _malloc_rc(backend, size, p, flags, null_outputs) == 100000
 
 
@@ -476,13 +494,14 @@ _ORDER_CASES: list[tuple[str, int, raw.aclrtPhysicalMemProp | None, int, int, in
 @pytest.mark.parametrize("case, size, p, flags, null_outputs, expected", _ORDER_CASES,
                          ids=[c[0] for c in _ORDER_CASES])
 def test_malloc_physical_check_order(backend, case, size, p, flags, null_outputs, expected):
-    """spec §1.2/§4.3: ACL checks (100000) win over the runtime's device id (107001),
+    """docs/runtime-model.md §1.2/§4.3: ACL checks (100000) win over the runtime's device id
+    (107001),
     which wins over the driver's size and memory checks."""
     assert _malloc_rc(backend, size, p, flags, null_outputs) == expected
 
 
 def test_malloc_physical_device_id_equal_to_count_is_107001(backend):
-    """spec §4.3 step 10: location DEVICE with id == device count -> 107001."""
+    """docs/runtime-model.md §4.3 step 10: location DEVICE with id == device count -> 107001."""
     count = raw.aclrtGetDeviceCount()
     with pytest.raises(InvalidDeviceIdError) as e:
         raw.aclrtMallocPhysical(HUGE, prop(device=count))
@@ -491,9 +510,9 @@ def test_malloc_physical_device_id_equal_to_count_is_107001(backend):
 
 @pytest.mark.parametrize("attr", [*HOST_ONLY_ATTRS, MemAttr.HBM_MEM_HUGE])
 def test_malloc_physical_host_location_takes_no_device_pool(dev, vmm, attr):
-    """spec §4.3: DDR attrs are host-only and accepted with location HOST, as is
+    """docs/runtime-model.md §4.3: DDR attrs are host-only and accepted with location HOST, as is
     ACL_HBM_MEM_HUGE (torch_npu's host allocator); the id of HOST is ignored; host memory
-    takes nothing from the device's page pools (row 47)."""
+    takes nothing from the device's page pools (docs/fidelity.md row 47)."""
     before = pools()
     handle = vmm.physical(2 * HUGE, prop(attr, HOST, 99))
     assert pools() == before
@@ -506,14 +525,16 @@ def test_malloc_physical_host_location_takes_no_device_pool(dev, vmm, attr):
                                   MemAttr.MEM_HUGE, MemAttr.MEM_NORMAL])
 @pytest.mark.parametrize("size", [1, 4 * KiB, MiB, HUGE + 4 * KiB, 3 * MiB, 2 * HUGE - 1])
 def test_malloc_physical_size_not_multiple_of_2_mib_is_107000(backend, attr, size):
-    """spec §4.3 step 11 / §8 Q3 (row 44): size not a multiple of 2 MiB -> 107000."""
+    """docs/runtime-model.md §4.3 step 11 / §8.3 (docs/fidelity.md row 44): size not a multiple of 2
+    MiB -> 107000."""
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMallocPhysical(size, prop(attr))
     assert e.value.code == 107000
 
 
 def test_malloc_physical_out_of_huge_memory_is_207001(dev, vmm):
-    """spec §4.3 step 11: more than the free huge-page memory -> 207001; nothing taken."""
+    """docs/runtime-model.md §4.3 step 11: more than the free huge-page memory -> 207001; nothing
+    taken."""
     before = pools()
     too_much = before[1] + HUGE
     with pytest.raises(MemoryAllocationError) as e:
@@ -528,7 +549,8 @@ def test_malloc_physical_out_of_huge_memory_is_207001(dev, vmm):
 
 
 def test_malloc_physical_out_of_normal_memory_is_207001(dev):
-    """spec §4.3 step 11 (row 47): ACL_MEM_NORMAL beyond the free normal pages -> 207001."""
+    """docs/runtime-model.md §4.3 step 11 (docs/fidelity.md row 47): ACL_MEM_NORMAL beyond the free
+    normal pages -> 207001."""
     before = pools()
     with pytest.raises(MemoryAllocationError) as e:
         raw.aclrtMallocPhysical(before[0] + HUGE, prop(MemAttr.MEM_NORMAL))
@@ -541,8 +563,9 @@ def test_malloc_physical_out_of_normal_memory_is_207001(dev):
     (MemAttr.MEM_HUGE, "huge"), (MemAttr.MEM_P2P_HUGE, "huge"),
     (MemAttr.MEM_NORMAL, "normal"), (MemAttr.MEM_P2P_NORMAL, "normal")])
 def test_malloc_physical_page_pool_accounting(dev, vmm, attr, pool):
-    """spec §4.3 (row 47): HBM_MEM_NORMAL is allocated as 2 MiB pages, so it and the
-    HUGE attrs take huge-pool bytes; MEM_NORMAL takes normal-pool bytes; free gives
+    """docs/runtime-model.md §4.3 (docs/fidelity.md row 47): HBM_MEM_NORMAL is allocated as 2 MiB
+    pages, so it and the HUGE attrs take huge-pool bytes; MEM_NORMAL takes normal-pool bytes; free
+    gives
     them back."""
     size = 3 * HUGE
     before = pools()
@@ -555,8 +578,9 @@ def test_malloc_physical_page_pool_accounting(dev, vmm, attr, pool):
 
 @pytest.mark.parametrize("attr", GIANT_ATTRS)
 def test_malloc_physical_huge1g(dev, vmm, attr):
-    """spec §4.3, §4.5: *_HUGE1G has 1 GiB granularity: 2 MiB -> 107000, 1 GiB succeeds
-    and takes one 1 GiB page (from the huge pool, row 47)."""
+    """docs/runtime-model.md §4.3, §4.5: *_HUGE1G has 1 GiB granularity: 2 MiB -> 107000, 1 GiB
+    succeeds
+    and takes one 1 GiB page (from the huge pool, docs/fidelity.md row 47)."""
     need_giant_pages()
     assert raw.aclrtMemGetAllocationGranularity(prop(attr)) == GIANT
     for size in (HUGE, GIANT - HUGE, GIANT + HUGE):
@@ -573,7 +597,7 @@ def test_malloc_physical_huge1g(dev, vmm, attr):
 
 @pytest.mark.fake_only("only the fake can switch to the Atlas-inference profile")
 def test_malloc_physical_huge1g_without_1g_pages_is_207000(fake):
-    """spec §4.3 step 10: 1 GiB page type on a chip without them -> 207000."""
+    """docs/runtime-model.md §4.3 step 10: 1 GiB page type on a chip without them -> 207000."""
     acl_mem.fake.configure("atlas-inference")
     with pytest.raises(FeatureNotSupportError) as e:
         raw.aclrtMallocPhysical(GIANT, prop(MemAttr.MEM_HUGE1G))
@@ -581,7 +605,7 @@ def test_malloc_physical_huge1g_without_1g_pages_is_207000(fake):
 
 
 def test_malloc_physical_host_numa_without_context_is_107002(backend):
-    """spec §4.3 step 10: location HOST_NUMA needs a current context -> 107002."""
+    """docs/runtime-model.md §4.3 step 10: location HOST_NUMA needs a current context -> 107002."""
     _, error = in_fresh_thread(lambda: raw.aclrtMallocPhysical(HUGE, prop(
         MemAttr.HBM_MEM_HUGE, HOST_NUMA)))
     assert isinstance(error, ContextNullError)
@@ -589,22 +613,25 @@ def test_malloc_physical_host_numa_without_context_is_107002(backend):
 
 
 def test_malloc_physical_host_numa_acl_check_wins_over_context(backend):
-    """spec §1.2/§4.3: a bad memAttr with HOST_NUMA and no context -> 100000, not 107002."""
+    """docs/runtime-model.md §1.2/§4.3: a bad memAttr with HOST_NUMA and no context -> 100000, not
+    107002."""
     _, error = in_fresh_thread(lambda: raw.aclrtMallocPhysical(HUGE, prop(1, HOST_NUMA)))
     assert isinstance(error, InvalidParamError)
     assert error.code == 100000
 
 
-@pytest.mark.fake_only("the fake has no NUMA host memory (row 45); a host with it succeeds")
+@pytest.mark.fake_only("the fake has no NUMA host memory (docs/fidelity.md row 45); "
+                       "a host with it succeeds")
 def test_malloc_physical_host_numa_with_context_is_207000(fake, dev):
-    """spec §4.3 step 10 (row 45): HOST_NUMA with a context -> 207000 on the fake."""
+    """docs/runtime-model.md §4.3 step 10 (docs/fidelity.md row 45): HOST_NUMA with a context ->
+    207000 on the fake."""
     with pytest.raises(FeatureNotSupportError) as e:
         raw.aclrtMallocPhysical(HUGE, prop(MemAttr.HBM_MEM_HUGE, HOST_NUMA))
     assert e.value.code == 207000
 
 
 def test_free_physical_null_is_100000(backend):
-    """spec §4.3: aclrtFreePhysical(NULL) -> 100000."""
+    """docs/runtime-model.md §4.3: aclrtFreePhysical(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtFreePhysical(0)
     assert e.value.code == 100000
@@ -612,7 +639,7 @@ def test_free_physical_null_is_100000(backend):
 
 @pytest.mark.open_question(2)
 def test_free_physical_unknown_or_twice_is_107000(backend):
-    """spec §4.3 / §8 Q2: freeing an unknown handle or a handle twice -> 107000."""
+    """docs/runtime-model.md §4.3 / §8.2: freeing an unknown handle or a handle twice -> 107000."""
     handle = raw.aclrtMallocPhysical(HUGE, prop())
     for bogus in (0x1234_5000, handle + 8):
         with pytest.raises(RtParamInvalidError) as e:
@@ -624,11 +651,11 @@ def test_free_physical_unknown_or_twice_is_107000(backend):
     assert e.value.code == 107000
 
 
-# -- §4.5 aclrtMemGetAllocationGranularity -----------------------------------------------
+# -- §4.5 aclrtMemGetAllocationGranularity ---------------------------------------------------------
 
 
 def test_granularity_null_prop_or_output_is_100000(backend):
-    """spec §4.5: prop NULL or granularity NULL -> 100000."""
+    """docs/runtime-model.md §4.5: prop NULL or granularity NULL -> 100000."""
     assert backend.aclrtMemGetAllocationGranularity(None, 0)[0] == 100000
     assert backend.aclrtMemGetAllocationGranularity(prop(), 0, null_outputs=1)[0] == 100000
     assert backend.aclrtMemGetAllocationGranularity(prop(1, DEVICE, 99), 0,
@@ -645,7 +672,8 @@ _GRANULARITY_BAD = [
 
 @pytest.mark.parametrize("case, p", _GRANULARITY_BAD, ids=[c[0] for c in _GRANULARITY_BAD])
 def test_granularity_prop_validation_is_100000(backend, case, p):
-    """spec §4.5: the memAttr/location validation of aclrtMallocPhysical -> 100000."""
+    """docs/runtime-model.md §4.5: the memAttr/location validation of aclrtMallocPhysical ->
+    100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtMemGetAllocationGranularity(p)
     assert e.value.code == 100000
@@ -653,7 +681,7 @@ def test_granularity_prop_validation_is_100000(backend, case, p):
 
 @pytest.mark.parametrize("device", [99, 2**32 - 1, "count"])
 def test_granularity_bad_device_id_is_107001(backend, device):
-    """spec §4.5: location DEVICE with a bad id -> 107001."""
+    """docs/runtime-model.md §4.5: location DEVICE with a bad id -> 107001."""
     dev_id = raw.aclrtGetDeviceCount() if device == "count" else device
     with pytest.raises(InvalidDeviceIdError) as e:
         raw.aclrtMemGetAllocationGranularity(prop(device=dev_id))
@@ -661,7 +689,7 @@ def test_granularity_bad_device_id_is_107001(backend, device):
 
 
 def test_granularity_does_not_check_handle_or_allocation_type(backend):
-    """spec §4.5: handleType and allocationType are not checked."""
+    """docs/runtime-model.md §4.5: handleType and allocationType are not checked."""
     p = prop(handle_type=2, allocation_type=1)
     assert raw.aclrtMemGetAllocationGranularity(p) == HUGE
 
@@ -675,7 +703,8 @@ def test_granularity_does_not_check_handle_or_allocation_type(backend):
     (MemAttr.DDR_MEM_P2P_HUGE, HOST), (MemAttr.DDR_MEM_P2P_NORMAL, HOST),
     (MemAttr.HBM_MEM_HUGE, HOST)])
 def test_granularity_is_2_mib(backend, attr, location):
-    """spec §4.5 / §8 Q6 (row 46): 2 MiB for everything but *_HUGE1G; MINIMUM and
+    """docs/runtime-model.md §4.5 / §8.6 (docs/fidelity.md row 46): 2 MiB for everything but
+    *_HUGE1G; MINIMUM and
     RECOMMENDED agree."""
     p = prop(attr, location)
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.MINIMUM) == HUGE
@@ -685,21 +714,21 @@ def test_granularity_is_2_mib(backend, attr, location):
 @pytest.mark.open_question(6)
 @pytest.mark.parametrize("attr", GIANT_ATTRS)
 def test_granularity_huge1g_is_1_gib(dev, attr):
-    """spec §4.5 / §8 Q6: 1 GiB for *_HUGE1G; MINIMUM and RECOMMENDED agree."""
+    """docs/runtime-model.md §4.5 / §8.6: 1 GiB for *_HUGE1G; MINIMUM and RECOMMENDED agree."""
     need_giant_pages()
     p = prop(attr)
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.MINIMUM) == GIANT
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.RECOMMENDED) == GIANT
 
 
-# -- §4.4 aclrtMapMem / aclrtUnmapMem ------------------------------------------------------
+# -- §4.4 aclrtMapMem / aclrtUnmapMem --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("case", ["virPtr NULL", "handle NULL", "size 0", "flags 1",
                                   "flags 2**63", "virPtr NULL + offset 1",
                                   "flags 1 + unknown handle", "size 0 + misaligned"])
 def test_map_acl_checks_are_100000(backend, vmm, case):
-    """spec §4.4 steps 1-4: virPtr NULL, handle NULL, size 0, flags != 0 -> 100000,
+    """docs/runtime-model.md §4.4 steps 1-4: virPtr NULL, handle NULL, size 0, flags != 0 -> 100000,
     before any driver check."""
     base = vmm.reserve(2 * HUGE)
     handle = vmm.physical()
@@ -727,7 +756,8 @@ def test_map_acl_checks_are_100000(backend, vmm, case):
     "virPtr of aclrtMalloc memory", "past the reservation end",
     "starts at the reservation end"])
 def test_map_driver_checks_are_107000(dev, vmm, case):
-    """spec §4.4 step 5 / §8 Q3 (row 42): offset != 0, size != physical size,
+    """docs/runtime-model.md §4.4 step 5 / §8.3 (docs/fidelity.md row 42): offset != 0, size !=
+    physical size,
     virPtr not 2 MiB aligned, outside a reservation or running past its end -> 107000."""
     base = vmm.reserve(4 * HUGE)
     handle = vmm.physical()
@@ -755,7 +785,8 @@ def test_map_driver_checks_are_107000(dev, vmm, case):
 
 @pytest.mark.open_question(3)
 def test_map_over_an_existing_mapping_is_107000(dev, vmm):
-    """spec §4.4 / §8 Q3 (row 42): a range overlapping a mapping -> 107000; the
+    """docs/runtime-model.md §4.4 / §8.3 (docs/fidelity.md row 42): a range overlapping a mapping ->
+    107000; the
     mapping's bytes are untouched."""
     base = vmm.reserve(4 * HUGE)
     first = vmm.physical(2 * HUGE)
@@ -775,7 +806,8 @@ def test_map_over_an_existing_mapping_is_107000(dev, vmm):
 
 @pytest.mark.open_question(2)
 def test_map_freed_or_unknown_handle_is_107000(backend, vmm):
-    """spec §4.4 / §8 Q2 (row 42): a freed or never allocated handle -> 107000."""
+    """docs/runtime-model.md §4.4 / §8.2 (docs/fidelity.md row 42): a freed or never allocated
+    handle -> 107000."""
     base = vmm.reserve(2 * HUGE)
     freed = raw.aclrtMallocPhysical(HUGE, prop())
     raw.aclrtFreePhysical(freed)
@@ -786,7 +818,8 @@ def test_map_freed_or_unknown_handle_is_107000(backend, vmm):
 
 
 def test_map_one_handle_at_two_addresses_shows_the_same_bytes(dev, vmm):
-    """spec §4.4: a handle mapped at two addresses (two reservations) is one memory."""
+    """docs/runtime-model.md §4.4: a handle mapped at two addresses (two reservations) is one
+    memory."""
     first = vmm.reserve(2 * HUGE)
     second = vmm.reserve(4 * HUGE)
     handle = vmm.physical(2 * HUGE)
@@ -800,7 +833,8 @@ def test_map_one_handle_at_two_addresses_shows_the_same_bytes(dev, vmm):
 
 
 def test_map_copy_across_two_adjacent_mappings(dev, vmm):
-    """spec §4.4: two handles mapped back to back are one contiguous range for copies."""
+    """docs/runtime-model.md §4.4: two handles mapped back to back are one contiguous range for
+    copies."""
     base = vmm.reserve(2 * HUGE)
     low, high = vmm.physical(), vmm.physical()
     vmm.map(base, low)
@@ -822,7 +856,8 @@ def test_map_copy_across_two_adjacent_mappings(dev, vmm):
 @pytest.mark.parametrize("case", ["reserved, never mapped", "after unmap",
                                   "running into an unmapped range"])
 def test_memcpy_to_unmapped_address_is_107000(dev, vmm, case):
-    """spec §3.10, §4.4 (row 4): copying to or from reserved but unmapped addresses
+    """docs/runtime-model.md §3.10, §4.4 (docs/fidelity.md row 4): copying to or from reserved but
+    unmapped addresses
     -> 107000."""
     base = vmm.reserve(2 * HUGE)
     handle = vmm.physical()
@@ -842,7 +877,7 @@ def test_memcpy_to_unmapped_address_is_107000(dev, vmm, case):
 
 
 def test_unmap_null_is_100000(backend):
-    """spec §4.4: aclrtUnmapMem(NULL) -> 100000."""
+    """docs/runtime-model.md §4.4: aclrtUnmapMem(NULL) -> 100000."""
     with pytest.raises(InvalidParamError) as e:
         raw.aclrtUnmapMem(0)
     assert e.value.code == 100000
@@ -850,7 +885,8 @@ def test_unmap_null_is_100000(backend):
 
 @pytest.mark.open_question(2)
 def test_unmap_not_a_mapping_start_is_107000(backend, vmm):
-    """spec §4.4 / §8 Q2 (row 42): unmapping inside a mapping, an unmapped reservation
+    """docs/runtime-model.md §4.4 / §8.2 (docs/fidelity.md row 42): unmapping inside a mapping, an
+    unmapped reservation
     address, an unknown address, or twice -> 107000."""
     base = vmm.reserve(4 * HUGE)
     handle = vmm.physical(2 * HUGE)
@@ -866,7 +902,8 @@ def test_unmap_not_a_mapping_start_is_107000(backend, vmm):
 
 
 def test_free_physical_while_mapped(dev, vmm):
-    """spec §4.3: aclrtFreePhysical of mapped memory succeeds; the memory stays readable
+    """docs/runtime-model.md §4.3: aclrtFreePhysical of mapped memory succeeds; the memory stays
+    readable
     and its pool bytes come back only after the last aclrtUnmapMem."""
     first, second = vmm.reserve(2 * HUGE), vmm.reserve(2 * HUGE)
     before = huge_free()
@@ -887,7 +924,8 @@ def test_free_physical_while_mapped(dev, vmm):
 
 @pytest.mark.open_question(2)
 def test_freed_but_mapped_handle_cannot_be_freed_or_mapped_again(dev, vmm):
-    """spec §4.3 / §8 Q2 (row 42): once freed, the handle is unknown to FreePhysical and
+    """docs/runtime-model.md §4.3 / §8.2 (docs/fidelity.md row 42): once freed, the handle is
+    unknown to FreePhysical and
     MapMem (107000) even while its last mapping lives."""
     base = vmm.reserve(2 * HUGE)
     handle = raw.aclrtMallocPhysical(HUGE, prop())
@@ -903,7 +941,8 @@ def test_freed_but_mapped_handle_cannot_be_freed_or_mapped_again(dev, vmm):
 
 @pytest.mark.open_question(5)
 def test_map_two_devices_into_one_reservation_is_107000(dev, vmm):
-    """spec §4.4 / §8 Q5 (row 43): one reservation bound to memory of devices 0 and 1
+    """docs/runtime-model.md §4.4 / §8.5 (docs/fidelity.md row 43): one reservation bound to memory
+    of devices 0 and 1
     -> 107000; each device's handle maps into a reservation of its own."""
     need_two_devices()
     base = vmm.reserve(4 * HUGE)
@@ -924,8 +963,9 @@ def test_map_two_devices_into_one_reservation_is_107000(dev, vmm):
 
 
 def test_huge1g_mapping_needs_1_gib_alignment(dev, vmm):
-    """spec §4.4 (§8 Q3): 1 GiB pages map only at 1 GiB aligned addresses (else 107000);
-    the mapping reports pageSize 1 GiB and its whole range (spec §4.8, §4.9)."""
+    """docs/runtime-model.md §4.4 (§8.3): 1 GiB pages map only at 1 GiB aligned addresses (else
+    107000);
+    the mapping reports pageSize 1 GiB and its whole range (docs/runtime-model.md §4.8, §4.9)."""
     need_giant_pages()
     base = vmm.reserve(2 * GIANT)
     assert base % GIANT == 0
@@ -942,7 +982,8 @@ def test_huge1g_mapping_needs_1_gib_alignment(dev, vmm):
 
 
 def test_vmm_calls_need_no_context(backend):
-    """spec §4.1, §4.8, §4.9: the whole VMM sequence and the address queries work in a
+    """docs/runtime-model.md §4.1, §4.8, §4.9: the whole VMM sequence and the address queries work
+    in a
     thread that never set a device."""
     def sequence() -> list[Any]:
         base = raw.aclrtReserveMemAddress(2 * HUGE, 0, 0, 0)
@@ -966,7 +1007,8 @@ def test_vmm_calls_need_no_context(backend):
 
 
 def test_physical_memory_survives_device_reset(dev, vmm):
-    """spec §4.1 (row 48): VMM memory is not tied to a context; a reset of the device to
+    """docs/runtime-model.md §4.1 (docs/fidelity.md row 48): VMM memory is not tied to a context; a
+    reset of the device to
     zero references keeps the mapping, its bytes and its pool bytes."""
     base = vmm.reserve(HUGE)
     handle = vmm.physical()
@@ -979,11 +1021,12 @@ def test_physical_memory_survives_device_reset(dev, vmm):
     assert pools() == before
 
 
-# -- §4.7 aclrtMemSetAccess ----------------------------------------------------------------
+# -- §4.7 aclrtMemSetAccess ------------------------------------------------------------------------
 
 
 def test_set_access_null_is_107000_not_100000(backend, vmm):
-    """spec §4.7: no ACL-layer checks; virPtr NULL or desc NULL -> 107000 (runtime)."""
+    """docs/runtime-model.md §4.7: no ACL-layer checks; virPtr NULL or desc NULL -> 107000
+    (runtime)."""
     base = vmm.reserve(HUGE)
     vmm.map(base, vmm.physical())
     assert backend.aclrtMemSetAccess(0, HUGE, [access()], 1) == 107000
@@ -995,8 +1038,9 @@ def test_set_access_null_is_107000_not_100000(backend, vmm):
 
 
 def test_set_access_on_a_mapping_succeeds(dev, vmm):
-    """spec §4.7: virPtr and size of a mapping, READWRITE for DEVICE or HOST -> success,
-    repeatedly (row 49); the bytes stay."""
+    """docs/runtime-model.md §4.7: virPtr and size of a mapping, READWRITE for DEVICE or HOST ->
+    success,
+    repeatedly (docs/fidelity.md row 49); the bytes stay."""
     base = vmm.reserve(4 * HUGE)
     handle = vmm.physical(2 * HUGE)
     vmm.map(base + 2 * HUGE, handle)
@@ -1013,7 +1057,8 @@ def test_set_access_on_a_mapping_succeeds(dev, vmm):
     "size 8 MiB of a 4 MiB mapping", "virPtr inside the mapping", "unmapped virPtr",
     "location UNREGISTERED", "rsv not zero", "second entry READ"])
 def test_set_access_bad_values_are_107000(backend, vmm, case):
-    """spec §4.7 (row 49): only READWRITE; virPtr and size must be a mapping's;
+    """docs/runtime-model.md §4.7 (docs/fidelity.md row 49): only READWRITE; virPtr and size must be
+    a mapping's;
     location HOST or DEVICE; rsv zero -> else 107000."""
     base = vmm.reserve(4 * HUGE)
     vmm.map(base, vmm.physical(2 * HUGE))
@@ -1035,7 +1080,8 @@ def test_set_access_bad_values_are_107000(backend, vmm, case):
 
 
 def test_set_access_bad_device_id_is_107001(backend, vmm):
-    """spec §4.7 (row 49): DEVICE location with a bad id -> 107001."""
+    """docs/runtime-model.md §4.7 (docs/fidelity.md row 49): DEVICE location with a bad id ->
+    107001."""
     base = vmm.reserve(HUGE)
     vmm.map(base, vmm.physical())
     with pytest.raises(InvalidDeviceIdError) as e:
@@ -1043,11 +1089,12 @@ def test_set_access_bad_device_id_is_107001(backend, vmm):
     assert e.value.code == 107001
 
 
-# -- §4.8 / §4.9 queries on mapped addresses ------------------------------------------------
+# -- §4.8 / §4.9 queries on mapped addresses -------------------------------------------------------
 
 
 def test_address_range_and_attributes_of_a_mapping(dev, vmm):
-    """spec §4.8, §4.9: inside a mapping -> the mapping's base and size; DEVICE, the
+    """docs/runtime-model.md §4.8, §4.9: inside a mapping -> the mapping's base and size; DEVICE,
+    the
     device id, pageSize 2 MiB."""
     base = vmm.reserve(8 * HUGE)
     handle = vmm.physical(2 * HUGE)
@@ -1059,7 +1106,7 @@ def test_address_range_and_attributes_of_a_mapping(dev, vmm):
 
 
 def test_address_range_of_one_of_two_adjacent_mappings(dev, vmm):
-    """spec §4.8: neighbouring mappings are reported one by one."""
+    """docs/runtime-model.md §4.8: neighbouring mappings are reported one by one."""
     base = vmm.reserve(3 * HUGE)
     low, high = vmm.physical(), vmm.physical(2 * HUGE)
     vmm.map(base, low)
@@ -1069,7 +1116,7 @@ def test_address_range_of_one_of_two_adjacent_mappings(dev, vmm):
 
 
 def test_attributes_of_a_device_1_mapping(dev, vmm):
-    """spec §4.9: location.id is the (user) device id of the memory."""
+    """docs/runtime-model.md §4.9: location.id is the (user) device id of the memory."""
     need_two_devices()
     base = vmm.reserve(HUGE)
     vmm.map(base, vmm.physical(HUGE, prop(device=1)))
@@ -1078,7 +1125,8 @@ def test_attributes_of_a_device_1_mapping(dev, vmm):
 
 @pytest.mark.parametrize("where", ["reserved, never mapped", "after unmap"])
 def test_address_queries_on_unmapped_window_address_are_107000(dev, vmm, where):
-    """spec §4.8, §4.9 (row 23): an unmapped address of the VMM window -> 107000."""
+    """docs/runtime-model.md §4.8, §4.9 (docs/fidelity.md row 23): an unmapped address of the VMM
+    window -> 107000."""
     base = vmm.reserve(2 * HUGE)
     vmm.map(base, vmm.physical())
     address = base + HUGE + 100
@@ -1091,11 +1139,12 @@ def test_address_queries_on_unmapped_window_address_are_107000(dev, vmm, where):
         assert e.value.code == 107000, call.__name__
 
 
-# -- §4 handle queries -----------------------------------------------------------------------
+# -- §4 handle queries -----------------------------------------------------------------------------
 
 
 def test_retain_allocation_handle_returns_the_mapped_handle(backend, vmm):
-    """spec §4 (row 51): aclrtMemRetainAllocationHandle(va) -> the handle mapped at va."""
+    """docs/runtime-model.md §4 (docs/fidelity.md row 51): aclrtMemRetainAllocationHandle(va) -> the
+    handle mapped at va."""
     base = vmm.reserve(3 * HUGE)
     first, second = vmm.physical(), vmm.physical(2 * HUGE)
     vmm.map(base, first)
@@ -1105,7 +1154,8 @@ def test_retain_allocation_handle_returns_the_mapped_handle(backend, vmm):
 
 
 def test_retain_allocation_handle_errors(backend, vmm):
-    """spec §4: NULL virPtr or NULL output -> 100000; an unmapped address -> 107000."""
+    """docs/runtime-model.md §4: NULL virPtr or NULL output -> 100000; an unmapped address ->
+    107000."""
     base = vmm.reserve(2 * HUGE)
     vmm.map(base, vmm.physical())
     assert backend.aclrtMemRetainAllocationHandle(0)[0] == 100000
@@ -1122,7 +1172,8 @@ def test_retain_allocation_handle_errors(backend, vmm):
     (MemAttr.HBM_MEM_HUGE, DEVICE, 1), (MemAttr.DDR_MEM_HUGE, HOST, 0),
     (MemAttr.HBM_MEM_HUGE, HOST, 0)])
 def test_allocation_properties_from_handle(backend, vmm, attr, location, device):
-    """spec §4: aclrtMemGetAllocationPropertiesFromHandle returns every field of the prop
+    """docs/runtime-model.md §4: aclrtMemGetAllocationPropertiesFromHandle returns every field of
+    the prop
     the handle was allocated with."""
     if device:
         need_two_devices()
@@ -1133,7 +1184,8 @@ def test_allocation_properties_from_handle(backend, vmm, attr, location, device)
 
 
 def test_allocation_properties_errors(backend):
-    """spec §4: handle NULL or output NULL -> 100000; unknown or freed handle -> 107000."""
+    """docs/runtime-model.md §4: handle NULL or output NULL -> 100000; unknown or freed handle ->
+    107000."""
     assert backend.aclrtMemGetAllocationPropertiesFromHandle(0)[0] == 100000
     handle = raw.aclrtMallocPhysical(HUGE, prop())
     try:
@@ -1147,11 +1199,12 @@ def test_allocation_properties_errors(backend):
         assert e.value.code == 107000
 
 
-# -- §4.6 export / import / whitelist ------------------------------------------------------
+# -- §4.6 export / import / whitelist --------------------------------------------------------------
 
 
 def test_export_acl_checks_are_100000(backend, vmm):
-    """spec §4.6: export with handle NULL, handleType != NONE or output NULL -> 100000,
+    """docs/runtime-model.md §4.6: export with handle NULL, handleType != NONE or output NULL ->
+    100000,
     before the flags check."""
     handle = vmm.physical()
     assert backend.aclrtMemExportToShareableHandle(0, 0, 0)[0] == 100000
@@ -1165,7 +1218,7 @@ def test_export_acl_checks_are_100000(backend, vmm):
 
 @pytest.mark.parametrize("flags", [2, 3, 2**63])
 def test_export_flags_over_1_is_107000(backend, vmm, flags):
-    """spec §4.6: export flags > 1 -> 107000 (runtime)."""
+    """docs/runtime-model.md §4.6: export flags > 1 -> 107000 (runtime)."""
     handle = vmm.physical()
     with pytest.raises(RtParamInvalidError) as e:
         raw.aclrtMemExportToShareableHandle(handle, 0, flags)
@@ -1174,7 +1227,8 @@ def test_export_flags_over_1_is_107000(backend, vmm, flags):
 
 @pytest.mark.open_question(12)
 def test_export_twice_is_107000(backend, vmm):
-    """spec §4.6 / §8 Q12 (row 50): exporting the same handle twice -> 107000."""
+    """docs/runtime-model.md §4.6 / §8.12 (docs/fidelity.md row 50): exporting the same handle twice
+    -> 107000."""
     handle = vmm.physical()
     raw.aclrtMemExportToShareableHandle(handle, 0, 1)
     for flags in (1, 0):
@@ -1185,7 +1239,8 @@ def test_export_twice_is_107000(backend, vmm):
 
 @pytest.mark.open_question(2)
 def test_export_of_host_freed_or_unknown_memory_is_107000(backend, vmm):
-    """spec §4.6 (row 50): only device memory from aclrtMallocPhysical can be exported;
+    """docs/runtime-model.md §4.6 (docs/fidelity.md row 50): only device memory from
+    aclrtMallocPhysical can be exported;
     host-location, freed or unknown handles -> 107000."""
     host = vmm.physical(HUGE, prop(MemAttr.DDR_MEM_HUGE, HOST))
     freed = raw.aclrtMallocPhysical(HUGE, prop())
@@ -1199,7 +1254,8 @@ def test_export_of_host_freed_or_unknown_memory_is_107000(backend, vmm):
 @pytest.mark.open_question(12)
 @pytest.mark.parametrize("flags", [0, 1])
 def test_import_in_the_exporting_process_is_207000(backend, vmm, flags):
-    """spec §4.6 / §8 Q12 (row 50): importing in the exporting process is not
+    """docs/runtime-model.md §4.6 / §8.12 (docs/fidelity.md row 50): importing in the exporting
+    process is not
     supported -> 207000."""
     handle = vmm.physical()
     shareable = raw.aclrtMemExportToShareableHandle(handle, 0, flags)
@@ -1212,7 +1268,8 @@ def test_import_in_the_exporting_process_is_207000(backend, vmm, flags):
 
 @pytest.mark.parametrize("device", [-1, 99, "count", -(2**31)])
 def test_import_bad_device_id_is_107001(backend, vmm, device):
-    """spec §4.6: import onto a device id outside [0, count) -> 107001 (runtime check,
+    """docs/runtime-model.md §4.6: import onto a device id outside [0, count) -> 107001 (runtime
+    check,
     before the shareable handle is looked at)."""
     shareable = raw.aclrtMemExportToShareableHandle(vmm.physical(), 0, 1)
     dev_id = raw.aclrtGetDeviceCount() if device == "count" else device
@@ -1223,14 +1280,16 @@ def test_import_bad_device_id_is_107001(backend, vmm, device):
 
 
 def test_import_null_output_is_100000(backend, vmm):
-    """spec §4.6: import with handle (output) NULL -> 100000, before the device check."""
+    """docs/runtime-model.md §4.6: import with handle (output) NULL -> 100000, before the device
+    check."""
     shareable = raw.aclrtMemExportToShareableHandle(vmm.physical(), 0, 1)
     assert backend.aclrtMemImportFromShareableHandle(shareable, 0, null_outputs=1)[0] == 100000
     assert backend.aclrtMemImportFromShareableHandle(shareable, 99, null_outputs=1)[0] == 100000
 
 
 def test_set_pid_null_or_zero_is_100000(backend, vmm):
-    """spec §4.6: aclrtMemSetPidToShareableHandle with pid NULL or pidNum 0 -> 100000."""
+    """docs/runtime-model.md §4.6: aclrtMemSetPidToShareableHandle with pid NULL or pidNum 0 ->
+    100000."""
     shareable = raw.aclrtMemExportToShareableHandle(vmm.physical(), 0, 0)
     assert backend.aclrtMemSetPidToShareableHandle(shareable, None, 1) == 100000
     with pytest.raises(InvalidParamError) as e:
@@ -1242,7 +1301,7 @@ def test_set_pid_null_or_zero_is_100000(backend, vmm):
     raw.aclrtMemSetPidToShareableHandle(shareable, [os.getpid() + 1], 1)
 
 
-# -- §4.6 two processes ----------------------------------------------------------------------
+# -- §4.6 two processes ----------------------------------------------------------------------------
 
 _CHILD = """
 import ctypes, hashlib, json, os, sys
@@ -1363,8 +1422,8 @@ def digest(data: bytes) -> str:
 
 
 def test_share_between_two_processes(backend, dev, vmm):
-    """spec §4.6, §4.3 (rows 50, 52): another process imports exported memory, maps it
-    and shares the bytes both ways: exported with DISABLE_PID_VALIDATION ("a") or with
+    """docs/runtime-model.md §4.6, §4.3 (rows 50, 52): another process imports exported memory, maps
+    it and shares the bytes both ways: exported with DISABLE_PID_VALIDATION ("a") or with
     the child's pid whitelisted ("b") it imports; not whitelisted ("c") or freed by the
     exporter before the import ("d") -> 107000. Memory freed by the exporter while the
     importer holds it stays until the importer frees it."""
@@ -1379,8 +1438,8 @@ def test_share_between_two_processes(backend, dev, vmm):
                                                    data)
     # The child freed its import of "a"; the exporter's memory is untouched.
     assert read(base, HUGE) == expected["a"]
-    # spec §4.3: memory of an exported handle is released only when every process has
-    # freed its handle. So the importer keeps the bytes of "b", and the exporter's next
+    # docs/runtime-model.md §4.3: memory of an exported handle is released only when every process
+    # has freed its handle. So the importer keeps the bytes of "b", and the exporter's next
     # allocation is other memory, which the importer's free leaves alone.
     problems = []
     if final["after"]["b"] != digest(expected["b"]):
@@ -1439,10 +1498,10 @@ def _share_with_a_child(backend_name: str, errors: IO[str], vmm: Vmm, base: int,
     return final, expected, now
 
 
-# -- a random-program check of the fake --------------------------------------------------
+# -- a random-program check of the fake ------------------------------------------------------------
 
 MACHINE_HBM = 64 * MiB
-#: (normal, huge) pools of a 64 MiB device: 1/16 normal rounded to 2 MiB (row 13).
+#: (normal, huge) pools of a 64 MiB device: 1/16 normal rounded to 2 MiB (docs/fidelity.md row 13).
 MACHINE_POOLS = (4 * MiB, 60 * MiB)
 SLOTS = 4
 
@@ -1467,7 +1526,8 @@ class ResModel:
 
 class VmmMachine(RuleBasedStateMachine):
     """Reserve / malloc / map / unmap / free / release / write / read against a model
-    written from spec §4 and the fake's documented choices (rows 40, 42, 44, 47)."""
+    written from docs/runtime-model.md §4 and the fake's documented choices (rows 40, 42, 44,
+    47)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -1497,7 +1557,7 @@ class VmmMachine(RuleBasedStateMachine):
 
     @rule(slots=st.integers(1, SLOTS), trim=st.sampled_from([0, 1, 4096, MiB]))
     def reserve(self, slots: int, trim: int) -> None:
-        size = slots * HUGE - trim  # occupies slots * 2 MiB (row 40)
+        size = slots * HUGE - trim  # occupies slots * 2 MiB (docs/fidelity.md row 40)
         base = raw.aclrtReserveMemAddress(size, 0, 0, 0)
         assert base % HUGE == 0 and WINDOW[0] <= base < WINDOW[1]
         for other in self.res:
@@ -1629,8 +1689,8 @@ class VmmMachine(RuleBasedStateMachine):
 @pytest.mark.fake_only("needs a small configurable device and the fake's exact page-pool "
                        "accounting (rows 13, 47) to check every step against the model")
 def test_vmm_state_machine(fake):
-    """spec §4.2-§4.4 (rows 40, 42, 47): random reserve / malloc_physical / map / unmap /
-    free_physical / release / write / read programs agree with the model; the pools
+    """docs/runtime-model.md §4.2-§4.4 (rows 40, 42, 47): random reserve / malloc_physical / map /
+    unmap / free_physical / release / write / read programs agree with the model; the pools
     return to their start values once everything is released."""
     try:
         run_state_machine_as_test(

@@ -1,4 +1,5 @@
-"""The Pythonic VMM helpers: nothing leaks, contents survive offload/restore (spec §4)."""
+"""The Pythonic VMM helpers: nothing leaks, contents survive offload/restore (docs/runtime-model.md
+§4)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def read(address: int, count: int) -> bytes:
 
 
 def test_reserve_and_map_rounds_to_the_granularity_and_frees_everything(dev):
-    """spec §4.5: physical sizes are multiples of the granularity (2 MiB for HBM huge)."""
+    """docs/runtime-model.md §4.5: physical sizes are multiples of the granularity (2 MiB for HBM
+    huge)."""
     start = pools(dev)
     chunk = granularity()
     assert chunk == 2 * MiB
@@ -90,7 +92,7 @@ def test_objects_release_once(dev):
     mapping = rng.map(physical, 2 * MiB)
     with pytest.raises(ValueError):
         rng.map(physical, 3 * MiB)
-    physical.close()  # freed while mapped: released at the unmap (spec §4.3)
+    physical.close()  # freed while mapped: released at the unmap (docs/runtime-model.md §4.3)
     assert pools(dev)[0] == start[0] - 2 * MiB
     mapping.close()
     mapping.close()
