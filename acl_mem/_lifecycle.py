@@ -55,6 +55,20 @@ class State:
         if released and self.current_device() == device:
             self._local.device = None
 
+    def kept(self, device: int) -> bool:
+        """True when this thread holds the reference :meth:`keep` recorded for ``device``
+        and no reset to zero has released the device since."""
+        kept: dict[int, int] | None = getattr(self._local, "kept", None)
+        return kept is not None and kept.get(device) == self.token(device)[1] \
+            and self.current_device() == device
+
+    def keep(self, device: int) -> None:
+        """Record that this thread's current reference to ``device`` is held until a reset."""
+        kept: dict[int, int] | None = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = {}
+        kept[device] = self.token(device)[1]
+
     def set_count(self, device: int) -> int:
         return self._set_count[device]
 

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 
 from . import _backend
 from ._args import c_int, c_uint
+from ._hints import error
 from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
-from .errors import AclError
 
 __all__ = [
     "aclrtFreePhysical",
@@ -50,7 +50,7 @@ def aclrtReserveMemAddress(size: int, alignment: int = 0, expectPtr: int = 0,
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, ptr = _backend.get().aclrtReserveMemAddress(n, a, e, f)
     if rc:
-        raise AclError(rc, f"{call}(size={n}, alignment={a}, expectPtr={e:#x}, flags={f})")
+        raise error(rc, f"{call}(size={n}, alignment={a}, expectPtr={e:#x}, flags={f})")
     return ptr
 
 
@@ -59,7 +59,7 @@ def aclrtReleaseMemAddress(virPtr: int) -> None:
     p = _ptr(virPtr, "aclrtReleaseMemAddress", "virPtr")
     rc = _backend.get().aclrtReleaseMemAddress(p)
     if rc:
-        raise AclError(rc, f"aclrtReleaseMemAddress(virPtr={p:#x})")
+        raise error(rc, f"aclrtReleaseMemAddress(virPtr={p:#x})")
 
 
 def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
@@ -72,7 +72,7 @@ def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, handle = _backend.get().aclrtMallocPhysical(n, checked, f)
     if rc:
-        raise AclError(rc, f"{call}(size={n}, prop={checked!r}, flags={f})")
+        raise error(rc, f"{call}(size={n}, prop={checked!r}, flags={f})")
     return handle
 
 
@@ -82,7 +82,7 @@ def aclrtFreePhysical(handle: int) -> None:
     h = _ptr(handle, "aclrtFreePhysical", "handle")
     rc = _backend.get().aclrtFreePhysical(h)
     if rc:
-        raise AclError(rc, f"aclrtFreePhysical(handle={h:#x})")
+        raise error(rc, f"aclrtFreePhysical(handle={h:#x})")
 
 
 def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0) -> None:
@@ -96,7 +96,7 @@ def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc = _backend.get().aclrtMapMem(p, n, o, h, f)
     if rc:
-        raise AclError(rc, f"{call}(virPtr={p:#x}, size={n}, offset={o}, handle={h:#x}, "
+        raise error(rc, f"{call}(virPtr={p:#x}, size={n}, offset={o}, handle={h:#x}, "
                            f"flags={f})")
 
 
@@ -106,7 +106,7 @@ def aclrtUnmapMem(virPtr: int) -> None:
     p = _ptr(virPtr, "aclrtUnmapMem", "virPtr")
     rc = _backend.get().aclrtUnmapMem(p)
     if rc:
-        raise AclError(rc, f"aclrtUnmapMem(virPtr={p:#x})")
+        raise error(rc, f"aclrtUnmapMem(virPtr={p:#x})")
 
 
 def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
@@ -117,7 +117,7 @@ def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
     o = c_uint(option, call, "option", 32, "aclrtMemGranularityOptions")
     rc, granularity = _backend.get().aclrtMemGetAllocationGranularity(checked, o)
     if rc:
-        raise AclError(rc, f"{call}(prop={checked!r}, option={o})")
+        raise error(rc, f"{call}(prop={checked!r}, option={o})")
     return granularity
 
 
@@ -139,7 +139,7 @@ def aclrtMemSetAccess(virPtr: int, size: int, desc: Sequence[aclrtMemAccessDesc]
         raise ValueError(f"{call}: count={k} exceeds the {len(entries)} desc entries given")
     rc = _backend.get().aclrtMemSetAccess(p, n, entries, k)
     if rc:
-        raise AclError(rc, f"{call}(virPtr={p:#x}, size={n}, count={k})")
+        raise error(rc, f"{call}(virPtr={p:#x}, size={n}, count={k})")
 
 
 def _array(values: object, call: str, name: str, item: str) -> list[object]:
@@ -164,7 +164,7 @@ def aclrtMemExportToShareableHandle(handle: int, handleType: int = 0, flags: int
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, shareable = _backend.get().aclrtMemExportToShareableHandle(h, t, f)
     if rc:
-        raise AclError(rc, f"{call}(handle={h:#x}, handleType={t}, flags={f})")
+        raise error(rc, f"{call}(handle={h:#x}, handleType={t}, flags={f})")
     return shareable
 
 
@@ -175,7 +175,7 @@ def aclrtMemImportFromShareableHandle(shareableHandle: int, deviceId: int) -> in
     d = c_int(deviceId, call, "deviceId")
     rc, handle = _backend.get().aclrtMemImportFromShareableHandle(s, d)
     if rc:
-        raise AclError(rc, f"{call}(shareableHandle={s:#x}, deviceId={d})")
+        raise error(rc, f"{call}(shareableHandle={s:#x}, deviceId={d})")
     return handle
 
 
@@ -191,7 +191,7 @@ def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | N
         raise ValueError(f"{call}: pidNum={n} exceeds the {len(pids)} pids given")
     rc = _backend.get().aclrtMemSetPidToShareableHandle(s, pids, n)
     if rc:
-        raise AclError(rc, f"{call}(shareableHandle={s:#x}, pidNum={n})")
+        raise error(rc, f"{call}(shareableHandle={s:#x}, pidNum={n})")
 
 
 def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
@@ -199,7 +199,7 @@ def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
     p = _ptr(virPtr, "aclrtMemRetainAllocationHandle", "virPtr")
     rc, handle = _backend.get().aclrtMemRetainAllocationHandle(p)
     if rc:
-        raise AclError(rc, f"aclrtMemRetainAllocationHandle(virPtr={p:#x})")
+        raise error(rc, f"aclrtMemRetainAllocationHandle(virPtr={p:#x})")
     return handle
 
 
@@ -208,6 +208,6 @@ def aclrtMemGetAllocationPropertiesFromHandle(handle: int) -> aclrtPhysicalMemPr
     h = _ptr(handle, "aclrtMemGetAllocationPropertiesFromHandle", "handle")
     rc, prop = _backend.get().aclrtMemGetAllocationPropertiesFromHandle(h)
     if rc:
-        raise AclError(rc, f"aclrtMemGetAllocationPropertiesFromHandle(handle={h:#x})")
+        raise error(rc, f"aclrtMemGetAllocationPropertiesFromHandle(handle={h:#x})")
     assert prop is not None
     return prop

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import operator
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import NamedTuple, TypeVar
+
+from typing_extensions import Self
 
 from . import raw
 from ._args import c_int
@@ -32,12 +35,25 @@ class MemInfo(NamedTuple):
 
 
 class Device:
-    """Device ``device_id``; ``with Device(0) as dev:`` sets it current for this thread.
+    """Device ``device_id`` and the calls that need it current in the calling thread.
 
-    Allocation and queries run in the calling thread's context, so they require this
-    device to be current there (:meth:`set_current` or the ``with`` block); another
-    current device raises :class:`~acl_mem.DeviceNotCurrentError` rather than
-    allocating on the wrong device.
+    The runtime keeps one current device per thread; allocations, streams and queries
+    run there. A Device becomes current in a thread in one of three ways:
+
+    * implicitly: the first allocation, stream or query through a Device, in a thread
+      where no device is current, makes it current there (aclrtSetDevice) and it stays
+      current, as in torch_npu and CuPy;
+    * ``dev.use()``: the same, explicitly;
+    * ``with Device(0) as dev:``: aclrtSetDevice on entry and aclrtResetDevice at the end,
+      the set/reset pair of a C program. **When that reset drops the device's last
+      reference, the runtime releases all of the device's memory**: buffers and streams
+      made inside the block are gone afterwards (using them raises FreedBufferError /
+      DestroyedStreamError). Use the block for scoped work that must leave nothing
+      behind (tests, scripts); use ``use()`` when memory must outlive a block.
+
+    A thread where another device is current gets
+    :class:`~acl_mem.DeviceNotCurrentError` rather than memory on the wrong device.
+    The raw layer (:mod:`acl_mem.raw`) stays exact: it never sets a device itself.
     """
 
     __slots__ = ("_id",)
@@ -47,6 +63,7 @@ class Device:
 
     @property
     def id(self) -> int:
+        """The device id, as aclrtSetDevice takes it."""
         return self._id
 
     def __repr__(self) -> str:
@@ -58,7 +75,7 @@ class Device:
     def __hash__(self) -> int:
         return hash((Device, self._id))
 
-    # -- context -----------------------------------------------------------------------------------
+    # -- context ------------------------------------------------------------------------------
     @staticmethod
     def count() -> int:
         """Number of visible devices."""
@@ -70,18 +87,34 @@ class Device:
         §3.2)."""
         return Device(raw.aclrtGetDevice())
 
+    def use(self) -> Device:
+        """Make this device current in the calling thread and keep it so (no reset at any
+        scope's end); returns ``self``.
+
+        Calling it again while this thread holds the device is free: it adds no further
+        reference. The device is released by :meth:`reset` (or aclFinalize), not by
+        threads ending.
+        """
+        with state.lock:
+            if not state.kept(self._id):
+                raw.aclrtSetDevice(self._id)
+                state.keep(self._id)
+        return self
+
     def set_current(self) -> Device:
-        """aclrtSetDevice: make current for this thread and add one reference (docs/runtime-model.md
-        §3.2)."""
+        """aclrtSetDevice: make current for this thread and add one reference
+        (docs/runtime-model.md §3.2); pair it with :meth:`reset`, or prefer :meth:`use`."""
         raw.aclrtSetDevice(self._id)
         return self
 
     def reset(self) -> None:
-        """aclrtResetDevice: drop one reference; at zero its memory is released."""
+        """aclrtResetDevice: drop one reference; at zero the runtime releases all of this
+        device's memory and streams, and no device is current in this thread."""
         raw.aclrtResetDevice(self._id)
 
-    def __enter__(self) -> Device:
-        return self.set_current()
+    def __enter__(self) -> Self:
+        self.set_current()
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -90,18 +123,26 @@ class Device:
         self.reset()
 
     def _require_current(self, call: str) -> None:
+        """Make this device current if no device is (see the class docs); refuse if another
+        one is."""
         current = state.current_device()
-        if current is not None and current != self._id:
-            raise DeviceNotCurrentError(
-                f"Device({self._id}).{call}: device {current} is current in this thread; "
-                f"use `with Device({self._id}):` or Device({self._id}).set_current() first"
-            )
+        if current == self._id:
+            return
+        if current is None:
+            self.use()
+            return
+        thread = threading.current_thread().name
+        raise DeviceNotCurrentError(
+            f"Device({self._id}).{call}: device {current} is current in thread {thread!r}, "
+            f"not device {self._id}. Call Device({self._id}).use() to switch this thread to "
+            f"device {self._id}, or run the call inside `with Device({self._id}):`"
+        )
 
     # -- allocation --------------------------------------------------------------------------------
     def _device_alloc(
         self, api: AllocApi, allocate: Callable[[int, int], int], size: int, policy: int
     ) -> DeviceBuffer:
-        if state.current_device() not in (self._id, None):
+        if state.current_device() != self._id:
             self._require_current(api.value)
         # The raw call validates both as C integers.
         return _adopt(lambda: allocate(size, policy), raw.aclrtFree,

@@ -55,20 +55,24 @@ class AclError(Exception):
     CODE: ClassVar[int | None] = None
     NAME: ClassVar[str] = "ACL_ERROR_UNKNOWN"
 
-    def __new__(cls, code: int, what: str = "") -> AclError:
+    def __new__(cls, code: int, what: str = "", hint: str = "") -> AclError:
         target = _BY_CODE.get(code, cls) if cls is AclError else cls
         # Exception.__new__, not super(): MemoryError.__new__ refuses subclasses that mix in.
         return Exception.__new__(target)
 
-    def __init__(self, code: int, what: str = "") -> None:
+    def __init__(self, code: int, what: str = "", hint: str = "") -> None:
         self.code = int(code)
         self.name = _BY_CODE[code].NAME if code in _BY_CODE else f"ACL_ERROR_UNKNOWN({code})"
+        #: The call and its arguments, e.g. ``"aclrtFree(devPtr=0x...)"``.
         self.what = what
+        #: What the code most likely means for this call and what to do about it.
+        self.hint = hint
         text = f"{self.name} ({self.code})"
-        super().__init__(f"{what}: {text}" if what else text)
+        message = f"{what}: {text}" if what else text
+        super().__init__(f"{message}. {hint}" if hint else message)
 
-    def __reduce__(self) -> tuple[type[AclError], tuple[int, str]]:
-        return (AclError, (self.code, self.what))
+    def __reduce__(self) -> tuple[type[AclError], tuple[int, str, str]]:
+        return (AclError, (self.code, self.what, self.hint))
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from . import _backend
 from ._args import c_int, c_uint, path_or_none
+from ._hints import error
 from ._lifecycle import state
 from ._raw_vmm import (
     aclrtFreePhysical,
@@ -31,7 +32,7 @@ from ._raw_vmm import (
 )
 from ._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 from .enums import MallocPolicy, MemcpyKind, MemLocationType
-from .errors import AclError, HazardError
+from .errors import HazardError
 
 __all__ = [
     "PtrAttributes",
@@ -98,8 +99,7 @@ _SIZE_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
 
 
-def _fail(rc: int, what: str) -> AclError:
-    return AclError(rc, what)
+_fail = error
 
 
 def aclInit(configPath: object = None) -> None:
@@ -184,7 +184,8 @@ def _malloc(call: str, size: object, policy: object) -> int:
     rc, ptr = getattr(backend, call)(nbytes, pol)
     try:
         if rc:
-            raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})")
+            raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})", size=nbytes,
+                        policy=pol)
         return int(ptr)
     except BaseException:
         # Interrupted before the caller got the pointer: the allocation must not stay.
@@ -227,7 +228,7 @@ def aclrtMallocHost(size: int) -> int:
     nbytes = c_uint(size, "aclrtMallocHost", "size")
     rc, ptr = _backend.get().aclrtMallocHost(nbytes)
     if rc:
-        raise _fail(rc, f"aclrtMallocHost(size={nbytes})")
+        raise _fail(rc, f"aclrtMallocHost(size={nbytes})", size=nbytes)
     return int(ptr)
 
 
@@ -242,7 +243,7 @@ def acldvppMalloc(size: int) -> int:
     nbytes = c_uint(size, "acldvppMalloc", "size")
     rc, ptr = _backend.get().acldvppMalloc(nbytes)
     if rc:
-        raise _fail(rc, f"acldvppMalloc(size={nbytes})")
+        raise _fail(rc, f"acldvppMalloc(size={nbytes})", size=nbytes)
     return int(ptr)
 
 
@@ -257,7 +258,7 @@ def hi_mpi_dvpp_malloc(dev_id: int, size: int) -> int:
     nbytes = c_uint(size, "hi_mpi_dvpp_malloc", "size", 64, "hi_u64")
     rc, ptr = _backend.get().hi_mpi_dvpp_malloc(dev, nbytes)
     if rc:
-        raise _fail(rc, f"hi_mpi_dvpp_malloc(dev_id={dev}, size={nbytes})")
+        raise _fail(rc, f"hi_mpi_dvpp_malloc(dev_id={dev}, size={nbytes})", size=nbytes)
     return int(ptr)
 
 

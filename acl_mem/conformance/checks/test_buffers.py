@@ -127,11 +127,54 @@ def test_allocating_on_a_device_that_is_not_current_raises(dev):
         other.mem_info(MemAttr.HBM_MEM)
 
 
-def test_malloc_without_current_device_raises_context_null_spec_3_5(backend):
-    """docs/runtime-model.md §3.5: a thread that never set a device gets 107002 from aclrtMalloc."""
-    _, error = in_fresh_thread(lambda: acl_mem.Device(0).malloc(100))
-    assert isinstance(error, ContextNullError)
-    assert error.code == 107002
+def test_malloc_without_current_device_makes_it_current_spec_3_2(backend):
+    """docs/runtime-model.md §3.2: raw aclrtMalloc in a thread with no device gets 107002; a
+    Device call there makes the device current (one reference, however many calls follow),
+    and one reset releases it with the memory made since."""
+
+    def body() -> tuple[Any, ...]:
+        raw_error = _catch(raw.aclrtMalloc, 100, 0)
+        device = acl_mem.Device(0)
+        buf = device.malloc(100)
+        current = raw.aclrtGetDevice()
+        device.malloc(64).free()
+        assert device.use() is device
+        device.mem_info(MemAttr.HBM_MEM)
+        live_before = buf.size
+        device.reset()
+        after = _catch(raw.aclrtGetDevice)
+        freed = _catch(lambda: buf.ptr)
+        second_reset = _catch(raw.aclrtResetDevice, 0)
+        return raw_error, current, live_before, after, freed, second_reset
+
+    raw_error, current, live_before, after, freed, second_reset = raise_from_fresh_thread(body)
+    assert isinstance(raw_error, ContextNullError)
+    assert raw_error.code == 107002
+    assert current == 0
+    assert live_before == 100
+    assert isinstance(after, ContextNullError)
+    assert after.code == 107002
+    assert isinstance(freed, FreedBufferError)
+    assert isinstance(second_reset, ContextReleaseError)
+    assert second_reset.code == 507007
+
+
+def test_use_keeps_the_device_past_a_with_block_spec_3_2(backend):
+    """docs/runtime-model.md §3.2: use() holds a reference of its own, so memory made inside a
+    `with Device(0)` block survives the block's reset; reset() drops it."""
+
+    def body() -> tuple[Any, ...]:
+        device = acl_mem.Device(0)
+        with device:
+            device.use()
+            buf = device.malloc(256)
+        kept = raw.aclrtGetDevice(), buf.size
+        device.reset()
+        return kept, _catch(lambda: buf.ptr)
+
+    kept, freed = raise_from_fresh_thread(body)
+    assert kept == (0, 256)
+    assert isinstance(freed, FreedBufferError)
 
 
 def test_malloc_size_checks_spec_3_5(dev):

@@ -1,0 +1,128 @@
+"""What an error code most likely means for the call that returned it, and what to do.
+
+The raw layer raises every non-zero code through :func:`error`, so each hint is written
+once. Hints are computed only on the failure path; the figures of an out-of-memory
+hint come from aclrtGetMemInfo at that moment (best effort: a failing query only
+shortens the hint).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import _backend
+from .enums import MemAttr
+from .errors import AclError
+from .sizes import AllocApi, allocation_size, effective_policy, page_kinds, soc_padding
+
+__all__ = ["error"]
+
+_CONTEXT_NULL = 107002
+_PARAM_INVALID = 107000
+_DEVICE_ID = 107001
+_OOM = 207001
+_STREAM_CONTEXT = 107003
+
+#: Each free call and the allocation calls whose memory it takes.
+_FREES = {
+    "aclrtFree": "aclrtMalloc, aclrtMallocAlign32 or aclrtMallocCached",
+    "aclrtFreeHost": "aclrtMallocHost",
+    "acldvppFree": "acldvppMalloc",
+    "hi_mpi_dvpp_free": "hi_mpi_dvpp_malloc",
+}
+_MALLOCS = {api.value: api for api in AllocApi}
+_VMM = {
+    "aclrtReleaseMemAddress": "Either the address is not the start of a live reservation, or "
+    "part of the reservation is still mapped: unmap every mapping in it first (aclrtUnmapMem)",
+    "aclrtUnmapMem": "The address is not the start of a live mapping (already unmapped, never "
+    "mapped, or inside a mapping rather than at its start)",
+    "aclrtFreePhysical": "The handle is unknown or already freed, or still mapped: unmap it "
+    "first (aclrtUnmapMem)",
+    "aclrtMapMem": "Check that the range lies inside one live reservation, is not mapped "
+    "already, starts at a granularity multiple, and that size equals the physical memory's "
+    "size with offset 0",
+}
+_GiB, _MiB, _KiB = 1 << 30, 1 << 20, 1 << 10
+
+
+def error(rc: int, what: str, *, size: int | None = None, policy: int = 0) -> AclError:
+    """The AclError for ``rc`` from ``what`` (``"call(args)"``), with a hint where one helps.
+
+    ``size`` and ``policy`` are the allocation's arguments, for out-of-memory figures.
+    """
+    return AclError(rc, what, _hint(rc, what.partition("(")[0], size, policy))
+
+
+def _hint(rc: int, call: str, size: int | None, policy: int) -> str:
+    if rc == _CONTEXT_NULL:
+        thread = threading.current_thread()
+        return (f"No device is current in thread {thread.name!r}: each thread starts "
+                "without one, and the reset that drops a device's last reference (the end "
+                "of a `with Device(n)` block, Device.reset()) leaves none. Call "
+                "acl_mem.Device(n).use() or raw.aclrtSetDevice(n) in this thread first")
+    if rc == _PARAM_INVALID and call in _FREES:
+        return (f"The pointer is not a live allocation of {_FREES[call]}: it was already "
+                "freed (or released by a device reset), was never allocated, points inside "
+                "a block instead of at its start, or came from another allocation call")
+    if rc == _PARAM_INVALID and call in _VMM:
+        return _VMM[call]
+    if rc == _DEVICE_ID:
+        return _device_id_hint()
+    if rc == _STREAM_CONTEXT:
+        return ("The stream belongs to another context (another device, or a context "
+                "created since): use a stream of the calling thread's current device")
+    if rc == _OOM:
+        return _oom_hint(call, size, policy)
+    return ""
+
+
+def _device_id_hint() -> str:
+    try:
+        rc, count = _backend.get().aclrtGetDeviceCount()
+    except Exception:
+        return ""
+    if rc:
+        return ""
+    return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count})"
+
+
+def _oom_hint(call: str, size: int | None, policy: int) -> str:
+    parts = []
+    api = _MALLOCS.get(call)
+    if api is not None and size is not None:
+        try:
+            backend = _backend.get()
+            padded = allocation_size(api, size, policy, padding=soc_padding(backend.soc_name()))
+            kinds = page_kinds(padded, effective_policy(api, policy))
+            pages = " then ".join(kind.name.lower() for kind in kinds)
+            parts.append(f"Asked for {_human(size)}, {_human(padded)} after rounding and "
+                         f"padding, from {pages} pages")
+        except Exception:
+            parts.append(f"Asked for {_human(size)}")
+    pools = _pool_figures()
+    if pools:
+        parts.append(f"free/total now: {pools}")
+    parts.append("free memory you no longer need (a pool's empty_cache(), dropped buffers), "
+                 "or ask for less")
+    return "; ".join(parts)
+
+
+def _pool_figures() -> str:
+    figures = []
+    try:
+        backend = _backend.get()
+        for name, attr in (("huge-page pool", MemAttr.MEM_HUGE),
+                           ("normal-page pool", MemAttr.MEM_NORMAL)):
+            rc, free, total = backend.aclrtGetMemInfo(int(attr))
+            if rc == 0 and total:
+                figures.append(f"{name} {_human(free)} of {_human(total)}")
+    except Exception:
+        return ""
+    return ", ".join(figures)
+
+
+def _human(n: int) -> str:
+    for unit, name in ((_GiB, "GiB"), (_MiB, "MiB"), (_KiB, "KiB")):
+        if n >= unit:
+            return f"{n / unit:.2f} {name} ({n} bytes)" if n % unit else f"{n // unit} {name}"
+    return f"{n} bytes"

@@ -1,0 +1,97 @@
+"""Errors say what went wrong and what to do: the hint the raw layer attaches to a code.
+
+The class and code are the contract (checked everywhere else); these tests check that
+the hint carries the facts a user needs: the thread, the call to make, the figures.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import pytest
+
+import acl_mem
+from acl_mem import raw
+from acl_mem._hints import _human as human
+from acl_mem.enums import MallocPolicy, MemAttr
+from acl_mem.errors import (
+    AclError,
+    ContextNullError,
+    DeviceNotCurrentError,
+    InvalidDeviceIdError,
+    MemoryAllocationError,
+    RtParamInvalidError,
+)
+
+# The hints are built by the raw layer, the same on every backend; the out-of-memory
+# figures are checked against the fake's pools, which a test can exhaust safely.
+pytestmark = pytest.mark.fake_only("the raw layer's hints, checked against the fake's pools")
+
+
+def test_context_null_names_the_thread_and_the_call_to_make(fake):
+    box: dict[str, BaseException] = {}
+
+    def worker() -> None:
+        try:
+            raw.aclrtMalloc(64, 0)
+        except BaseException as exc:  # handed back to the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=worker, name="loader-7")
+    thread.start()
+    thread.join()
+    error = box["error"]
+    assert isinstance(error, ContextNullError)
+    assert error.code == 107002
+    assert "loader-7" in error.hint
+    assert "use()" in error.hint and "aclrtSetDevice" in error.hint
+
+
+def test_double_free_says_not_a_live_allocation(fake, dev):
+    ptr = raw.aclrtMalloc(100, 0)
+    raw.aclrtFree(ptr)
+    with pytest.raises(RtParamInvalidError) as e:
+        raw.aclrtFree(ptr)
+    assert e.value.code == 107000
+    assert "not a live allocation" in e.value.hint
+    assert "not a live allocation" in str(e.value)
+
+
+def test_out_of_memory_carries_the_request_and_the_pools_figures(fake, dev):
+    free, total = dev.mem_info(MemAttr.MEM_NORMAL)
+    with pytest.raises(MemoryAllocationError) as e:
+        raw.aclrtMalloc(total + 1, MallocPolicy.NORMAL_ONLY)
+    assert e.value.code == 207001
+    hint = e.value.hint
+    assert human(total + 1) in hint
+    assert f"normal-page pool {human(free)} of {human(total)}" in hint
+    huge_free, huge_total = dev.mem_info(MemAttr.MEM_HUGE)
+    assert f"huge-page pool {human(huge_free)} of {human(huge_total)}" in hint
+
+
+def test_bad_device_id_names_the_valid_range(fake):
+    count = raw.aclrtGetDeviceCount()
+    with pytest.raises(InvalidDeviceIdError) as e:
+        raw.aclrtSetDevice(count)
+    assert e.value.code == 107001
+    assert f"0 to {count - 1}" in e.value.hint
+
+
+def test_device_not_current_names_the_thread_and_the_fix(fake, dev):
+    if acl_mem.Device.count() < 2:
+        pytest.skip("needs two devices")
+    with pytest.raises(DeviceNotCurrentError) as e:
+        acl_mem.Device(1).malloc(64)
+    assert threading.current_thread().name in str(e.value)
+    assert "Device(1).use()" in str(e.value)
+
+
+def test_hint_survives_pickling(fake, dev):
+    ptr = raw.aclrtMalloc(100, 0)
+    raw.aclrtFree(ptr)
+    with pytest.raises(AclError) as e:
+        raw.aclrtFree(ptr)
+    copy = pickle.loads(pickle.dumps(e.value))
+    assert type(copy) is type(e.value)
+    assert (copy.code, copy.what, copy.hint) == (e.value.code, e.value.what, e.value.hint)
