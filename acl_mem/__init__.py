@@ -40,7 +40,14 @@ from .errors import (
     StreamContextError,
     UninitializeError,
 )
-from .pool import ExpandablePool, PoolOutOfMemoryError, PoolStats, SegmentPool
+from .pool import (
+    ExpandablePool,
+    HostSegment,
+    PoolOutOfMemoryError,
+    PoolStats,
+    Segment,
+    SegmentPool,
+)
 from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
 from .stream import Stream
 from .vmm import (
@@ -49,6 +56,7 @@ from .vmm import (
     Mapping,
     PhysicalMemory,
     VirtualRange,
+    granularity,
     reserve_and_map,
 )
 
@@ -98,6 +106,7 @@ __all__ = [
     "HazardError",
     "HazardWarning",
     "HostBuffer",
+    "HostSegment",
     "InternalError",
     "InvalidDeviceIdError",
     "InvalidHandleError",
@@ -123,6 +132,7 @@ __all__ = [
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
+    "Segment",
     "SegmentPool",
     "Stream",
     "StreamContextError",
@@ -133,6 +143,7 @@ __all__ = [
     "backend_name",
     "backend_reason",
     "check",
+    "granularity",
     "raw",
     "reserve_and_map",
     "segment_alignment",

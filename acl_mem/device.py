@@ -20,7 +20,7 @@ from .errors import DeviceNotCurrentError, FeatureNotSupportError
 from .sizes import AllocApi
 from .stream import Stream
 
-__all__ = ["Device", "MemInfo"]
+__all__ = ["Device", "MemInfo", "device_id"]
 
 
 class MemInfo(NamedTuple):
@@ -218,6 +218,16 @@ class Device:
             except FeatureNotSupportError:
                 continue
         return found
+
+
+def device_id(device: Device | int, call: str, name: str = "device") -> int:
+    """The id of ``device``: a :class:`Device` or its int id, as every Pythonic call takes."""
+    if isinstance(device, Device):
+        return device.id
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"{call}: {name} must be a Device or an int device id, "
+                        f"got {type(device).__name__}")
+    return c_int(device, call, name)
 
 
 _B = TypeVar("_B", DeviceBuffer, HostBuffer)

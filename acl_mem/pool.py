@@ -59,6 +59,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from typing_extensions import Self
+
 from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import ffi
@@ -397,7 +399,7 @@ class _PoolBase:
         self._bounds.clear()
         self._close_memory()
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -7,23 +7,28 @@ vllm-ascend's camem hit). The same holds when a KeyboardInterrupt arrives betwee
 steps: each object records a resource in the same statement that obtains it, and
 ``try/except BaseException`` undoes (or, once undoing is the riskier way, completes)
 what a step left half done. A closed object refuses every use with FreedBufferError
-rather than touching whatever the runtime put at its old address since. Spec §4.
+rather than touching whatever the runtime put at its old address since
+(docs/runtime-model.md §4).
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import ClassVar
+
+from typing_extensions import Self
 
 from . import raw
 from ._args import c_uint
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
+from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
-from .errors import FreedBufferError
+from .errors import FreedBufferError, RtParamInvalidError
 
 __all__ = ["ExpandableSegment", "MappedMemory", "Mapping", "PhysicalMemory", "VirtualRange",
            "granularity", "reserve_and_map"]
@@ -34,10 +39,18 @@ def _prop(device: int, attr: int, location: int) -> aclrtPhysicalMemProp:
         id=device if location == MemLocationType.DEVICE else 0, type=location))
 
 
-def granularity(device: int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
+def granularity(device: Device | int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
                 location: int = MemLocationType.DEVICE) -> int:
     """aclrtMemGetAllocationGranularity for this kind of memory (docs/runtime-model.md §4.5)."""
-    return raw.aclrtMemGetAllocationGranularity(_prop(device, attr, location))
+    return raw.aclrtMemGetAllocationGranularity(
+        _prop(device_id(device, "granularity"), attr, location))
+
+
+def _size_text(n: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
 
 
 class _Owned:
@@ -107,9 +120,24 @@ class _Owned:
         except Exception:
             pass
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         self._open("__enter__")
         return self
+
+    def _describe(self) -> str:
+        """What the repr shows of an open object (address, size, device ...)."""
+        return ""
+
+    def __repr__(self) -> str:
+        if self._released:
+            status = "closed"
+        elif self._token is not None and not self._lifecycle.is_live(None, self._token):
+            status = "released by the runtime"
+        elif self._token is None:
+            status = "not created"
+        else:
+            status = self._describe()
+        return f"<{type(self).__name__} {status}>"
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -118,12 +146,14 @@ class _Owned:
 
 class VirtualRange(_Owned):
     """A reservation from aclrtReserveMemAddress (docs/runtime-model.md §4.2); ``close()`` releases
-    it."""
+    it once every mapping in it is closed."""
 
     _renew = "reserve a new VirtualRange"
 
     def __init__(self, size: int, *, expect: int = 0, flags: int = 0) -> None:
         self._size = size
+        #: Mappings made through map() that are not closed yet (close() refuses while any is).
+        self._mappings: weakref.WeakSet[Mapping] = weakref.WeakSet()
         token = state.token(None)
         # One statement on one line: the address is owned (and released when collected)
         # exactly when it was obtained, whatever line an interrupt lands on.
@@ -131,19 +161,40 @@ class VirtualRange(_Owned):
 
     @property
     def size(self) -> int:
+        """Bytes reserved."""
         self._open("size")
         return self._size
 
     @property
+    def address(self) -> int:
+        """The first reserved address."""
+        self._open("address")
+        return self._base
+
+    @property
     def base(self) -> int:
+        """Alias of :attr:`address` (the name earlier releases used)."""
         self._open("base")
         return self._base
 
+    def _describe(self) -> str:
+        live = sum(1 for mapping in self._mappings if not mapping.closed)
+        return f"{self._base:#x}, {_size_text(self._size)}, {live} mapping(s)"
+
     def _release(self) -> None:
+        live = [mapping for mapping in self._mappings if not mapping.closed]
+        if live:
+            # The runtime refuses too (107000); this says which mappings and what to do.
+            where = ", ".join(f"{mapping._address:#x}" for mapping in live[:4])
+            raise RtParamInvalidError(
+                107000, f"VirtualRange.close() at {self._base:#x}",
+                hint=f"{len(live)} mapping(s) in the range are still live (at {where}): "
+                "close() them first (or use MappedMemory / ExpandableSegment, which close "
+                "their parts in order)")
         raw.aclrtReleaseMemAddress(self._base)
 
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
-        """Map ``physical`` whole at ``base + offset`` (docs/runtime-model.md §4.4)."""
+        """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
         size = physical.size
         if offset < 0 or offset + size > self._size:
@@ -160,10 +211,11 @@ class PhysicalMemory(_Owned):
 
     _renew = "allocate a new PhysicalMemory"
 
-    def __init__(self, size: int, *, device: int = 0, attr: int = MemAttr.HBM_MEM_HUGE,
+    def __init__(self, size: int, *, device: Device | int = 0,
+                 attr: int = MemAttr.HBM_MEM_HUGE,
                  location: int = MemLocationType.DEVICE) -> None:
         self._size = size
-        self._device = device
+        self._device = device = device_id(device, "PhysicalMemory")
         self._prop = _prop(device, attr, location)
         token = state.token(None)
         # One statement, as in VirtualRange: owned exactly when allocated.
@@ -171,23 +223,30 @@ class PhysicalMemory(_Owned):
 
     @property
     def size(self) -> int:
+        """Bytes of physical memory."""
         self._open("size")
         return self._size
 
     @property
     def device(self) -> int:
+        """Id of the device the memory is on (0 for host memory)."""
         self._open("device")
         return self._device
 
     @property
     def prop(self) -> aclrtPhysicalMemProp:
+        """The properties it was allocated with (page attribute, location)."""
         self._open("prop")
         return self._prop
 
     @property
     def handle(self) -> int:
+        """The aclrtDrvMemHandle, as an int."""
         self._open("handle")
         return self._handle
+
+    def _describe(self) -> str:
+        return f"handle {self._handle:#x}, {_size_text(self._size)}, device {self._device}"
 
     def _release(self) -> None:
         raw.aclrtFreePhysical(self._handle)
@@ -199,8 +258,17 @@ class Mapping(_Owned):
 
     _renew = "map the memory again with VirtualRange.map"
 
-    def __init__(self, address: int, physical: PhysicalMemory,
+    def __init__(self, address: int | VirtualRange, physical: PhysicalMemory,
                  within: VirtualRange | None = None) -> None:
+        if isinstance(address, VirtualRange):  # Mapping(range, physical): at its start
+            within = address
+            address = within.address
+        elif not isinstance(address, int) or isinstance(address, bool):
+            raise TypeError(f"Mapping: address must be an int or a VirtualRange, "
+                            f"got {type(address).__name__}")
+        if not isinstance(physical, PhysicalMemory):
+            raise TypeError(f"Mapping: physical must be a PhysicalMemory, "
+                            f"got {type(physical).__name__}")
         # Held so that a forgotten range is released only after its mappings are gone.
         self._range = within
         self._address = address
@@ -215,26 +283,36 @@ class Mapping(_Owned):
         except BaseException:
             self._token = None
             raise
+        if within is not None:
+            within._mappings.add(self)
 
     @property
     def range(self) -> VirtualRange | None:
+        """The VirtualRange it was mapped into, if it was made through one."""
         self._open("range")
         return self._range
 
     @property
     def address(self) -> int:
+        """The first mapped address."""
         self._open("address")
         return self._address
 
     @property
     def size(self) -> int:
+        """Bytes mapped (the physical memory's size)."""
         self._open("size")
         return self._size
 
     @property
     def physical(self) -> PhysicalMemory:
+        """The physical memory mapped here."""
         self._open("physical")
         return self._physical
+
+    def _describe(self) -> str:
+        return (f"{self._address:#x}, {_size_text(self._size)} of handle "
+                f"{self._physical._handle:#x}")
 
     def _release(self) -> None:
         raw.aclrtUnmapMem(self._address)
@@ -267,13 +345,17 @@ class _Contents(_Owned):
                             MemcpyKind.DEVICE_TO_HOST)
         return bytes(out)
 
+    def _unmapped_advice(self) -> str:
+        """Why nothing (or less) is mapped now and the call that maps more."""
+        return ""
+
     def _check(self, what: str, offset: int, count: int) -> None:
         call = f"{type(self).__name__}.{what}"
         c_uint(offset, call, "offset")
         c_uint(count, call, "count")
         if offset < 0 or count < 0 or offset + count > self._mapped():
-            raise ValueError(f"{type(self).__name__}.{what}: [{offset}, {offset + count}) "
-                             f"is outside the {self._mapped()} mapped bytes")
+            raise ValueError(f"{call}: [{offset}, {offset + count}) is outside the "
+                             f"{self._mapped()} mapped bytes{self._unmapped_advice()}")
 
 
 def _undo(steps: list[Callable[[], None]]) -> None:
@@ -297,9 +379,10 @@ class MappedMemory(_Contents):
     _physical: PhysicalMemory | None
     _mapping: Mapping | None
 
-    def __init__(self, size: int, *, device: int = 0,
+    def __init__(self, size: int, *, device: Device | int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
-        self._device, self._attr = device, attr
+        self._device = device = device_id(device, "MappedMemory")
+        self._attr = attr
         chunk = granularity(device, attr)
         self._size = -(-size // chunk) * chunk
         self._saved: bytearray | None = None
@@ -319,33 +402,49 @@ class MappedMemory(_Contents):
 
     @property
     def device(self) -> int:
+        """Id of the device the physical memory is on."""
         self._open("device")
         return self._device
 
     @property
     def attr(self) -> int:
+        """The page attribute (MemAttr) of the physical memory."""
         self._open("attr")
         return self._attr
 
     @property
     def size(self) -> int:
+        """Bytes reserved and (unless offloaded) mapped: the request rounded up to the
+        granularity."""
         self._open("size")
         return self._size
 
     @property
     def range(self) -> VirtualRange:
+        """The reservation the memory is mapped into."""
         self._open("range")
         return self._range
 
     @property
     def address(self) -> int:
+        """The first address; it stays the same across offload() and restore()."""
         self._open("address")
         return self._range._base
 
     @property
     def offloaded(self) -> bool:
+        """True between offload() and restore(): the contents are in host memory."""
         self._open("offloaded")
         return self._mapping is None
+
+    def _describe(self) -> str:
+        where = "offloaded to host" if self._mapping is None else "mapped"
+        return (f"{self._range._base:#x}, {_size_text(self._size)}, device {self._device}, "
+                f"{where}")
+
+    def _unmapped_advice(self) -> str:
+        return ("; it is offloaded (its contents are in host memory): call restore() first"
+                if self._mapping is None else "")
 
     def _base_address(self) -> int:
         return self._range._base
@@ -404,7 +503,7 @@ class MappedMemory(_Contents):
         self._range.close()
 
 
-def reserve_and_map(size: int, *, device: int = 0,
+def reserve_and_map(size: int, *, device: Device | int = 0,
                     attr: int = MemAttr.HBM_MEM_HUGE) -> MappedMemory:
     """Reserve, allocate and map ``size`` bytes (rounded up to the granularity) at once.
 
@@ -423,9 +522,10 @@ class ExpandableSegment(_Contents):
 
     _renew = "create a new ExpandableSegment"
 
-    def __init__(self, max_size: int, *, device: int = 0,
+    def __init__(self, max_size: int, *, device: Device | int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
-        self._device, self._attr = device, attr
+        self._device = device = device_id(device, "ExpandableSegment")
+        self._attr = attr
         self._chunk = granularity(device, attr)
         self._max_size = -(-max_size // self._chunk) * self._chunk
         self._chunks: list[tuple[PhysicalMemory, Mapping]] = []
@@ -436,33 +536,46 @@ class ExpandableSegment(_Contents):
 
     @property
     def device(self) -> int:
+        """Id of the device the chunks are allocated on."""
         self._open("device")
         return self._device
 
     @property
     def attr(self) -> int:
+        """The page attribute (MemAttr) of the chunks."""
         self._open("attr")
         return self._attr
 
     @property
     def chunk(self) -> int:
+        """Bytes per chunk: the allocation granularity."""
         self._open("chunk")
         return self._chunk
 
     @property
     def max_size(self) -> int:
+        """Bytes reserved up front: the most it can grow to."""
         self._open("max_size")
         return self._max_size
 
     @property
     def range(self) -> VirtualRange:
+        """The reservation the chunks are mapped into."""
         self._open("range")
         return self._range
 
     @property
     def address(self) -> int:
+        """The first address; chunks are mapped contiguously from here."""
         self._open("address")
         return self._range._base
+
+    def _describe(self) -> str:
+        return (f"{self._range._base:#x}, {_size_text(len(self._chunks) * self._chunk)} of "
+                f"{_size_text(self._max_size)} mapped, device {self._device}")
+
+    def _unmapped_advice(self) -> str:
+        return "; call grow() to map more"
 
     @property
     def size(self) -> int:

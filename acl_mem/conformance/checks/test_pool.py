@@ -438,6 +438,7 @@ def test_a_forgotten_host_segment_waits_for_its_last_view(dev):
     """docs/runtime-model.md §3.7: host memory under a live view is never reused."""
     with SegmentPool(dev, api="aclrtMallocHost", block_size=64 * KiB) as pool:
         seg = pool.allocate(100)
+        assert isinstance(seg, acl_mem.HostSegment)
         view = seg.view()
         del seg
         gc.collect()
@@ -456,7 +457,7 @@ def test_bad_arguments(dev):
                 pool.allocate(bad)
         for wrong in (1.5, True, None, "8"):
             with pytest.raises(TypeError):
-                pool.allocate(wrong)
+                pool.allocate(wrong)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         SegmentPool(dev, api="aclrtFree")
     with pytest.raises(ValueError):
