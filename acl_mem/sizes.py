@@ -69,8 +69,7 @@ _CACHED_POLICIES = frozenset(
     {MallocPolicy.HUGE_FIRST, MallocPolicy.HUGE_ONLY, MallocPolicy.NORMAL_ONLY,
      MallocPolicy.HUGE1G_ONLY}
 )
-#: Platform-config ``padding_size`` by SoC-name prefix; 32 elsewhere (docs/runtime-model.md §3.5
-#: [PLAT]).
+#: Platform-config ``padding_size`` by SoC-name prefix; 32 elsewhere (docs/runtime-model.md §3.5).
 _PADDING_BY_SOC_PREFIX = (("Ascend950", 0), ("Ascend350", 0), ("Ascend035", 16))
 
 

@@ -1,4 +1,4 @@
-"""The seeds' arithmetic as public functions (docs/runtime-model.md §3.5, §3.7-§3.9, §3.13, §3.14,
+"""The size arithmetic as public functions (docs/runtime-model.md §3.5, §3.7-§3.9, §3.13, §3.14,
 §7).
 
 Pure functions: no backend involved. Expected numbers are worked out by hand from the

@@ -22,7 +22,7 @@ class Profile:
     #: What aclrtGetSocName reports; also decides the padding size.
     soc_name: str
     description: str
-    #: ``AICoreSpec.padding_size`` of the platform config (docs/runtime-model.md §3.5 [PLAT]).
+    #: ``AICoreSpec.padding_size`` of the platform config (docs/runtime-model.md §3.5).
     padding: int
     #: "HBM" or "DDR": the memory the device has (docs/runtime-model.md §3.12).
     memory: str

@@ -6,7 +6,7 @@ state's :class:`~acl_mem._fake.vmm_space.ReservationIndex`, which the address ma
 too), physical handles and their backing pools, mappings, access and cross-process
 sharing (``vmm_share.py``). Unmapping asks the diagnostics part for hazards with queued
 work. Every check of docs/runtime-model.md §4 runs in the order the spec lists; driver-only checks
-use the runtime model's suggested codes (docs/runtime-model.md §8 questions 2-8 and 12, see
+use the runtime model's suggested codes (docs/runtime-model.md §8.2-§8.8 and §8.12, see
 docs/fidelity.md).
 """
 

@@ -2,7 +2,7 @@
 
 Source: ``torch_npu/include/acl/acl_base_rt.h`` and ``acl_rt.h`` of the torch-npu
 2.14.0 wheel (ACL 1.17); DVPP prototypes from ``acl/ops/acl_dvpp.h`` and
-``acl/dvpp/hi_dvpp.h`` (docs/runtime-model.md §3.8-§3.9). ``tests/test_native_cdef.py`` compiles
+``acl/dvpp/hi_dvpp.h`` (docs/runtime-model.md §3.8-§3.9). ``tests/test_native_headers.py`` compiles
 these against the real headers where they are available.
 """
 

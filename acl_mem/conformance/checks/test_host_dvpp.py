@@ -156,7 +156,7 @@ def test_spec_3_7_free_host_null_is_100000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_7_free_host_twice_is_107000(dev):
-    """docs/runtime-model.md §3.7 / §8 q1: freeing host memory twice -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.7 / §8.1: freeing host memory twice -> 107000 (fake's choice)."""
     ptr = raw.aclrtMallocHost(64)
     raw.aclrtFreeHost(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -166,7 +166,7 @@ def test_spec_3_7_free_host_twice_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
-    """docs/runtime-model.md §3.7 / §8 q1: aclrtFreeHost only takes aclrtMallocHost memory: a device
+    """docs/runtime-model.md §3.7 / §8.1: aclrtFreeHost only takes aclrtMallocHost memory: a device
     pointer, an interior pointer or plain host memory -> 107000 (fake's choice)."""
     host = raw.aclrtMallocHost(256)
     device = raw.aclrtMalloc(64, MallocPolicy.HUGE_FIRST)
@@ -236,7 +236,7 @@ def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
 
 @pytest.mark.open_question(11)
 def test_spec_3_8_dvpp_malloc_size_zero_succeeds(dev):
-    """docs/runtime-model.md §3.8 / §8 q11: acldvppMalloc has no size check: size 0 reserves 32
+    """docs/runtime-model.md §3.8 / §8.11: acldvppMalloc has no size check: size 0 reserves 32
     bytes (one huge page) and succeeds."""
     ptr, normal, huge = taken(lambda: raw.acldvppMalloc(0))
     assert ptr != 0
@@ -268,7 +268,7 @@ def test_spec_3_8_dvpp_free_null_is_100000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_double_free_is_107000(dev):
-    """docs/runtime-model.md §3.8 / §8 q1: freeing DVPP memory twice -> 107000 (fake's choice)."""
+    """docs/runtime-model.md §3.8 / §8.1: freeing DVPP memory twice -> 107000 (fake's choice)."""
     ptr = raw.acldvppMalloc(64)
     raw.acldvppFree(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -278,7 +278,7 @@ def test_spec_3_8_dvpp_double_free_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
-    """docs/runtime-model.md §3.6 / §3.8 / §8 q1: aclrtFree of a DVPP pointer -> 107000; the DVPP
+    """docs/runtime-model.md §3.6 / §3.8 / §8.1: aclrtFree of a DVPP pointer -> 107000; the DVPP
     block survives and acldvppFree still frees it."""
     before = free_pools()
     ptr = raw.acldvppMalloc(64)
@@ -293,7 +293,7 @@ def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
-    """docs/runtime-model.md §3.8 / §8 q1: acldvppFree of an aclrtMalloc pointer -> 107000; the
+    """docs/runtime-model.md §3.8 / §8.1: acldvppFree of an aclrtMalloc pointer -> 107000; the
     block survives and aclrtFree still frees it."""
     before = free_pools()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
@@ -308,7 +308,7 @@ def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
-    """docs/runtime-model.md §3.8 / §8 q1: acldvppFree of a pointer inside a DVPP block ->
+    """docs/runtime-model.md §3.8 / §8.1: acldvppFree of a pointer inside a DVPP block ->
     107000."""
     ptr = raw.acldvppMalloc(4096)
     with pytest.raises(RtParamInvalidError) as e:

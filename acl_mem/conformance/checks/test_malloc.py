@@ -3,8 +3,7 @@ aclrtFree (docs/runtime-model.md §3.6) and the page policies (docs/runtime-mode
 
 Page use is observed through the pools aclrtGetMemInfo reports (free bytes before and
 after) and through aclrtMemGetAddressRange. Expected numbers are worked out here from
-the runtime model's formulas; the SoC padding comes from the SoC name (docs/runtime-model.md §3.5
-[PLAT]).
+the runtime model's formulas; the SoC padding comes from the SoC name (docs/runtime-model.md §3.5).
 """
 
 from __future__ import annotations
@@ -191,7 +190,7 @@ def test_spec_3_5_small_request_uses_one_normal_page(dev, api):
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_small_request_address_range_is_one_page(dev, api):
-    """docs/runtime-model.md §3.5 / §4.8 / §8 q15: a 64-byte block reports (ptr, 4096), also from
+    """docs/runtime-model.md §3.5 / §4.8 / §8.15: a 64-byte block reports (ptr, 4096), also from
     inside."""
     ptr = alloc(api, 1)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, NORMAL_PAGE)
@@ -253,7 +252,7 @@ def test_spec_3_5_huge_first_examples_a2(dev):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge_block_address_range_is_whole_huge_pages(dev):
-    """docs/runtime-model.md §4.8 / §8 q15: a huge-page block reports its 2 MiB-rounded size."""
+    """docs/runtime-model.md §4.8 / §8.15: a huge-page block reports its 2 MiB-rounded size."""
     pad = padding()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, 4 * MiB)
@@ -275,7 +274,7 @@ def test_spec_3_13_huge_only_small_takes_a_2mib_page(dev, api):
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_huge_only_small_address_range(dev, api):
-    """docs/runtime-model.md §4.8 / §8 q15: a 1-byte HUGE_ONLY block spans one 2 MiB page."""
+    """docs/runtime-model.md §4.8 / §8.15: a 1-byte HUGE_ONLY block spans one 2 MiB page."""
     ptr = alloc(api, 1, MallocPolicy.HUGE_ONLY)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, HUGE_PAGE)
     raw.aclrtFree(ptr)
@@ -295,7 +294,7 @@ def test_spec_3_13_normal_only_large_takes_normal_pages(dev, api):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_normal_only_large_address_range(dev):
-    """docs/runtime-model.md §4.8 / §8 q15: a NORMAL_ONLY block reports its 4 KiB-rounded size."""
+    """docs/runtime-model.md §4.8 / §8.15: a NORMAL_ONLY block reports its 4 KiB-rounded size."""
     ptr = raw.aclrtMallocAlign32(5 * MiB + 1, MallocPolicy.NORMAL_ONLY)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, 5 * MiB + NORMAL_PAGE)
     raw.aclrtFree(ptr)
@@ -347,7 +346,7 @@ def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
 
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge1g_address_range_is_whole_giant_pages(dev):
-    """docs/runtime-model.md §4.8 / §8 q15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
+    """docs/runtime-model.md §4.8 / §8.15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
     if giant_free() is None:
         pytest.skip("no 1 GiB pages on this device")
     ptr = raw.aclrtMalloc(int(1.9 * GiB), MallocPolicy.HUGE1G_ONLY)
@@ -545,7 +544,7 @@ def test_spec_3_6_free_gives_the_pages_back(dev, api):
 @pytest.mark.open_question(1)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_3_6_double_free_is_107000(dev, api):
-    """docs/runtime-model.md §3.6 / §8 q1: freeing an already freed pointer -> 107000 (fake's
+    """docs/runtime-model.md §3.6 / §8.1: freeing an already freed pointer -> 107000 (fake's
     choice)."""
     ptr = alloc(api, 64)
     raw.aclrtFree(ptr)
@@ -558,7 +557,7 @@ def test_spec_3_6_double_free_is_107000(dev, api):
 
 @pytest.mark.open_question(1)
 def test_spec_3_6_interior_pointer_is_107000_and_block_survives(dev):
-    """docs/runtime-model.md §3.6 / §8 q1: freeing a pointer inside a block -> 107000; the block
+    """docs/runtime-model.md §3.6 / §8.1: freeing a pointer inside a block -> 107000; the block
     stays."""
     before = free_pools()
     ptr = raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)
@@ -574,7 +573,7 @@ def test_spec_3_6_interior_pointer_is_107000_and_block_survives(dev):
 
 @pytest.mark.open_question(1)
 def test_spec_3_6_never_allocated_pointer_is_107000(dev):
-    """docs/runtime-model.md §3.6 / §8 q1: a pointer no allocation returned (host memory) ->
+    """docs/runtime-model.md §3.6 / §8.1: a pointer no allocation returned (host memory) ->
     107000."""
     plain = bytearray(4096)
     with pytest.raises(RtParamInvalidError) as e:

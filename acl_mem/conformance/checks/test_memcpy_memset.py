@@ -1,7 +1,7 @@
 """Conformance: synchronous aclrtMemcpy (docs/runtime-model.md §3.10) and aclrtMemset
 (docs/runtime-model.md §3.11).
 
-Every expected code and byte is written out by hand from the runtime model; the rt-M check
+Every expected code and byte is written out by hand from the runtime model; the runtime check
 order of §3.10 is: kind (100000) -> count 0 (success) -> NULL (100000) -> destMax 0 /
 count > destMax (107000) -> dst == src (success) -> context (107002) -> driver.
 """
@@ -58,7 +58,7 @@ def upload(ptr: int, data: np.ndarray) -> None:
 @pytest.mark.parametrize("kind", [6, 7, 8, 0xFFFFFFFF])
 @pytest.mark.parametrize("count", [0, 16])
 def test_memcpy_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
-    """docs/runtime-model.md §3.10 step 1 (rt-M): kind 6/7 (and anything > 5) -> 100000 before the
+    """docs/runtime-model.md §3.10 step 1: kind 6/7 (and anything > 5) -> 100000 before the
     count-0 exit."""
     a = np.zeros(16, dtype=np.uint8)
     b = np.zeros(16, dtype=np.uint8)

@@ -174,7 +174,7 @@ def test_spec_3_1_init_works_again_after_finalize(backend):
 
 @pytest.mark.open_question(13)
 def test_spec_3_1_finalize_before_any_init_returns_0(backend):
-    """docs/runtime-model.md §3.1 / §8 q13: aclFinalize before any aclInit succeeds; a second one is
+    """docs/runtime-model.md §3.1 / §8.13: aclFinalize before any aclInit succeeds; a second one is
     100037."""
     codes = fresh_process(backend.name, """
         rc(raw.aclFinalize)

@@ -1,7 +1,7 @@
 """Conformance: streams (docs/runtime-model.md §3.4), aclrtMemcpyAsync (§3.10) and aclrtMemsetAsync
 (§3.11).
 
-Every expected code, count and byte is written out by hand from the runtime model. The rt-M
+Every expected code, count and byte is written out by hand from the runtime model. The runtime
 check order of aclrtMemcpyAsync is: kind (100000) -> count 0 (success) -> NULL
 (100000) -> stream handle (107017) -> count > destMax (107000) -> kind correction by
 location (107000 / 207000 for H2H) -> dst == src (success) -> context (107002).
@@ -232,7 +232,7 @@ def test_spec_3_4_destroy_stream_null_without_context_is_100000(backend):
 
 @pytest.mark.open_question(14)
 def test_spec_3_4_double_destroy_is_107017(dev):
-    """docs/runtime-model.md §3.4 / §8 q14: destroying a stream twice -> 107017 (handle guard)."""
+    """docs/runtime-model.md §3.4 / §8.14: destroying a stream twice -> 107017 (handle guard)."""
     stream = raw.aclrtCreateStream()
     raw.aclrtDestroyStream(stream)
     with pytest.raises(InvalidHandleError) as e:
@@ -358,7 +358,7 @@ def test_spec_3_4_synchronize_device_runs_every_stream(dev):
 @pytest.mark.parametrize("kind", [6, 7, 8])
 @pytest.mark.parametrize("count", [0, 16])
 def test_spec_3_10_async_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
-    """docs/runtime-model.md §3.10 step 1 (rt-M): kind 6 / 7 (INNER/INTER D2D) and above -> 100000,
+    """docs/runtime-model.md §3.10 step 1: kind 6 / 7 (INNER/INTER D2D) and above -> 100000,
     checked before the count-0 exit and before the stream handle."""
     dst = device_with(bytes(16))
     src = pinned_with(pattern(16))
@@ -526,7 +526,7 @@ def test_spec_3_10_async_pageable_to_pageable_h2h_is_207000(dev, kind):
 @pytest.mark.open_question(10)
 @pytest.mark.parametrize("kind", [H2D, D2H, D2D])
 def test_spec_3_10_async_pageable_to_pageable_other_kinds_are_107000(dev, kind):
-    """docs/runtime-model.md §3.10 / §8 q10: UNREG->UNREG accepts H2D/D2H/D2D as given and then
+    """docs/runtime-model.md §3.10 / §8.10: UNREG->UNREG accepts H2D/D2H/D2D as given and then
     copies synchronously; two plain host addresses do not allow a copy -> 107000 (fake's choice)."""
     src = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
     dst = np.zeros(N, dtype=np.uint8)

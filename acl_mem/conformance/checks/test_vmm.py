@@ -4,7 +4,7 @@ Reservations (§4.2), physical memory (§4.3), mappings (§4.4), granularity (§
 sharing between processes (§4.6), access (§4.7) and the queries on mapped addresses
 (§4.8, §4.9, handle retain / properties). Every number is written out here from the
 runtime model; where only the driver decides, the expectation is the fake's documented choice
-(docs/runtime-model.md §8 questions 2-8 and 12, docs/fidelity.md rows 39-52) and the check carries
+(docs/runtime-model.md §8.2-§8.8 and §8.12, docs/fidelity.md rows 39-52) and the check carries
 ``open_question``.
 """
 
