@@ -17,6 +17,7 @@ from typing import Any
 
 from .._backend import Backend
 from ..enums import MemAttr
+from .runner import hypothesis_storage, usable_cache_dir
 
 __all__ = ["make_machine", "run_differential"]
 
@@ -148,7 +149,10 @@ def _subject_and_reference() -> tuple[Backend, Backend]:
 
     native, source = native_provider().load()
     if native is None:
-        raise RuntimeError(f"--differential needs the native backend: {source}")
+        raise RuntimeError(
+            "--differential compares the fake with the native backend (libascendcl on an "
+            f"Atlas host with CANN installed), which could not be loaded:\n{source}\n"
+            "Without hardware, 'acl-mem conformance --backend fake' checks the fake alone.")
     return FakeBackend(profile_for_soc(native.soc_name())), native
 
 
@@ -158,7 +162,8 @@ def run_differential(max_examples: int = 200, steps: int = 30) -> int:
         from hypothesis import HealthCheck, settings
         from hypothesis.stateful import run_state_machine_as_test
     except ImportError:
-        print("--differential needs hypothesis: pip install \"acl_mem[conformance]\"")
+        print("acl-mem conformance: --differential needs hypothesis, which is not installed; "
+              "install it with: pip install \"acl_mem[conformance]\"", file=sys.stderr)
         return 2
     try:
         reference, subject = _subject_and_reference()
@@ -169,9 +174,11 @@ def run_differential(max_examples: int = 200, steps: int = 30) -> int:
     # Hypothesis leaves this function unannotated; the variable gives mypy its type.
     run_machine: Callable[..., None] = run_state_machine_as_test
     try:
-        run_machine(machine, settings=settings(
-            max_examples=max_examples, stateful_step_count=steps, deadline=None,
-            suppress_health_check=list(HealthCheck)))
+        # Hypothesis's examples go to the user's cache, not ./.hypothesis.
+        with usable_cache_dir() as cache, hypothesis_storage(cache):
+            run_machine(machine, settings=settings(
+                max_examples=max_examples, stateful_step_count=steps, deadline=None,
+                suppress_health_check=list(HealthCheck)))
     except Divergence as exc:
         print(f"DIVERGENCE: {exc}")
         for note in getattr(exc, "__notes__", []):

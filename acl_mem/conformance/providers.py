@@ -1,8 +1,8 @@
 """Where the conformance checks get their backends from.
 
 By default the native backend is the real libascendcl. A test suite without
-hardware installs another :class:`NativeProvider` (the project's stand-in library)
-with :func:`set_native_provider` before the checks run.
+hardware installs another NativeProvider (the project's stand-in library) with
+set_native_provider() before the checks run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Protocol
 from .._backend import Backend
 from ..errors import BackendError
 
-__all__ = ["LibascendclProvider", "NativeProvider", "native_provider", "set_native_provider"]
+__all__ = ["LibascendclProvider", "NativeProvider", "brief", "native_provider",
+           "set_native_provider"]
 
 
 class NativeProvider(Protocol):
@@ -20,7 +21,11 @@ class NativeProvider(Protocol):
     subprocess_prelude: str
 
     def load(self) -> tuple[Backend | None, str]:
-        """The backend (or None) and where it comes from, or why it is unavailable."""
+        """The backend (or None) and where it comes from, or why it is unavailable.
+
+        The reason may span several lines (the loader lists every path it tried);
+        brief() makes one line of it.
+        """
         ...
 
     def before_test(self) -> None:
@@ -48,7 +53,8 @@ class LibascendclProvider:
                 backend = load_native_backend()
                 self._loaded = (backend, backend.path)
             except BackendError as exc:
-                self._loaded = (None, str(exc).splitlines()[0])
+                # The whole message: its later lines are the paths tried and why.
+                self._loaded = (None, str(exc))
         return self._loaded
 
     def before_test(self) -> None:
@@ -56,6 +62,21 @@ class LibascendclProvider:
 
     def after_test(self) -> None:
         return None
+
+
+def brief(reason: str) -> str:
+    """The first line of a (possibly multi-line) reason, saying how much it leaves out.
+
+    The loader's message says how many places it tried, ends its first line with
+    "Tried:" and lists one attempt per following line; that list is dropped.
+    """
+    first, *rest = reason.strip().splitlines() or [""]
+    first = first.rstrip()
+    if not rest:
+        return first
+    if first.endswith("Tried:"):
+        return first[: -len("Tried:")].rstrip()
+    return f"{first} (+{len(rest)} more line(s))"
 
 
 _provider: NativeProvider = LibascendclProvider()
