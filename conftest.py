@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ class StandInProvider:
             return real, why
         if stand_in.compiler() is None:
             return None, f"{why}; no C compiler to build the stand-in"
-        root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_stand_in_")))
+        root = stand_in.build_temporary()
         self._stand_in = stand_in.StandIn(root)
         os.environ[stand_in.ROOT_VARIABLE] = str(root)
         self.subprocess_prelude = stand_in.SUBPROCESS_PRELUDE

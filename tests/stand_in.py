@@ -1,7 +1,8 @@
 """Drive the native backend without hardware: a stand-in libascendcl over the fake.
 
 ``build()`` compiles ``stubs/stand_in_ascendcl.c`` into a directory laid out like a
-CANN install (``lib64/libascendcl.so``, ``libacl_dvpp.so``, ``libacl_dvpp_mpi.so``).
+CANN install (``lib64/libascendcl.so``, ``libacl_dvpp.so``, ``libacl_dvpp_mpi.so``);
+``build_temporary()`` does so in a temporary directory removed when the process exits.
 ``StandIn`` fills the libraries' forwarding tables with cffi callbacks that turn C
 arguments into the fake's C-shaped entry points (``acl_mem._backend.Backend``): NULL
 out-pointers become ``null_outputs`` bits, outputs are written back through the
@@ -11,10 +12,12 @@ parameters, structs, error codes) through real C calls.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,27 @@ def _generator() -> Any:
 
 def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def build_temporary(prefix: str = "acl_mem_stand_in_") -> Path:
+    """build() into a new temporary directory that is removed when this process exits.
+
+    Only the process that made it removes it: a forked child exiting normally leaves
+    it to its parent.
+    """
+    destination = Path(tempfile.mkdtemp(prefix=prefix))
+    owner = os.getpid()
+
+    def remove() -> None:
+        if os.getpid() == owner:
+            shutil.rmtree(destination, ignore_errors=True)
+
+    atexit.register(remove)
+    try:
+        return build(destination)
+    except BaseException:
+        remove()
+        raise
 
 
 def build(destination: Path) -> Path:
