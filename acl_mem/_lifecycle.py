@@ -12,8 +12,29 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 
-__all__ = ["State", "state"]
+from .errors import HazardError, MemoryCheckError
+
+__all__ = ["State", "close_on_exit", "state"]
+
+
+def close_on_exit(close: Callable[[], None], propagating: BaseException | None) -> None:
+    """``close()`` at the end of a ``with`` block without masking the block's own exception.
+
+    In the fake's raise mode a cleanup that finds queued work or a damaged canary raises
+    after completing its effect. When the block is already propagating an exception
+    (usually the first hazard, the one that matters), that later report must not replace
+    it: it is attached as a note instead (the fake counts it in either case).
+    """
+    if propagating is None:
+        close()
+        return
+    try:
+        close()
+    except (HazardError, MemoryCheckError) as later:
+        if hasattr(propagating, "add_note"):  # Python 3.11+
+            propagating.add_note(f"while leaving the block: {type(later).__name__}: {later}")
 
 
 class State:

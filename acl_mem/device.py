@@ -13,7 +13,7 @@ from typing_extensions import Self
 
 from . import raw
 from ._args import c_int
-from ._lifecycle import state
+from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
 from .errors import DeviceNotCurrentError, FeatureNotSupportError
@@ -120,7 +120,7 @@ class Device:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.reset()
+        close_on_exit(self.reset, exc)
 
     def _require_current(self, call: str) -> None:
         """Make this device current if no device is (see the class docs); refuse if another

@@ -1,8 +1,15 @@
 """Configure the fake device model (used when the backend is ``fake``).
 
 ``ACL_MEM_FAKE_PROFILE`` picks the profile at first use; :func:`configure` changes it
-at any time. Reconfiguring an active fake starts a fresh device: everything allocated
-before is gone, and buffers from before report themselves freed.
+at any time. Changing the profile or size of an active fake starts a fresh device:
+everything allocated before is gone, and buffers from before report themselves freed.
+Changing only the reporting modes (``hazards``, ``check``) keeps the memory.
+
+Environment variables read here: ``ACL_MEM_FAKE_PROFILE`` (profile at first use),
+``ACL_MEM_CHECK=1`` (memory checker on), ``ACL_MEM_HAZARDS=warn|raise|count`` (hazard
+mode) and ``ACL_MEM_LEAK_REPORT=1``, which prints, when the process exits, every
+allocation the fake still holds (with its allocation stack when the checker is on) to
+standard error.
 """
 
 from __future__ import annotations
@@ -33,16 +40,29 @@ def configure(
     profile: str | None = None, *, device_count: int | None = None,
     hbm_bytes: int | None = None, hazards: str | None = None, check: bool | None = None,
 ) -> Profile:
-    """Choose the fake's profile and size; returns the profile now in effect.
+    """Choose the fake's profile, size and reporting modes; returns the profile in effect.
 
     ``profile`` is a profile name (``atlas-a2``, ``atlas-inference``, ``ascend950``) or
     a SoC family (``Ascend910B``); ``device_count`` and ``hbm_bytes`` (per device)
-    override the profile's values. ``hazards`` is how races with queued work are
-    reported: ``"warn"`` (default, HazardWarning), ``"raise"`` (HazardError) or
-    ``"count"`` (only :func:`hazards` shows them); memory-checker findings follow the
-    same mode. ``check=True`` turns the memory checker on (see :func:`leaks`,
-    :func:`acl_mem.check`; also ``ACL_MEM_CHECK=1``).
+    override the profile's values. Any of these three, or no argument at all, starts a
+    fresh device: everything allocated before is gone, and buffers from before report
+    themselves freed.
+
+    ``hazards`` is how races with queued work are reported: ``"warn"`` (default,
+    HazardWarning), ``"raise"`` (HazardError) or ``"count"`` (only :func:`hazards` shows
+    them); memory-checker findings follow the same mode. ``check=True`` turns the memory
+    checker on (see :func:`leaks`, :func:`acl_mem.check`; also ``ACL_MEM_CHECK=1``).
+    Given alone, ``hazards`` and ``check`` apply to the running fake and keep its
+    memory: blocks allocated before the checker was turned on are not canary-checked.
     """
+    modes_only = profile is None and device_count is None and hbm_bytes is None and (
+        hazards is not None or check is not None)
+    active = _backend._active
+    if modes_only and isinstance(active, FakeBackend):
+        active._state.set_modes(hazards=hazards, check=check)
+        set_hazard_mode(hazards)
+        set_check(check)
+        return current_profile()
     base = resolve_profile(profile) if profile is not None else current_profile()
     count = None if device_count is None else c_uint(device_count, "configure", "device_count",
                                                      32, "int")

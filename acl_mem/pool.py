@@ -64,7 +64,7 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import ffi
-from ._lifecycle import state
+from ._lifecycle import close_on_exit, state
 from .buffers import Buffer, DeviceBuffer, HostBuffer
 from .device import Device
 from .enums import MallocPolicy, MemAttr
@@ -404,7 +404,7 @@ class _PoolBase:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        close_on_exit(self.close, exc)
 
     def __repr__(self) -> str:
         state_text = "closed" if self._closed else (

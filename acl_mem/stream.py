@@ -12,7 +12,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from . import raw
-from ._lifecycle import state
+from ._lifecycle import close_on_exit, state
 from .errors import DestroyedStreamError
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class Stream:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.destroy()
+        close_on_exit(self.destroy, exc)
 
     def _check_live(self, what: str) -> None:
         if self._handle == -1:

@@ -24,7 +24,7 @@ from typing_extensions import Self
 from . import raw
 from ._args import c_uint
 from ._hostbuf import ffi, host_span
-from ._lifecycle import State, state
+from ._lifecycle import State, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
@@ -141,7 +141,7 @@ class _Owned:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.close()
+        close_on_exit(self.close, exc)
 
 
 class VirtualRange(_Owned):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import MemoryCheckError, MemoryCheckWarning
 from .extents import Block
-from .postponed import Postponable
+from .postponed import Postponable, user_stacklevel
 
 if TYPE_CHECKING:
     from .device import FakeDevice
@@ -134,6 +134,10 @@ class Checker(Postponable):
         self.quarantine: deque[tuple[object, int, int]] = deque()
         self._segments: dict[int, Segment] = {}
         self._segment_starts: list[int] = []
+        #: Pool segments freed inside blocks the pool still holds, until a new segment
+        #: reuses the bytes or the block goes: any access there is a use after free.
+        self._freed: dict[int, Segment] = {}
+        self._freed_starts: list[int] = []
 
     # -- reporting ---------------------------------------------------------------------------------
     def report(self, kind: str, message: str) -> None:
@@ -142,7 +146,7 @@ class Checker(Postponable):
         if self.mode == "raise":
             self.raise_or_hold(f"{kind}: {message}")
         elif self.mode == "warn":
-            warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=2)
+            warnings.warn(f"{kind}: {message}", MemoryCheckWarning, stacklevel=user_stacklevel())
 
     # -- blocks ------------------------------------------------------------------------------------
     def on_allocate(self, block: Block, host: int) -> None:
@@ -151,6 +155,8 @@ class Checker(Postponable):
         _fill(host + block.requested, CANARY, block.padded - block.requested)
 
     def verify_block(self, block: Block, host: int, when: str) -> None:
+        if block.stack is None:
+            return  # allocated while the checker was off: no canary to verify
         self._verify(host + block.requested, block.padded - block.requested, block,
                      block.requested, block.stack, when)
 
@@ -158,6 +164,7 @@ class Checker(Postponable):
     def on_segment(self, parent: int, start: int, requested: int, size: int,
                    host: int) -> None:
         segment = Segment(parent, start, requested, size, allocation_stack())
+        self._forget_freed(start, start + size)
         self._segments[start] = segment
         bisect.insort(self._segment_starts, start)
         _fill(host, POISON_ALLOCATED, min(requested, POISON_LIMIT))
@@ -171,6 +178,26 @@ class Checker(Postponable):
         self._verify(host + segment.requested, segment.size - segment.requested, segment,
                      segment.requested, segment.stack, "free")
         _fill(host, POISON_FREED, min(segment.size, POISON_LIMIT))
+        self._freed[start] = segment
+        bisect.insort(self._freed_starts, start)
+
+    def freed_segment_at(self, address: int, count: int) -> Segment | None:
+        """A freed pool segment that ``[address, address+count)`` touches, if any."""
+        i = bisect.bisect_right(self._freed_starts, address + max(count, 1) - 1) - 1
+        if i < 0:
+            return None
+        segment = self._freed[self._freed_starts[i]]
+        return segment if address < segment.start + segment.size else None
+
+    def _forget_freed(self, start: int, end: int) -> None:
+        low = bisect.bisect_left(self._freed_starts, start)
+        if low and self._freed[self._freed_starts[low - 1]].start + \
+                self._freed[self._freed_starts[low - 1]].size > start:
+            low -= 1
+        high = bisect.bisect_left(self._freed_starts, end)
+        for gone in self._freed_starts[low:high]:
+            del self._freed[gone]
+        del self._freed_starts[low:high]
 
     def forget_device(self, device: FakeDevice) -> None:
         """``device`` released every block at once: its quarantined ranges are free
@@ -182,12 +209,16 @@ class Checker(Postponable):
             self._segments.pop(start, None)
         self._segment_starts = [start for start in self._segment_starts
                                 if not device.owns(start)]
+        for start in [start for start in self._freed_starts if device.owns(start)]:
+            del self._freed[start]
+        self._freed_starts = [start for start in self._freed_starts if not device.owns(start)]
 
     def drop_segments_of(self, parent: Block) -> None:
         """The parent block is gone: forget its segments (a pool giving a block back)."""
         for segment in self.segments_in(parent):
             del self._segments[segment.start]
             del self._segment_starts[bisect.bisect_left(self._segment_starts, segment.start)]
+        self._forget_freed(parent.start, parent.start + parent.padded)
 
     def segments_in(self, parent: Block) -> list[Segment]:
         low = bisect.bisect_left(self._segment_starts, parent.start)

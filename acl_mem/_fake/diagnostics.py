@@ -78,6 +78,15 @@ class Diagnostics:
         if checker is None:
             return
         segment = checker.segment_at(address)
+        if segment is None or address + count > segment.start + segment.size:
+            freed = checker.freed_segment_at(address, count)
+            if freed is not None:
+                where = "".join(freed.stack or ()).rstrip() or "  (stack not recorded)"
+                checker.report("use-after-free",
+                               f"{what} of {count} bytes at {address:#x} touches pool segment "
+                               f"{freed.start:#x} ({freed.requested} bytes), freed already; "
+                               f"it was allocated at:\n{where}")
+                return
         if segment is not None:
             if address + count > segment.start + segment.requested:
                 after = checker.next_segment(segment)

@@ -9,9 +9,29 @@ block ends, naming how many more there were.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 
-__all__ = ["Postponable"]
+__all__ = ["Postponable", "user_stacklevel"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The shipped conformance checks are user code as far as warnings are concerned.
+_CHECKS = os.path.join(_PACKAGE, "conformance", "checks")
+
+
+def user_stacklevel() -> int:
+    """``warnings.warn`` stacklevel of the first caller outside acl_mem, for the function
+    that calls this: a warning must point at the user's line, not at acl_mem's."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE) or filename.startswith(_CHECKS):
+            break
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 class Postponable:

@@ -89,6 +89,27 @@ class EngineState:
             self.checker = Checker(self.checker.mode)
         self.faults = {}
 
+    def set_modes(self, *, hazards: str | None = None, check: bool | None = None) -> None:
+        """Change how hazards are reported and whether the memory checker runs, keeping
+        every allocation. Blocks allocated while the checker was off carry no canaries and
+        are not verified; turning it off gives the quarantined addresses back."""
+        with self.lock:
+            if hazards is not None:
+                checked = Hazards(hazards)  # validates the name before anything changes
+                self.hazards.mode = checked.mode
+                if self.checker is not None:
+                    self.checker.mode = checked.mode
+            if check is None or check == (self.checker is not None):
+                return
+            if check:
+                self.checker = Checker(self.hazards.mode)
+                return
+            checker, self.checker = self.checker, None
+            assert checker is not None
+            while checker.quarantine:
+                device, start, extent = checker.quarantine.popleft()
+                device.release_address(start, extent)  # type: ignore[attr-defined]
+
     def fault(self, call: str) -> int:
         """The code a planned failure of ``call`` returns now, or 0 (call with the lock)."""
         if not self.faults:

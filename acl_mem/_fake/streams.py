@@ -14,14 +14,12 @@ O(all queued work) or O(streams).
 
 from __future__ import annotations
 
-import os
-import sys
 import warnings
 from collections import deque
 from collections.abc import Iterator
 
 from ..errors import HazardError, HazardWarning
-from .postponed import Postponable
+from .postponed import Postponable, user_stacklevel
 
 __all__ = ["Hazards", "Op", "PendingIndex", "Stream", "StreamTable"]
 
@@ -134,24 +132,13 @@ class Hazards(Postponable):
         if self.mode == "raise":
             self.raise_or_hold(f"{kind}: {message}")
         elif self.mode == "warn":
-            warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=_user_stacklevel())
+            warnings.warn(f"{kind}: {message}", HazardWarning, stacklevel=user_stacklevel())
 
     def counts(self) -> dict[str, int]:
         found: dict[str, int] = {}
         for kind, _ in self.seen:
             found[kind] = found.get(kind, 0) + 1
         return found
-
-
-def _user_stacklevel() -> int:
-    """Stack level of the first caller outside acl_mem, so the warning points at user code."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
 
 
 class StreamTable:
