@@ -48,7 +48,17 @@ from .pool import (
     Segment,
     SegmentPool,
 )
-from .sizes import AllocApi, PageKind, align_up, allocation_size, segment_alignment, segment_size
+from .sizes import (
+    AllocApi,
+    GiB,
+    KiB,
+    MiB,
+    PageKind,
+    align_up,
+    allocation_size,
+    segment_alignment,
+    segment_size,
+)
 from .stream import Stream
 from .vmm import (
     ExpandableSegment,
@@ -71,9 +81,7 @@ def check() -> list[tuple[str, str]]:
     (``acl_mem.fake.configure(check=True, hazards=...)``). On the native backend, or with
     the checker off, the list is empty.
     """
-    verify = getattr(_backend.get(), "checker_verify", None)
-    result: list[tuple[str, str]] = verify() if verify is not None else []
-    return result
+    return _backend.get().checker_verify()
 
 __version__ = "0.1.0.dev0"
 
@@ -103,6 +111,7 @@ __all__ = [
     "ExpandableSegment",
     "FeatureNotSupportError",
     "FreedBufferError",
+    "GiB",
     "HazardError",
     "HazardWarning",
     "HostBuffer",
@@ -112,6 +121,7 @@ __all__ = [
     "InvalidHandleError",
     "InvalidMemoryTypeError",
     "InvalidParamError",
+    "KiB",
     "MallocPolicy",
     "MappedMemory",
     "Mapping",
@@ -123,6 +133,7 @@ __all__ = [
     "MemoryCheckError",
     "MemoryCheckWarning",
     "MemoryFreeError",
+    "MiB",
     "NoDeviceError",
     "NoStreamResourceError",
     "PageKind",

@@ -112,6 +112,25 @@ class Backend(Protocol):
         self, handle: int, null_outputs: int = 0
     ) -> tuple[int, aclrtPhysicalMemProp | None]: ...
 
+    # -- diagnostics: the fake's memory checker and hazard checks; no-ops on native ------------
+    def checker_verify(self, when: str = "acl_mem.check()") -> list[tuple[str, str]]:
+        """Verify every canary now; every ``(kind, message)`` finding so far."""
+        ...
+
+    def checker_segment_allocated(self, parent: int, start: int, requested: int,
+                                  size: int) -> None:
+        """A pool carved ``[start, start+size)`` of block ``parent`` for ``requested`` bytes."""
+        ...
+
+    def checker_segment_freed(self, start: int) -> None:
+        """The pool segment at ``start`` was freed (its bytes stay in the pool's block)."""
+        ...
+
+    def check_pending(self, start: int, size: int, *, access: str, what: str,
+                      targets: tuple[object, ...] | None = None) -> None:
+        """Report queued asynchronous work racing with ``what`` on the range."""
+        ...
+
 
 _lock = threading.RLock()
 

@@ -13,7 +13,16 @@ import threading
 from . import _backend
 from .enums import MemAttr
 from .errors import AclError
-from .sizes import AllocApi, allocation_size, effective_policy, page_kinds, soc_padding
+from .sizes import (
+    AllocApi,
+    GiB,
+    KiB,
+    MiB,
+    allocation_size,
+    effective_policy,
+    page_kinds,
+    soc_padding,
+)
 
 __all__ = ["error"]
 
@@ -42,7 +51,6 @@ _VMM = {
     "already, starts at a granularity multiple, and that size equals the physical memory's "
     "size with offset 0",
 }
-_GiB, _MiB, _KiB = 1 << 30, 1 << 20, 1 << 10
 
 
 def error(rc: int, what: str, *, size: int | None = None, policy: int = 0) -> AclError:
@@ -122,7 +130,7 @@ def _pool_figures() -> str:
 
 
 def _human(n: int) -> str:
-    for unit, name in ((_GiB, "GiB"), (_MiB, "MiB"), (_KiB, "KiB")):
+    for unit, name in ((GiB, "GiB"), (MiB, "MiB"), (KiB, "KiB")):
         if n >= unit:
             return f"{n / unit:.2f} {name} ({n} bytes)" if n % unit else f"{n // unit} {name}"
     return f"{n} bytes"

@@ -74,6 +74,7 @@ from .sizes import (
     HUGE_PAGE,
     NORMAL_PAGE,
     AllocApi,
+    MiB,
     align_up,
     allocation_size,
     segment_alignment,
@@ -91,7 +92,6 @@ __all__ = [
     "SegmentPool",
 ]
 
-MiB = 1 << 20
 #: Bytes the runtime reserves for one ordinary parent block (the padding included).
 DEFAULT_BLOCK_SIZE = 32 * MiB
 _OOM = 207001
@@ -265,8 +265,9 @@ class _PoolBase:
         self._peak_in_use = self._peak_reserved = 0
         self._allocations = self._frees = self._blocks_allocated = self._blocks_freed = 0
         backend = _backend.get()
-        self._on_allocated: Any = getattr(backend, "checker_segment_allocated", None)
-        self._on_freed: Any = getattr(backend, "checker_segment_freed", None)
+        # The fake's memory checker watches segments; the native backend's hooks do nothing.
+        self._on_allocated = backend.checker_segment_allocated
+        self._on_freed = backend.checker_segment_freed
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -341,8 +342,7 @@ class _PoolBase:
                     self._allocations -= 1
                 self._rebuild(growing=True)
                 raise
-            if self._on_allocated is not None:
-                self._on_allocated(self._parent_of(start), start, nbytes, extent)
+            self._on_allocated(self._parent_of(start), start, nbytes, extent)
         return segment
 
     def release_unused(self) -> int:
@@ -542,7 +542,7 @@ class _PoolBase:
         # Last: in strict mode the checker raises, and the range must be back by then.
         # Not after the runtime released the parent (reset): that memory is someone
         # else's now.
-        if self._on_freed is not None and state.is_live(self._owner, self._token):
+        if state.is_live(self._owner, self._token):
             self._on_freed(start)
 
     def _rebuild(self, growing: bool) -> None:

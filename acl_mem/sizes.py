@@ -19,7 +19,11 @@ __all__ = [
     "NORMAL_PAGE",
     "SIZE_T_MAX",
     "AllocApi",
+    "GiB",
+    "KiB",
+    "MiB",
     "PageKind",
+    "TiB",
     "align_up",
     "allocation_size",
     "effective_policy",
@@ -30,9 +34,11 @@ __all__ = [
     "soc_padding",
 ]
 
+#: Binary size units: the one home of these constants in acl_mem.
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+TiB = 1024 * GiB
 SIZE_T_MAX = 2**64 - 1
 NORMAL_PAGE = 4 * KiB
 HUGE_PAGE = 2 * MiB

@@ -12,15 +12,13 @@ import mmap
 import sys
 from dataclasses import dataclass
 
-from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, align_up
+from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, GiB, MiB, TiB, align_up
 from .extents import Block, BlockIndex, ExtentAllocator
 from .hostmem import address_of
 from .profiles import Profile
 
 __all__ = ["DVPP_WINDOW", "RESIDENT_FREED_LIMIT", "FakeDevice", "PagePools", "Region", "layout"]
 
-TiB = 1 << 40
-GiB = 1 << 30
 #: Start of the fake's device address space; [16 TiB, 24 TiB) stays free for the
 #: VMM fixed-address window (docs/runtime-model.md §4.2).
 DEVICE_SPACE_BASE = 24 * TiB
@@ -49,13 +47,13 @@ _SKEW = 2048
 #: Freed device memory kept resident (not given back to the host) per range, so a block
 #: freed and allocated again does not fault its pages in anew; past this the free
 #: ranges are given back in one sweep ...
-RESIDENT_FREED_LIMIT = 8 << 20
+RESIDENT_FREED_LIMIT = 8 * MiB
 #: ... except the range freed last when it is at most this big: the next allocation of
 #: the same size gets it back, already resident.
-RESIDENT_LAST_LIMIT = 32 << 20
+RESIDENT_LAST_LIMIT = 32 * MiB
 #: Device address space (not memory: pools count that) held for reuse by freed blocks'
 #: sizes, per device.
-RECYCLED_LIMIT = 256 << 20
+RECYCLED_LIMIT = 256 * MiB
 
 
 class Region:

@@ -24,6 +24,7 @@ from typing import Any
 import cffi
 
 from .._hostbuf import vouched
+from ..sizes import MiB
 
 __all__ = [
     "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "address_of",
@@ -99,7 +100,7 @@ def host_range_mapped(address: int, size: int) -> bool:
 KERNEL_COPY_LIMIT = 64 << 10
 #: Above this an unvouched range over anonymous memory is checked against the maps, not
 #: probed page by page.
-_PROBE_LIMIT = 2 << 20
+_PROBE_LIMIT = 2 * MiB
 #: Pages probed per system call (the kernel's IOV_MAX).
 _PROBE_PAGES = 1024
 #: No user-space host address reaches this (x86-64 and AArch64 with 5-level tables: 2**56).

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..sizes import GiB
+
 __all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile", "profile_for_soc", "resolve_profile"]
 
-GiB = 1 << 30
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import replace
 from .._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from ..enums import MemLocationType
 from ..errors import AclError
-from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, align_up
+from ..sizes import GIANT_PAGE, HUGE_PAGE, GiB, MiB, PageKind, align_up
 from . import codes
 from .diagnostics import Diagnostics
 from .extents import ExtentAllocator
@@ -39,7 +39,6 @@ from .vmm_space import (
 
 __all__ = ["VmmCalls"]
 
-GiB = 1 << 30
 MAX_RESERVATION = 128 * GiB
 #: memAttr values aclrtMallocPhysical accepts (docs/runtime-model.md §4.3 step 9).
 _SUPPORTED_ATTRS = frozenset({2, 3, 4, 5, 6, 7, 10, 12, 13, 14, 15, 16, 17})
@@ -464,6 +463,6 @@ class VmmCalls:
 
 def _fixed_alignment(size: int) -> int:
     """Alignment a fixed reservation address needs (docs/runtime-model.md §4.2)."""
-    if size > 512 * (1 << 20):
+    if size > 512 * MiB:
         return GIANT_PAGE
     return max(HUGE_PAGE, 1 << (size - 1).bit_length())

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._structs import aclrtPhysicalMemProp
-from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind
+from ..sizes import GIANT_PAGE, HUGE_PAGE, PageKind, TiB
 from .hostmem import _libc, ffi
 
 __all__ = ["MIRROR_OFFSET", "VMM_WINDOW", "Mapping", "Physical", "PhysicalPool", "Reservation",
            "ReservationIndex", "granularity_of", "map_mirror", "page_kind", "unmap_mirror"]
 
-TiB = 1 << 40
 #: The fixed-address window of aclrtReserveMemAddress (docs/runtime-model.md §4.2, §7).
 VMM_WINDOW = (16 * TiB, 24 * TiB)
 #: A virtual address ``va`` of the window has its host bytes at ``va + MIRROR_OFFSET``.

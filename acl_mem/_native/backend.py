@@ -39,6 +39,21 @@ class NativeBackend(NativeVmm):
     def describe(self) -> dict[str, object]:
         return {"library": self.path, "soc": self.soc_name()}
 
+    # The fake's diagnostics: the real runtime has no memory checker or hazard model.
+    def checker_verify(self, when: str = "acl_mem.check()") -> list[tuple[str, str]]:
+        return []
+
+    def checker_segment_allocated(self, parent: int, start: int, requested: int,
+                                  size: int) -> None:
+        return None
+
+    def checker_segment_freed(self, start: int) -> None:
+        return None
+
+    def check_pending(self, start: int, size: int, *, access: str, what: str,
+                      targets: tuple[object, ...] | None = None) -> None:
+        return None
+
     def soc_name(self) -> str:
         name = self.lib.aclrtGetSocName()
         if name == self._null:

@@ -87,12 +87,12 @@ def test_pool_segments_get_canaries_and_poison(checking):
     with acl_mem.Device(0) as dev:
         block = dev.malloc(1 << 20)
         segment = block.ptr + 4096
-        fake.checker_segment_allocated(block.ptr, segment, 100, 160)  # type: ignore[attr-defined]
+        fake.checker_segment_allocated(block.ptr, segment, 100, 160)
         data = bytearray(b"y" * 110)
         raw.aclrtMemcpy(segment, 160, address(data), 110, 1)
         found = kinds()
         assert found == ["boundary-crossed", "canary-overwritten"]
-        fake.checker_segment_freed(segment)  # type: ignore[attr-defined]
+        fake.checker_segment_freed(segment)
         assert kinds().count("canary-overwritten") == 2
         poisoned = bytearray(4)
         raw.aclrtMemcpy(address(poisoned), 4, segment, 4, 2)
