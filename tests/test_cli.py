@@ -1,4 +1,6 @@
-"""``acl-mem info``: backend, why it was chosen, and the page pools of every device.
+"""The acl-mem command line: info (one line per device, -v pools, --json), help text,
+argument errors and the --differential message. acl-mem conformance's report is in
+test_conformance_report.py.
 
 Pools are aclrtGetMemInfo per device (docs/runtime-model.md §3.12); the fake's atlas-a2 profile has
 8 devices of 64 GiB HBM, atlas-inference has no 1 GiB pages (docs/runtime-model.md §3.5, §3.12).
@@ -7,6 +9,8 @@ Pools are aclrtGetMemInfo per device (docs/runtime-model.md §3.12); the fake's 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -14,8 +18,9 @@ import pytest
 from helpers import ROOT, clean_env, native_is_installed
 
 import acl_mem
-from acl_mem import raw
-from acl_mem.cli import main
+from acl_mem import Device, MemInfo, raw
+from acl_mem._native.loader import candidate_dirs
+from acl_mem.cli import format_size, main
 from acl_mem.errors import ContextReleaseError
 
 GiB = 1 << 30
@@ -148,3 +153,214 @@ def test_main_rejects_bad_arguments(backend, capsys):
         main(["info", "--backend", "bogus"])
     assert e.value.code == 2
     capsys.readouterr()
+
+
+# -- info: one line per device, -v pools, --json as the API reports it ----------------------------
+
+
+def _device_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("device ")]
+
+
+def _api_pools(device_id: int) -> dict[str, MemInfo]:
+    with Device(device_id) as device:
+        return {attr.name: info for attr, info in device.pools().items() if info.total}
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1 KiB"), (1536, "1.5 KiB"), (64 * GiB, "64 GiB"),
+    (int(63.9 * GiB), "63.9 GiB"), (3 * GiB // 2, "1.5 GiB"), (45 * GiB // 2, "22.5 GiB"),
+    (512 << 20, "512 MiB"), (1 << 40, "1 TiB"),
+])
+def test_format_size_is_binary_and_short(n, text):
+    assert format_size(n) == text
+
+
+def test_info_text_is_one_line_per_device(backend, capsys):
+    """Without -v: a header naming the backend, then exactly one line per device with its
+    SoC, memory, free and used memory as aclrtGetMemInfo reports them; no pool table."""
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"acl_mem {acl_mem.__version__}, backend {backend.name}")
+    devices = _device_lines(out)
+    assert len(devices) == Device.count()
+    soc = backend.soc_name()
+    for device_id, line in enumerate(devices):
+        hbm = _api_pools(device_id)["HBM_MEM"]
+        assert line.split()[:3] == ["device", str(device_id), soc]
+        for part in (f"HBM {format_size(hbm.total)}", f"free {format_size(hbm.free)}",
+                     f"used {format_size(hbm.used)}"):
+            assert part in line
+    for name in _api_pools(0):
+        assert name not in out  # the pool table is -v only
+    # Header, backend details, device count, one line per device: nothing else.
+    assert len(lines) <= 3 + len(devices)
+
+
+def test_info_free_memory_follows_allocations(backend, capsys):
+    """An allocation held on a device shows in that device's line only."""
+    device = Device(1).use()
+    try:
+        buffer = device.malloc(3 * GiB // 2)
+        assert main(["info"]) == 0
+        lines = _device_lines(capsys.readouterr().out)
+        hbm = device.mem_info()
+        assert hbm.used >= 3 * GiB // 2
+        assert f"used {format_size(hbm.used)}" in lines[1]
+        assert "used 0 B" in lines[0]
+        buffer.free()
+    finally:
+        device.reset()
+
+
+def test_info_verbose_adds_every_pool(backend, capsys):
+    """-v: after each device's line, one line per page pool with free and total, in bytes
+    too, and the full reason."""
+    assert main(["info", "-v"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("device ")]
+    assert len(starts) == Device.count()
+    ends = [*starts[1:], len(lines)]
+    for device_id, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        pools = _api_pools(device_id)
+        rows = lines[start + 1:end]
+        assert [row.split()[0] for row in rows] == list(pools)
+        for row, info in zip(rows, pools.values(), strict=True):
+            assert f"({info.free} of {info.total} bytes)" in row
+    reason = acl_mem.backend_reason().strip().splitlines()
+    joined = "\n".join(lines)
+    for part in reason:
+        assert part.strip() in joined
+
+
+def test_info_json_keys_and_values_match_the_api(backend, capsys):
+    """--json: exactly the documented keys, with the values acl_mem's API reports."""
+    assert main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"acl_mem", "backend", "reason", "details", "devices"}
+    assert data["acl_mem"] == acl_mem.__version__
+    assert data["backend"] == acl_mem.backend_name() == backend.name
+    assert data["reason"] == acl_mem.backend_reason()
+    assert data["details"] == json.loads(json.dumps(backend.describe()))
+    assert [d["id"] for d in data["devices"]] == list(range(Device.count()))
+    for device in data["devices"]:
+        assert set(device) == {"id", "soc", "memory", "total", "free", "pools"}
+        pools = _api_pools(device["id"])
+        assert device["pools"] == {name: {"free": info.free, "total": info.total}
+                                   for name, info in pools.items()}
+        assert device["soc"] == backend.soc_name()
+        assert device["memory"] == "HBM"
+        assert (device["total"], device["free"]) == (pools["HBM_MEM"].total,
+                                                     pools["HBM_MEM"].free)
+
+
+def test_info_json_on_ddr_profile_counts_ddr():
+    """Atlas inference has DDR: memory, total and free are the DDR_MEM pool's."""
+    proc = _cli("info", "--json", ACL_MEM_BACKEND="fake", ACL_MEM_FAKE_PROFILE="atlas-inference")
+    assert proc.returncode == 0, proc.stderr
+    for device in json.loads(proc.stdout)["devices"]:
+        assert device["memory"] == "DDR"
+        assert device["total"] == device["pools"]["DDR_MEM"]["total"]
+        assert device["free"] == device["pools"]["DDR_MEM"]["free"]
+
+
+# -- help: plain text, documented keys -------------------------------------------------------------
+_MARKUP = re.compile(r"``|:[a-z]+:`|\*\*|\.\. [a-z]+::")
+
+
+def _help(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [(), ("info",), ("conformance",)])
+def test_help_is_plain_text(capsys, argv):
+    text = _help(capsys, *argv)
+    assert text.startswith("usage: acl-mem")
+    assert not _MARKUP.search(text), _MARKUP.search(text)
+    # A description, not only the option list.
+    assert len(text.split("options:")[0].splitlines()) > 3
+
+
+def test_info_help_documents_every_json_key(backend, capsys):
+    text = _help(capsys, "info")
+    assert main(["info", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    keys = set(data) | {key for device in data["devices"] for key in device}
+    for key in keys:
+        assert re.search(rf"^\s+{key}\s", text, re.MULTILINE), key
+
+
+def test_conformance_help_documents_every_json_key(capsys):
+    text = _help(capsys, "conformance")
+    for key in ("check", "backend", "rule", "spec", "expected", "observed", "outcome"):
+        assert re.search(rf"^\s+{key}\s", text, re.MULTILINE), key
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert acl_mem.__version__ in capsys.readouterr().out
+
+
+# -- errors: exit status, a message, no traceback ----------------------------------------------
+
+
+def test_info_with_a_bad_acl_mem_backend_exits_one(capsys, monkeypatch):
+    monkeypatch.setenv("ACL_MEM_BACKEND", "bogus")
+    assert main(["info"]) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith("acl-mem: ")
+
+
+@pytest.mark.parametrize("extra", [["--json", "report.json"], ["-k", "malloc"], ["-v"],
+                                   ["--backend", "fake"]])
+def test_differential_rejects_options_it_does_not_use(capsys, extra):
+    with pytest.raises(SystemExit) as e:
+        main(["conformance", "--differential", *extra])
+    assert e.value.code == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("examples", ["0", "-3", "many"])
+def test_examples_must_be_positive(capsys, examples):
+    with pytest.raises(SystemExit) as e:
+        main(["conformance", "--differential", "--examples", examples])
+    assert e.value.code == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("where", ["missing/report.json", "."])
+def test_conformance_json_to_an_unusable_path_exits_two_before_running(capsys, tmp_path, where):
+    target = tmp_path / where
+    assert main(["conformance", "--json", str(target)]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.startswith("acl-mem conformance: ")
+    assert sorted(os.listdir(tmp_path)) == []
+
+
+@pytest.mark.skipif(native_is_installed(), reason="libascendcl.so is installed here")
+def test_differential_without_native_lists_every_path_tried(tmp_path, monkeypatch):
+    """The message names every place the loader looked, after "Tried:"."""
+    env = clean_env(ASCEND_HOME_PATH=str(tmp_path))
+    proc = _cli("conformance", "--differential", ASCEND_HOME_PATH=str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    tried = proc.stderr.split("Tried:", 1)[1].strip().splitlines()
+    for variable in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH"):
+        if variable in env:
+            monkeypatch.setenv(variable, env[variable])
+        else:
+            monkeypatch.delenv(variable, raising=False)
+    expected = [os.path.join(directory, "libascendcl.so") for directory, _ in candidate_dirs()]
+    assert expected
+    assert str(tmp_path) in expected[0]
+    for path in expected:
+        assert any(line.strip().startswith(path) for line in tried), path

@@ -83,11 +83,12 @@ def usable_cache_dir() -> Iterator[Path]:
 
 def run_checks(backend: str = "all", json_path: str | None = None,
                extra: Sequence[str] = (), *, verbose: bool = False,
-               keyword: str | None = None) -> int:
+               keyword: str | None = None, checks: str | os.PathLike[str] | None = None) -> int:
     """Run the checks on ``backend`` (fake, native or all); 0 when none failed.
 
     Prints one progress line per check file and a summary by runtime-model section;
-    ``verbose`` adds every check's row. ``keyword`` selects checks like pytest's -k.
+    ``verbose`` adds every check's row. ``keyword`` selects checks like pytest's -k;
+    ``checks`` is the folder of checks (default: the shipped ones).
     Exit status: 0 nothing failed, 1 a check failed, 2 nothing was run (missing
     dependencies, no check selected, interrupted), else pytest's own status.
     """
@@ -98,11 +99,11 @@ def run_checks(backend: str = "all", json_path: str | None = None,
         return 2
     import pytest
 
-    checks = str(HERE / "checks")
+    folder = str(checks if checks is not None else HERE / "checks")
     with ExitStack() as stack:
         storage = stack.enter_context(usable_cache_dir())
         args = [
-            checks, "-c", str(HERE / "conformance.ini"), "--rootdir", checks,
+            folder, "-c", str(HERE / "conformance.ini"), "--rootdir", folder,
             "-p", "acl_mem.conformance.plugin", "-q", "--acl-summary",
             # No [100%] of pytest's own: the plugin writes the progress.
             "-o", "console_output_style=classic",
@@ -119,6 +120,6 @@ def run_checks(backend: str = "all", json_path: str | None = None,
         selection = f" matched -k {keyword!r}" if keyword else " was collected"
         print(f"acl-mem conformance: no check{selection}. -k takes a pytest expression "
               f"over check names (e.g. -k 'malloc and not dvpp'); the checks are the "
-              f"test_* functions in {checks}. Drop -k to run them all.", file=sys.stderr)
+              f"test_* functions in {folder}. Drop -k to run them all.", file=sys.stderr)
         return 2
     return status
