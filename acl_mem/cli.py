@@ -328,9 +328,13 @@ def _run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 def main(argv: Sequence[str] | None = None) -> int:
     parser, conformance = _parser()
     args = parser.parse_args(argv)
-    if args.command == "conformance":
-        return _run_conformance(conformance, args)
-    return _run_info(args)
+    try:
+        if args.command == "conformance":
+            return _run_conformance(conformance, args)
+        return _run_info(args)
+    except KeyboardInterrupt:
+        print("acl-mem: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

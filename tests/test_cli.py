@@ -19,8 +19,10 @@ from helpers import ROOT, clean_env, native_is_installed
 
 import acl_mem
 from acl_mem import Device, MemInfo, raw
+from acl_mem._fake import FakeBackend
 from acl_mem._native.loader import candidate_dirs
 from acl_mem.cli import format_size, main
+from acl_mem.conformance.providers import native_provider, set_native_provider
 from acl_mem.errors import ContextReleaseError
 
 GiB = 1 << 30
@@ -364,3 +366,43 @@ def test_differential_without_native_lists_every_path_tried(tmp_path, monkeypatc
     assert str(tmp_path) in expected[0]
     for path in expected:
         assert any(line.strip().startswith(path) for line in tried), path
+
+
+class _NoDeviceFake(FakeBackend):
+    """A broken "native" backend: aclrtSetDevice(0) fails, the first call of every
+    sequence (so the divergence needs no shrinking)."""
+
+    name = "native"
+
+    def aclrtSetDevice(self, deviceId):
+        return 107001
+
+
+class _BrokenProvider:
+    subprocess_prelude = ""
+
+    def load(self):
+        return _NoDeviceFake(FakeBackend.for_profile().profile), "a broken stand-in"
+
+    def before_test(self):
+        return None
+
+    def after_test(self):
+        return None
+
+
+def test_differential_reports_a_divergence_with_exit_one(capsys, tmp_path, monkeypatch):
+    """A backend that breaks a rule: exit status 1, the diverging call and the next step
+    on stdout; Hypothesis's storage in the cache directory, not the current one."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    previous = native_provider()
+    set_native_provider(_BrokenProvider())
+    try:
+        assert main(["conformance", "--differential", "--examples", "5"]) == 1
+    finally:
+        set_native_provider(previous)
+    out = capsys.readouterr().out
+    assert out.startswith("DIVERGENCE: ")
+    assert "aclrtSetDevice" in out
+    assert os.listdir(tmp_path) == ["cache"]

@@ -183,6 +183,9 @@ def run_differential(max_examples: int = 200, steps: int = 30) -> int:
         print(f"DIVERGENCE: {exc}")
         for note in getattr(exc, "__notes__", []):
             print(note)
+        print(f"The fake and {subject.name} answered the call named above differently; the "
+              "steps shown are the shortest sequence found that leads there. Please report "
+              "it to acl_mem's maintainers with this output and that of 'acl-mem info -v'.")
         return 1
     print(f"no divergence in {max_examples} sequences of up to {steps} calls "
           f"({reference.name} vs {subject.name})")
