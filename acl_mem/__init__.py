@@ -7,7 +7,7 @@ Pythonic layer. Importing touches no driver: the backend is chosen on first use.
 from typing import TYPE_CHECKING
 
 from . import _backend, raw, sizes
-from ._backend import backend_name, backend_reason, use_backend
+from ._backend import backend_name, backend_reason, use_backend, using_backend
 from .buffers import Buffer, DeviceBuffer, HostBuffer
 from .device import Device, MemInfo
 from .enums import MallocPolicy, MemAttr, MemcpyKind, MemLocationType
@@ -161,4 +161,5 @@ __all__ = [
     "segment_size",
     "sizes",
     "use_backend",
+    "using_backend",
 ]

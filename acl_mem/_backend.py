@@ -12,14 +12,17 @@ Nothing here touches a driver at import; the backend is chosen on first use
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Protocol
 
 from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from .errors import BackendError
 
-__all__ = ["BACKEND_NAMES", "Backend", "backend_name", "backend_reason", "get", "use_backend"]
+__all__ = ["BACKEND_NAMES", "Backend", "backend_name", "backend_reason", "get", "use_backend",
+           "using_backend"]
 
 BACKEND_NAMES = ("native", "fake", "auto")
 
@@ -223,6 +226,34 @@ def backend_reason() -> str:
     """Why the active backend was chosen (what ``acl-mem info`` prints)."""
     get()
     return _reason
+
+
+@contextlib.contextmanager
+def using_backend(backend: Backend | str, reason: str = "") -> Iterator[Backend]:
+    """Make ``backend`` the active one inside the block, then restore the previous one.
+
+    ``backend`` is ``"fake"`` (a fresh fake from the environment's settings), ``"native"``,
+    or any object implementing :class:`Backend` (for example a FakeBackend subclass that
+    plays a newer runtime). For tests and tools: devices, buffers and streams made inside
+    belong to that backend; entering and leaving the block releases the Python-side
+    ownership of everything made before, as aclFinalize would.
+    """
+    from ._lifecycle import state
+
+    if isinstance(backend, str):
+        if backend not in ("fake", "native"):
+            raise ValueError(f"using_backend: backend must be 'fake', 'native' or a Backend "
+                             f"object, got {backend!r}")
+        chosen = _load(backend)
+    else:
+        chosen = backend
+    state.teardown()
+    previous = _install(chosen, reason or f"{chosen.name}: installed by using_backend()")
+    try:
+        yield chosen
+    finally:
+        state.teardown()
+        _install(previous)
 
 
 def _install(backend: Backend | None, reason: str = "installed by tests") -> Backend | None:

@@ -7,7 +7,7 @@ import weakref
 import pytest
 
 import acl_mem
-from acl_mem import _backend, raw
+from acl_mem import raw
 from acl_mem._fake import FakeBackend
 
 
@@ -20,27 +20,20 @@ class ManagedMemoryFake(FakeBackend):
 
 
 def test_unknown_location_type_is_returned_as_int_not_an_error():
-    previous = _backend._install(ManagedMemoryFake.for_profile())
-    try:
+    with acl_mem.using_backend(ManagedMemoryFake.for_profile()):
         attributes = raw.aclrtPointerGetAttributes(0x1000)
         assert attributes.type == 3
         assert not isinstance(attributes.type, acl_mem.MemLocationType)
-    finally:
-        _backend._install(previous)
 
 
 def test_padding_cache_does_not_keep_a_replaced_backend_alive():
     """allocated_size caches the SoC padding per backend, weakly."""
     fake = FakeBackend.for_profile()
-    previous = _backend._install(fake)
-    try:
-        with acl_mem.Device(0) as dev:
-            buf = dev.malloc(100)
-            assert buf.allocated_size == 160
-            buf.free()
-            del buf
-    finally:
-        _backend._install(previous)
+    with acl_mem.using_backend(fake), acl_mem.Device(0) as dev:
+        buf = dev.malloc(100)
+        assert buf.allocated_size == 160
+        buf.free()
+        del buf
     ref = weakref.ref(fake)
     del fake
     gc.collect()
@@ -51,8 +44,7 @@ def test_set_and_reset_keep_the_mirror_in_step_under_threads():
     """Concurrent set/reset on one device leave no live token on released memory."""
     import threading
 
-    previous = _backend._install(FakeBackend.for_profile())
-    try:
+    with acl_mem.using_backend(FakeBackend.for_profile()):
         errors: list[BaseException] = []
 
         def churn() -> None:
@@ -71,5 +63,3 @@ def test_set_and_reset_keep_the_mirror_in_step_under_threads():
         assert errors == []
         with pytest.raises(acl_mem.ContextNullError):
             raw.aclrtGetDevice()
-    finally:
-        _backend._install(previous)

@@ -132,13 +132,14 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
     else:
         set_profile(None)
         chosen = FakeBackend(current_profile())
-    state.teardown()
-    previous = _backend._install(chosen, f"{request.param}: installed by the conformance checks")
     try:
-        yield chosen
+        with _backend.using_backend(chosen,
+                                    f"{request.param}: installed by the conformance checks"):
+            try:
+                yield chosen
+            finally:
+                _release_everything()
     finally:
-        _release_everything()
-        _backend._install(previous)
         if request.param == "native":
             provider.after_test()
 
