@@ -42,7 +42,7 @@ class StandInProvider:
         if real is not None:
             return real, why
         if stand_in.compiler() is None:
-            return None, f"{why}; no C compiler to build the stand-in"
+            return None, f"no C compiler to build the stand-in; {why}"
         root = stand_in.build_temporary()
         self._stand_in = stand_in.StandIn(root)
         os.environ[stand_in.ROOT_VARIABLE] = str(root)
