@@ -5,6 +5,11 @@ before calling the runtime, so a second call does nothing. Memory the user forgo
 freed when the buffer is collected, except in a forked child and after the runtime
 already released it (device reset to zero references, aclFinalize). Using a freed
 buffer raises :class:`~acl_mem.FreedBufferError`.
+
+Because a buffer owns its memory, it cannot be copied (``copy.copy``, ``deepcopy``)
+or pickled: a second owner would free the memory twice, and an address means nothing
+in another process. Memory allocated elsewhere is wrapped without taking it over by
+:meth:`DeviceBuffer.from_ptr` / :meth:`HostBuffer.from_ptr` ("borrowed" buffers).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import sys
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
@@ -77,15 +84,25 @@ def _release_later(
 class Buffer:
     """Memory from one allocation call. Use :class:`DeviceBuffer` or :class:`HostBuffer`."""
 
-    __slots__ = ("__weakref__", "_api", "_backend", "_device", "_free_name", "_owner",
-                 "_policy", "_ptr", "_raw_free", "_size", "_token")
+    __slots__ = ("__weakref__", "_address", "_api", "_backend", "_device", "_free_name",
+                 "_owned", "_owner", "_policy", "_ptr", "_raw_free", "_size", "_token")
     is_device: bool = True
     #: Kept on the class so that ``__del__`` needs no module global at interpreter exit.
     _lifecycle: State = state
 
     def __init__(
-        self, ptr: int, size: int, api: AllocApi, device: Device, policy: int = 0
+        self, ptr: int, size: int, api: AllocApi, device: Device, policy: int = 0, *,
+        owned: bool = True,
     ) -> None:
+        """Wrap ``ptr``, which ``api`` allocated, and take ownership of it.
+
+        The buffer frees ``ptr`` with ``api``'s free call when :meth:`free` is called or
+        when it is collected. :class:`~acl_mem.Device` allocates and wraps in one step;
+        to wrap memory that other code allocated, use :meth:`DeviceBuffer.from_ptr` or
+        :meth:`HostBuffer.from_ptr`, which check their arguments and borrow by default.
+        ``owned=False`` (what ``from_ptr`` passes) makes a borrowed wrapper that never
+        frees.
+        """
         self._size = size
         self._api = api
         self._policy = policy
@@ -95,16 +112,19 @@ class Buffer:
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
         self._backend = _backend.get()
+        self._owned = owned
+        self._address = ptr
         # Last: a constructor interrupted before this owns nothing (its creator frees).
         self._ptr = ptr
 
     def __del__(self) -> None:
         # The memory of a forgotten buffer goes back, unless the runtime already took it
-        # (device reset, aclFinalize) or this is a forked child (its tokens are stale).
+        # (device reset, aclFinalize) or this is a forked child (its tokens are stale),
+        # or it was borrowed.
         ptr = getattr(self, "_ptr", 0)
         # getattr throughout: an interrupted constructor may have stopped before these.
         token = getattr(self, "_token", None)
-        if ptr and token is not None and \
+        if ptr and token is not None and getattr(self, "_owned", False) and \
                 self._lifecycle.is_live(getattr(self, "_owner", None), token):
             # contextlib.suppress would need a module global; a finalizer must never raise.
             try:  # noqa: SIM105
@@ -147,23 +167,87 @@ class Buffer:
         """True once freed, or once the runtime released the memory (device reset)."""
         return self._ptr == 0 or not state.is_live(self._owner, self._token)
 
+    @property
+    def owned(self) -> bool:
+        """True when this buffer frees its memory; False for a borrowed wrapper
+        (:meth:`DeviceBuffer.from_ptr` / :meth:`HostBuffer.from_ptr`)."""
+        return self._owned
+
+    def __bool__(self) -> bool:
+        """False once freed (or released by the runtime), True while usable."""
+        return not self.freed
+
     def __repr__(self) -> str:
-        where = "freed" if self.freed else f"ptr={self._ptr:#x}"
-        return (f"<{type(self).__name__} {self._api.value} {where} size={self._size} "
-                f"allocated_size={self.allocated_size} device={self._device.id}>")
+        # Never raises: it is what a debugger or a traceback shows, in any state.
+        name = type(self).__name__
+        kind = self._api.value if self._owned else "borrowed"
+        address = getattr(self, "_address", 0)
+        if self._ptr == 0:
+            where = f"{'freed' if self._owned else 'dropped'} (was {address:#x})"
+        elif not state.is_live(self._owner, self._token):
+            where = f"released by the runtime (was {address:#x})"
+        elif self.freed:
+            where = f"freed (was {address:#x})"
+        else:
+            where = f"ptr={address:#x}"
+        extra = ""
+        if self._owned and not self.freed:
+            with contextlib.suppress(Exception):
+                extra = f" allocated_size={self.allocated_size}"
+        return f"<{name} {kind} {where} size={self._size}{extra} device={self._device.id}>"
+
+    # -- copies are refused ------------------------------------------------------------------------
+    def _what(self) -> str:
+        return "device memory" if self.is_device else "page-locked host memory"
+
+    def _no_copy(self, call: str) -> NoReturn:
+        name = type(self).__name__
+        if self._owned:
+            why = (f"a {name} owns its {self._what()} and frees it once; a copy would be a "
+                   "second owner that frees it again")
+        else:
+            why = (f"a borrowed {name} wraps {self._what()} owned elsewhere; copying the "
+                   f"wrapper copies no bytes (wrap the address again with "
+                   f"{name}.from_ptr(buf.ptr, buf.size))")
+        alloc = "dev.malloc_host(buf.size)" if not self.is_device else "dev.malloc(buf.size)"
+        raise TypeError(f"{call}({name}): {why}. To copy the bytes, allocate and copy: "
+                        f"new = {alloc}; new.copy_from(buf)")
+
+    def __copy__(self) -> NoReturn:
+        self._no_copy("copy.copy")
+
+    def __deepcopy__(self, memo: object) -> NoReturn:
+        self._no_copy("copy.deepcopy")
+
+    def __reduce_ex__(self, protocol: object) -> NoReturn:
+        name = type(self).__name__
+        data = "bytes(buf) or buf.read()" if not self.is_device else "buf.read()"
+        raise TypeError(
+            f"cannot pickle {name}: it holds the address of {self._what()}, which means "
+            f"nothing in another process (and a second owner would free it twice). Pickle "
+            f"the bytes instead ({data}; DeviceArray.copy_to_host() for typed arrays) and "
+            "copy them into new memory there"
+        )
+
+    def __reduce__(self) -> NoReturn:
+        self.__reduce_ex__(2)
 
     # -- lifetime ----------------------------------------------------------------------------------
     def free(self) -> None:
-        """Free now; a second call does nothing. Raises the runtime's AclError if it fails."""
+        """Free now; a second call does nothing. Raises the runtime's AclError if it fails.
+
+        A borrowed buffer (``owned`` False) only lets go of the address: the memory stays
+        allocated for its owner.
+        """
         ptr, self._ptr = self._ptr, 0
         if ptr:
             self._release(ptr)
 
     def _release(self, ptr: int) -> None:
-        if state.is_live(self._owner, self._token):
+        if self._owned and state.is_live(self._owner, self._token):
             self._raw_free(ptr)
 
-    def __enter__(self) -> Buffer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -273,12 +357,69 @@ class Buffer:
         return raw.aclrtPointerGetAttributes(self.ptr)
 
 
+_DEVICE_APIS = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED,
+                AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC)
+
+
+def _wrap_args(call: str, ptr: object, size: object, owned: object) -> tuple[int, int]:
+    """``from_ptr``'s checks: an address and a size as C integers, neither 0."""
+    address = c_uint(ptr, call, "ptr", 64, "an address (uintptr_t)")
+    if address == 0:
+        raise ValueError(f"{call}: ptr is 0 (NULL): there is no memory to wrap")
+    nbytes = c_uint(size, call, "size")
+    if nbytes == 0:
+        raise ValueError(f"{call}: size must be > 0, got 0")
+    if not isinstance(owned, bool):
+        raise TypeError(f"{call}: owned must be True or False, got {type(owned).__name__}")
+    return address, nbytes
+
+
+def _wrap_device(call: str, device: object) -> Device:
+    """``device`` as a Device; None means the calling thread's current device."""
+    from .device import Device
+
+    if device is None:
+        return Device.current()  # ContextNullError (107002) when there is none
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return Device(device)
+    raise TypeError(f"{call}: device must be an acl_mem.Device, a device id or None, got "
+                    f"{type(device).__name__}")
+
+
 class DeviceBuffer(Buffer):
     """Device memory from aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached or DVPP."""
 
     __slots__ = ()
 
     is_device = True
+
+    @classmethod
+    def from_ptr(
+        cls, ptr: int, size: int, *, device: Device | int | None = None, owned: bool = False,
+        api: AllocApi | str = AllocApi.MALLOC, policy: int = 0,
+    ) -> Self:
+        """Wrap ``size`` bytes of device memory at ``ptr`` that other code allocated.
+
+        By default the buffer is *borrowed*: :meth:`free` and collection only drop the
+        wrapper and never free the memory, whose owner stays responsible for it. With
+        ``owned=True`` the buffer takes ownership and frees it with ``api``'s free call
+        (aclrtFree; acldvppFree or hi_mpi_dvpp_free for DVPP memory). ``device`` is the
+        device the memory belongs to (default: the calling thread's current device);
+        ``api`` and ``policy`` are the allocation's, for :attr:`allocated_size`.
+        """
+        call = f"{cls.__name__}.from_ptr"
+        address, nbytes = _wrap_args(call, ptr, size, owned)
+        try:
+            chosen = AllocApi(api)
+        except ValueError:
+            raise ValueError(f"{call}: api must be one of "
+                             f"{', '.join(a.value for a in _DEVICE_APIS)}, got {api!r}") from None
+        if chosen not in _DEVICE_APIS:
+            raise ValueError(f"{call}: api must be a device allocation call, got {chosen.value}")
+        return cls(address, nbytes, chosen, _wrap_device(call, device),
+                   c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy"), owned=owned)
 
 
 class HostBuffer(Buffer):
@@ -293,29 +434,56 @@ class HostBuffer(Buffer):
     __slots__ = ("_handle",)
     is_device = False
 
-    def __init__(self, ptr: int, size: int, api: AllocApi, device: Device) -> None:
-        super().__init__(ptr, size, api, device)
-        # Views hold this handle; the memory is released when the buffer and every view
-        # are gone, never under a live view.
-        release = _release_later(self._backend, self._free_name, ptr, None, self._token)
-        self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
+    def __init__(self, ptr: int, size: int, api: AllocApi, device: Device, *,
+                 owned: bool = True) -> None:
+        """Wrap and own ``ptr`` from aclrtMallocHost (see :class:`Buffer`); to wrap memory
+        allocated elsewhere, prefer :meth:`from_ptr`."""
+        super().__init__(ptr, size, api, device, owned=owned)
+        if owned:
+            # Views hold this handle; the memory is released when the buffer and every
+            # view are gone, never under a live view.
+            release = _release_later(self._backend, self._free_name, ptr, None, self._token)
+            self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
+        else:
+            self._handle = ffi.cast("char *", ptr)
+
+    @classmethod
+    def from_ptr(cls, ptr: int, size: int, *, owned: bool = False,
+                 device: Device | int | None = None) -> Self:
+        """Wrap ``size`` bytes of page-locked host memory at ``ptr`` that other code
+        allocated (aclrtMallocHost).
+
+        By default the buffer is *borrowed*: :meth:`free` and collection only drop the
+        wrapper, never call aclrtFreeHost, and views of a borrowed buffer stay valid as
+        long as the owner keeps the memory. With ``owned=True`` it takes ownership and
+        frees with aclrtFreeHost. ``device`` (default: the current device) gives the
+        default stream for asynchronous copies.
+        """
+        call = f"{cls.__name__}.from_ptr"
+        address, nbytes = _wrap_args(call, ptr, size, owned)
+        return cls(address, nbytes, AllocApi.MALLOC_HOST, _wrap_device(call, device),
+                   owned=owned)
 
     def __del__(self) -> None:
         return None
 
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
-        self._check_live("view")
+        return self._view("view")
+
+    def _view(self, what: str) -> memoryview:
+        self._check_live(what)
         # The fake reports a view taken while queued work will still write here.
         check_pending = getattr(self._backend, "check_pending", None)
         if check_pending is not None:
-            check_pending(self._ptr, self._size, access="read", what="HostBuffer.view()")
+            check_pending(self._ptr, self._size, access="read",
+                          what=f"{type(self).__name__}.{what}()")
         view = memoryview(ffi.buffer(self._handle, self._size))
         # A free() on another thread between the check above and the view would not
         # have seen it; it is seen now, and the view is taken back before any use.
         if self._ptr == 0:
             view.release()
-            self._check_live("view")
+            self._check_live(what)
         return view
 
     def numpy(self, dtype: Any = "uint8") -> Any:
@@ -325,6 +493,8 @@ class HostBuffer(Buffer):
         return numpy.frombuffer(self.view(), dtype=dtype)
 
     def _release(self, ptr: int) -> None:
+        if not self._owned:
+            return
         views = sys.getrefcount(self._handle) - 2
         if views > 0:
             self._ptr = ptr
