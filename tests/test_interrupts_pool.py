@@ -1,6 +1,6 @@
 """A KeyboardInterrupt at any line of the pools and the VMM helpers leaves them usable.
 
-Each operation runs once per line it executes in acl_mem/pool.py and acl_mem/vmm.py,
+Each operation runs once per line it executes in acl_mem/pool/ and acl_mem/vmm.py,
 interrupted at that line (tests/injection.py); after every run the pool's bookkeeping
 must be whole (free extents and live segments tile the parent memory, the figures
 agree, the lock is free), every segment the test holds must still work, the next
@@ -14,6 +14,7 @@ under test here. Points where CPython never delivers a signal (a ``try:`` line, 
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ pytestmark = [
 KiB = 1 << 10
 MiB = 1 << 20
 _PACKAGE = os.path.dirname(os.path.abspath(acl_mem.__file__))
-_FILES = in_files(os.path.join(_PACKAGE, "pool.py"), os.path.join(_PACKAGE, "vmm.py"))
+_FILES = in_files(*glob.glob(os.path.join(_PACKAGE, "pool", "*.py")),
+                  os.path.join(_PACKAGE, "vmm.py"))
 
 
 def where(frame: FrameType) -> bool:
@@ -160,7 +162,7 @@ def drive(dev: acl_mem.Device, build: Callable[[], Case]) -> int:
             raise AssertionError(f"after an interrupt at line {n}: {exc}") from exc
         assert free_memory(dev) == start, f"memory leaked after an interrupt at line {n}"
         runs += 1
-    assert runs > 5  # the operation really ran through pool.py / vmm.py
+    assert runs > 5  # the operation really ran through acl_mem/pool/ and vmm.py
     return runs
 
 
