@@ -25,7 +25,7 @@ from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
-from ._hostbuf import HostSpan, ffi, host_span, vouching
+from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vouching
 from ._lifecycle import State, state
 from .enums import MemcpyKind
 from .errors import FreedBufferError
@@ -422,13 +422,21 @@ class DeviceBuffer(Buffer):
                    c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy"), owned=owned)
 
 
-class HostBuffer(Buffer):
+class HostBuffer(Buffer, BufferSlots):
     """Page-locked host memory from aclrtMallocHost, readable and writable in place.
 
-    :meth:`view` gives a memoryview without copying; ``numpy.frombuffer(buf.view(),
-    dtype)`` gives an array. :meth:`free` refuses while views are alive (freeing
-    under a view would crash the interpreter); memory is released after the last
-    view dies if the buffer is simply dropped.
+    It exports its bytes without copying: ``memoryview(buf)`` is a writable view,
+    ``numpy.frombuffer(buf, dtype)`` and ``numpy.asarray(buf)`` (uint8) are arrays over
+    the memory, ``numpy.from_dlpack(buf)`` works through DLPack (a 1-D uint8 CPU
+    tensor), and :meth:`view` / :meth:`numpy` do the same explicitly. :meth:`free`
+    refuses while any of these is alive (freeing under a view would crash the
+    interpreter); memory is released after the last one dies if the buffer is simply
+    dropped.
+
+    On Python 3.10 / 3.11 the buffer protocol comes from a base class, because CPython
+    reads ``__buffer__`` only from 3.12 on: there, ``memoryview()`` of a freed buffer
+    raises SystemError (with the reason as a RuntimeWarning) instead of
+    :class:`~acl_mem.FreedBufferError`; :meth:`view` raises the real error everywhere.
     """
 
     __slots__ = ("_handle",)
@@ -491,6 +499,74 @@ class HostBuffer(Buffer):
         import numpy
 
         return numpy.frombuffer(self.view(), dtype=dtype)
+
+    # -- exports -----------------------------------------------------------------------------------
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """The buffer protocol (PEP 688): ``memoryview(buf)``, ``bytes(buf)``,
+        ``numpy.frombuffer(buf)``; the same view as :meth:`view`."""
+        return self._view("__buffer__")
+
+    def __release_buffer__(self, view: memoryview, /) -> None:
+        """Nothing to do: the view from :meth:`__buffer__` holds the memory until released.
+
+        Defined so that consumers such as numpy keep the export (and with it the
+        refusal to free) for as long as they use the memory.
+        """
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> Any:
+        """``numpy.asarray(buf)``: the bytes as a 1-D uint8 array (no copy unless asked).
+
+        numpy takes the buffer protocol first; this also answers where that cannot
+        raise (a freed buffer on Python < 3.12 gives FreedBufferError here).
+        """
+        import numpy
+
+        array = numpy.frombuffer(self._view("__array__"), dtype=numpy.uint8)
+        if dtype is not None and numpy.dtype(dtype) != array.dtype:
+            if copy is False:
+                raise ValueError(f"{type(self).__name__}.__array__: dtype {dtype} needs a "
+                                 "converting copy of the uint8 bytes, but copy=False")
+            return array.astype(dtype)
+        return array.copy() if copy else array
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None,
+                   copy: bool | None = None) -> Any:
+        """DLPack export: a 1-D uint8 tensor on the CPU (``numpy.from_dlpack(buf)``).
+
+        No copy unless ``copy=True``. The memory stays valid, and :meth:`free` refuses,
+        until the consumer calls the tensor's deleter (numpy: when the array dies).
+        ``stream`` must be None (a CPU tensor has none); synchronise queued copies into
+        this memory first. ``max_version`` of (1, x) or more gives a DLPack 1.0
+        ``dltensor_versioned`` capsule (writable, as the memory is), older consumers
+        get a legacy ``dltensor`` capsule.
+        """
+        name = f"{type(self).__name__}.__dlpack__"
+        if stream is not None:
+            raise ValueError(f"{name}: stream must be None for a CPU tensor, got {stream!r}; "
+                             "synchronise the acl_mem stream before exporting")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"{name}: the memory is on the CPU {self.__dlpack_device__()}, "
+                              f"dl_device={dl_device!r} would need a copy to another device")
+        if max_version is not None and (not isinstance(max_version, tuple)
+                                        or len(max_version) != 2):
+            raise TypeError(f"{name}: max_version must be None or a (major, minor) tuple, "
+                            f"got {max_version!r}")
+        versioned = max_version is not None and max_version[0] >= 1
+        view = self._view("__dlpack__")
+        if copy:
+            keep: Any = ffi.new("char[]", self._size)
+            ffi.memmove(keep, view, self._size)
+            view.release()
+            address = int(ffi.cast("uintptr_t", keep))
+        else:
+            keep, address = view, self._ptr
+        return dlpack_capsule(address, self._size, keep, versioned=versioned,
+                              copied=bool(copy))
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCPU, 0)``: page-locked memory is host memory to DLPack consumers."""
+        return (1, 0)  # kDLCPU, device 0
 
     def _release(self, ptr: int) -> None:
         if not self._owned:
