@@ -44,7 +44,7 @@ from .device import DEVICE_SPACE_BASE
 from .diagnostics import Diagnostics
 from .extents import BlockIndex
 from .hostmem import HOST_PAGE, reserve_address_space
-from .memory import DeviceMemory, Plan
+from .memory import DeviceMemory
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
 from .state import EngineState
@@ -230,10 +230,6 @@ class FakeBackend:
     @property
     def _host(self) -> BlockIndex:
         return self._state.pinned
-
-    @property
-    def _plans(self) -> dict[tuple[str, int], Plan]:
-        return self._memory.plans
 
     @property
     def physicals(self) -> dict[int, Physical]:

@@ -280,16 +280,6 @@ class ExtentAllocator:
             self._put(old_start, old_length)
             raise
 
-    def is_free(self, start: int, size: int) -> bool:
-        """True when ``[start, start+size)`` lies in one free extent (needs ``exact``)."""
-        assert self._sorted is not None
-        free_start = self._sorted.floor(start)
-        return free_start is not None and start + size <= free_start + \
-            self._by_start[free_start]
-
-    def free_extents(self) -> list[tuple[int, int]]:
-        return sorted(self._by_start.items())
-
     def reset(self) -> None:
         self._by_start = {}
         self._by_end = {}
@@ -412,14 +402,3 @@ class BlockIndex:
                 cursor = block.end
             else:
                 cursor = nxt + 1
-
-    def covers(self, address: int, size: int) -> Block | None:
-        """The first block if ``[address, address+size)`` lies in back-to-back live blocks."""
-        first = block = self.containing(address)
-        end = address + size
-        while block is not None and block.end < end:
-            nxt = self._blocks.get(block.end)
-            if nxt is None or nxt.device != block.device:
-                return None
-            block = nxt
-        return first

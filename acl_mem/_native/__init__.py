@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .cdef import CDEF
+
+if TYPE_CHECKING:  # the import itself waits for load_native_backend()
+    from .backend import NativeBackend
 
 __all__ = ["CDEF", "load_native_backend"]
 
@@ -13,6 +18,3 @@ def load_native_backend() -> NativeBackend:
 
     return NativeBackend()
 
-
-if False:  # pragma: no cover - names for type checkers only
-    from .backend import NativeBackend
