@@ -6,8 +6,9 @@ Pythonic layer. Importing touches no driver: the backend is chosen on first use.
 
 from typing import TYPE_CHECKING
 
-from . import _backend, raw, sizes
+from . import _backend, arrays, raw, sizes
 from ._backend import backend_name, backend_reason, use_backend, using_backend
+from .arrays import DeviceArray
 from .buffers import Buffer, DeviceBuffer, HostBuffer
 from .device import Device, MemInfo
 from .enums import MallocPolicy, MemAttr, MemcpyKind, MemLocationType
@@ -104,6 +105,7 @@ __all__ = [
     "ContextReleaseError",
     "DestroyedStreamError",
     "Device",
+    "DeviceArray",
     "DeviceBuffer",
     "DeviceNotCurrentError",
     "DrvInternalError",
@@ -151,6 +153,7 @@ __all__ = [
     "VirtualRange",
     "align_up",
     "allocation_size",
+    "arrays",
     "backend_name",
     "backend_reason",
     "check",

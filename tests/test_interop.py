@@ -22,6 +22,7 @@ import pytest
 import acl_mem
 from acl_mem import AllocApi, FreedBufferError, HazardError, HostBuffer, raw
 from acl_mem._hostbuf import ffi
+from acl_mem.arrays import DeviceArray, empty, to_device
 from acl_mem.pool import SegmentPool
 
 PEP_688 = sys.version_info >= (3, 12)
@@ -373,3 +374,323 @@ def test_a_borrowed_host_buffer_exports_too(dev):
         del array
     finally:
         raw.aclrtFreeHost(ptr)
+
+
+# -- typed device arrays ---------------------------------------------------------------------------
+
+DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128", ">i4", "<f8", "S5",
+          "U3", "datetime64[ns]", "timedelta64[s]", [("a", "<i2"), ("b", "<f4")], "V6"]
+SHAPES = [(), (1,), (7,), (3, 4), (2, 3, 4), (1, 1, 1, 1, 5), (0,), (0, 3), (4, 0)]
+
+
+def _sample(shape: tuple[int, ...], dtype: Any) -> np.ndarray[Any, Any]:
+    """Distinct, deterministic bytes of that shape and dtype."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    return np.frombuffer(_pattern(n), dtype=dt).reshape(shape).copy()
+
+
+def _dtype_id(dtype: Any) -> str:
+    return str(np.dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_dtype_id)
+def test_round_trip_keeps_dtype_and_bytes(dev, dtype):
+    x = _sample((3, 5), dtype)
+    with to_device(dev, x) as d:
+        y = d.copy_to_host()
+    assert y.dtype == x.dtype
+    assert y.shape == x.shape
+    assert y.tobytes() == x.tobytes()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_round_trip_keeps_shape(dev, shape):
+    x = _sample(shape, np.float32)
+    with to_device(dev, x) as d:
+        assert d.shape == shape
+        y = d.copy_to_host()
+    assert y.shape == shape
+    assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("view", ["every other", "transposed", "fortran", "reversed"])
+def test_non_contiguous_sources_round_trip(dev, view):
+    base = np.arange(60, dtype=np.int32).reshape(6, 10)
+    x = {"every other": base[::2, ::3], "transposed": base.T,
+         "fortran": np.asfortranarray(base), "reversed": base[::-1]}[view]
+    with to_device(dev, x) as d:
+        assert d.strides == np.ascontiguousarray(x).strides
+        assert np.array_equal(d.copy_to_host(), x)
+
+
+def test_array_likes_go_through_numpy_asarray(dev):
+    with to_device(dev, [[1, 2], [3, 4]]) as d:
+        assert d.dtype == np.asarray([[1, 2], [3, 4]]).dtype
+        assert d.copy_to_host().tolist() == [[1, 2], [3, 4]]
+    with to_device(dev, 2.5) as scalar:
+        assert scalar.shape == ()
+        assert scalar.copy_to_host()[()] == 2.5
+
+
+def test_properties(dev):
+    x = np.zeros((2, 3, 4), dtype=np.float64)
+    with to_device(dev, x) as d:
+        assert (d.shape, d.dtype, d.size, d.ndim, d.itemsize) == ((2, 3, 4), x.dtype, 24, 3, 8)
+        assert d.nbytes == x.nbytes == 192
+        assert d.strides == x.strides == (96, 32, 8)
+        assert isinstance(d.buffer, acl_mem.DeviceBuffer)
+        assert d.buffer.size == 192
+        assert d.device == dev
+        assert not d.freed
+        text = repr(d)
+        assert "(2, 3, 4)" in text and "float64" in text and hex(d.buffer.ptr) in text
+    assert d.freed
+    assert "freed" in repr(d)
+
+
+def test_empty_allocates_its_bytes(dev):
+    before = dev.mem_info(acl_mem.MemAttr.HBM_MEM).free
+    d = empty(dev, (1024, 1024), np.float32)
+    assert d.nbytes == 4 << 20
+    assert dev.mem_info(acl_mem.MemAttr.HBM_MEM).free < before
+    d.copy_from_host(np.ones((1024, 1024), np.float32))
+    assert d.copy_to_host().sum() == 1 << 20
+    d.free()
+    assert dev.mem_info(acl_mem.MemAttr.HBM_MEM).free == before
+
+
+def test_empty_takes_an_int_shape(dev):
+    with empty(dev, 5, "int16") as d:
+        assert d.shape == (5,)
+
+
+def test_zero_size_arrays_allocate_nothing(dev):
+    before = dev.mem_info(acl_mem.MemAttr.HBM_MEM).free
+    d = to_device(dev, np.empty((0, 3), np.float32))
+    assert dev.mem_info(acl_mem.MemAttr.HBM_MEM).free == before
+    assert d.buffer is None
+    assert d.nbytes == 0
+    assert d.device == dev
+    assert "zero-size" in repr(d)
+    out = d.copy_to_host()
+    assert out.shape == (0, 3)
+    assert out.dtype == np.float32
+    d.copy_from_host(np.empty((0, 3), np.float32))
+    d.free()
+    assert d.freed
+    with pytest.raises(FreedBufferError):
+        d.copy_to_host()
+    assert empty(dev, (4, 0), "u1").buffer is None
+
+
+def test_copy_to_host_into_out(dev):
+    x = np.arange(10, dtype=np.int64)
+    with to_device(dev, x) as d:
+        out = np.empty(10, np.int64)
+        assert d.copy_to_host(out) is out
+        assert np.array_equal(out, x)
+
+
+@pytest.mark.parametrize(("out", "error"), [
+    (np.empty(11, np.int64), ValueError),
+    (np.empty((2, 5), np.int64), ValueError),
+    (np.empty(10, np.int32), TypeError),
+    (np.empty(10, np.float64), TypeError),
+    (np.empty(20, np.int64)[::2], ValueError),
+    (np.frombuffer(bytes(80), np.int64), ValueError),
+    ([0] * 10, TypeError),
+    (bytearray(80), TypeError),
+], ids=["longer", "other shape", "int32", "float64", "strided", "read-only", "list",
+        "bytearray"])
+def test_copy_to_host_checks_out(dev, out, error):
+    with to_device(dev, np.arange(10, dtype=np.int64)) as d, pytest.raises(error):
+        d.copy_to_host(out)
+
+
+@pytest.mark.parametrize(("source", "error"), [
+    (np.zeros(10, np.float32), TypeError),
+    (np.zeros(11, np.int64), ValueError),
+    (np.zeros((10, 1), np.int64), ValueError),
+    (np.zeros(10, ">i8"), TypeError),
+], ids=["dtype", "length", "shape", "byte order"])
+def test_copy_from_host_checks_the_source(dev, source, error):
+    with to_device(dev, np.arange(10, dtype=np.int64)) as d:
+        with pytest.raises(error):
+            d.copy_from_host(source)
+        assert np.array_equal(d.copy_to_host(), np.arange(10))
+
+
+def test_device_memory_is_not_a_host_source(dev):
+    with to_device(dev, np.arange(4)) as d, to_device(dev, np.arange(4)) as e:
+        with pytest.raises(TypeError):
+            d.copy_from_host(e)
+        with pytest.raises(TypeError):
+            d.copy_from_host(e.buffer)
+        with pytest.raises(TypeError):
+            to_device(dev, e)
+        with pytest.raises(TypeError):
+            np.asarray(d)
+
+
+def test_a_pinned_host_array_is_a_source_and_a_destination(dev):
+    with dev.malloc_host(64) as host:
+        pinned = np.frombuffer(host, np.float64).reshape(2, 4)
+        pinned[:] = np.arange(8).reshape(2, 4)
+        with to_device(dev, pinned) as d:
+            pinned[:] = 0
+            d.copy_to_host(pinned)
+            assert pinned.tolist() == np.arange(8).reshape(2, 4).tolist()
+        del pinned
+
+
+def test_freed_arrays_refuse_copies(dev):
+    d = to_device(dev, np.arange(4))
+    d.free()
+    d.free()  # a second free does nothing
+    with pytest.raises(FreedBufferError):
+        d.copy_to_host()
+    with pytest.raises(FreedBufferError):
+        d.copy_from_host(np.arange(4))
+    assert d.buffer is not None and d.buffer.freed
+
+
+def test_a_device_reset_releases_the_array(backend):
+    device = acl_mem.Device(0)
+    with device:
+        d = to_device(device, np.arange(4))
+    assert d.freed
+    assert "released" in repr(d)
+    with pytest.raises(FreedBufferError):
+        d.copy_to_host()
+
+
+def test_arrays_refuse_copy_and_pickle(dev):
+    import copy
+    import pickle
+
+    with to_device(dev, np.arange(4)) as d:
+        for duplicate in (copy.copy, copy.deepcopy, pickle.dumps):
+            with pytest.raises(TypeError):
+                duplicate(d)
+        assert np.array_equal(d.copy_to_host(), np.arange(4))
+
+
+def test_async_round_trip_on_a_stream(dev):
+    x = np.arange(1000, dtype=np.float32)
+    with dev.stream() as stream:
+        d = to_device(dev, x, stream=stream)
+        y = d.copy_to_host(stream=stream)
+        stream.synchronize()
+        assert np.array_equal(x, y)
+        d.free()
+
+
+@pytest.mark.fake_only("the fake defers queued copies to page-locked memory until synchronise")
+def test_async_copy_to_pinned_memory_lands_at_synchronize(fake, dev, monkeypatch):
+    """docs/runtime-model.md §3.4: a queued D2H into page-locked memory is done only after
+    synchronise; reading earlier is a race (and is stale on the fake)."""
+    monkeypatch.setattr(fake.hazards, "mode", "count")
+    with dev.stream() as stream, dev.malloc_host(32) as host:
+        d = to_device(dev, np.full(8, 7, np.int32))
+        pinned = np.frombuffer(host, np.int32)
+        pinned[:] = -1
+        d.copy_to_host(pinned, stream=stream)
+        assert pinned.tolist() == [-1] * 8  # queued, not done
+        stream.synchronize()
+        assert pinned.tolist() == [7] * 8
+        del pinned
+        d.free()
+
+
+def test_streams_are_checked(dev):
+    with to_device(dev, np.arange(4)) as d:
+        with pytest.raises(TypeError):
+            d.copy_to_host(stream=0)  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            d.copy_from_host(np.arange(4), stream="default")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            to_device(dev, np.arange(4), stream=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ((0, (4,), "f4"), TypeError),
+    (("dev", (4,), "f4"), TypeError),
+    ((None, (-1,), "f4"), ValueError),
+    ((None, (2, -3), "f4"), ValueError),
+    ((None, (2.0,), "f4"), TypeError),
+    ((None, (True,), "f4"), TypeError),
+    ((None, "abc", "f4"), TypeError),
+    ((None, (4,), object), TypeError),
+    ((None, (4,), [("a", object)]), TypeError),
+    ((None, (4,), "not a dtype"), TypeError),
+    ((None, (4,), "S0"), ValueError),
+], ids=["device int", "device str", "negative", "negative inner", "float dim", "bool dim",
+        "string shape", "object dtype", "object field", "bad dtype", "sizeless dtype"])
+def test_empty_checks_its_arguments(dev, args, error):
+    device, shape, dtype = args
+    with pytest.raises(error) as e:
+        empty(dev if device is None else device, shape, dtype)
+    assert not isinstance(e.value, acl_mem.AclError)
+
+
+def test_object_arrays_are_refused(dev):
+    with pytest.raises(TypeError):
+        to_device(dev, np.array([object(), object()]))
+
+
+def test_device_array_constructor_wraps_a_buffer(dev):
+    before = dev.mem_info(acl_mem.MemAttr.HBM_MEM).free
+    buf = dev.malloc(64)
+    buf.copy_from(np.arange(16, dtype=np.float32))
+    d = DeviceArray((4, 4), np.float32, buf)
+    assert d.buffer is buf
+    assert d.copy_to_host().ravel().tolist() == list(range(16))
+    d.free()  # the array took the buffer over
+    assert buf.freed
+    assert dev.mem_info(acl_mem.MemAttr.HBM_MEM).free == before
+
+
+def test_device_array_constructor_checks(dev):
+    with dev.malloc(16) as small, dev.malloc_host(64) as host:
+        with pytest.raises(ValueError):
+            DeviceArray((5,), np.float32, small)
+        with pytest.raises(TypeError):
+            DeviceArray((4,), np.float32, host)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            DeviceArray((4,), np.float32)
+        with pytest.raises(TypeError):
+            DeviceArray((0,), np.float32)
+        with pytest.raises(ValueError):
+            DeviceArray((4,), np.float32, small, device=acl_mem.Device(1))
+        assert DeviceArray((0,), np.float32, device=dev).buffer is None
+    with pytest.raises(FreedBufferError):
+        DeviceArray((4,), np.float32, small)
+
+
+@pytest.mark.parametrize("use", ["to_device", "empty", "DeviceArray", "copy_to_host"])
+def test_without_numpy_the_error_says_to_install_it(dev, monkeypatch, use):
+    d = empty(dev, (2,), np.int8)
+    monkeypatch.setitem(sys.modules, "numpy", None)  # `import numpy` raises ImportError
+    calls: dict[str, Callable[[], object]] = {
+        "to_device": lambda: to_device(dev, [1, 2]),
+        "empty": lambda: empty(dev, (2,), "int8"),
+        "DeviceArray": lambda: DeviceArray((0,), "int8", device=dev),
+        "copy_to_host": d.copy_to_host,
+    }
+    with pytest.raises(ImportError, match="pip install numpy"):
+        calls[use]()
+    monkeypatch.undo()
+    d.free()
+
+
+def test_importing_acl_mem_and_its_arrays_does_not_import_numpy():
+    import subprocess
+
+    code = ("import sys, acl_mem, acl_mem.arrays; acl_mem.use_backend('fake'); "
+            "d = acl_mem.Device(0); d.set_current(); d.malloc(8).free(); "
+            "print('numpy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "False"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 
 import numpy as np
+import pytest
 
 import acl_mem
 from acl_mem import DeviceBuffer, HostBuffer, MallocPolicy, MemcpyKind, raw
@@ -124,3 +125,73 @@ def test_async_copy_into_pinned_memory_is_in_the_view_after_synchronize_spec_3_4
         stream.synchronize()
         with memoryview(host) as view:
             assert bytes(view) == _pattern(4096)
+
+
+# -- typed device arrays ---------------------------------------------------------------------------
+
+ROUND_TRIPS = [
+    ("float32", (1024,)), ("float64", (3, 5)), ("float16", (2, 3, 4)), ("int8", (7,)),
+    ("uint8", (255,)), ("int32", (4, 4)), ("int64", (1, 9)), ("uint16", (2, 2, 2, 2)),
+    ("complex64", (6,)), ("bool", (17,)), (">i4", (5,)), ("S3", (4,)), ("float32", ()),
+    ("float32", (0,)), ("int16", (3, 0)),
+]
+
+
+@pytest.mark.parametrize(("dtype", "shape"), ROUND_TRIPS,
+                         ids=[f"{d}-{'x'.join(map(str, s)) or 'scalar'}" for d, s in ROUND_TRIPS])
+def test_to_device_copy_to_host_round_trip_spec_3_10(dev, dtype, shape):
+    """docs/runtime-model.md §3.5 / §3.10: to_device is aclrtMalloc + H2D, copy_to_host D2H;
+    the round trip gives the same shape, dtype and bytes (zero-size arrays allocate
+    nothing and copy nothing)."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    x = np.frombuffer(_pattern(n), dtype=dt).reshape(shape).copy()
+    d = acl_mem.arrays.to_device(dev, x)
+    y = d.copy_to_host()
+    assert (y.shape, y.dtype) == (x.shape, x.dtype)
+    assert y.tobytes() == x.tobytes()
+    if n:
+        assert d.buffer is not None
+        assert _device_bytes(d.buffer.ptr, n) == x.tobytes()  # the device holds the bytes
+    else:
+        assert d.buffer is None
+    d.free()
+
+
+def test_empty_is_one_malloc_of_its_bytes_spec_3_5(dev):
+    """docs/runtime-model.md §3.5: empty() takes ALIGN_UP(nbytes,32)+padding like aclrtMalloc,
+    and free() gives it back."""
+    before = free_pools()
+    d = acl_mem.arrays.empty(dev, (3, 1024, 1024), np.float32)
+    assert d.buffer is not None
+    assert d.buffer.api is acl_mem.AllocApi.MALLOC
+    assert d.buffer.size == d.nbytes == 12 * MiB
+    assert free_pools() != before
+    d.free()
+    assert free_pools() == before
+
+
+def test_async_round_trip_after_synchronize_spec_3_4(dev):
+    """docs/runtime-model.md §3.4 / §3.10: with stream=, both copies are queued on the stream
+    and the data is there after synchronise, into pageable and page-locked memory."""
+    x = np.arange(4096, dtype=np.int32).reshape(64, 64)
+    with dev.stream() as stream, dev.malloc_host(x.nbytes) as host:
+        d = acl_mem.arrays.to_device(dev, x, stream=stream)
+        pageable = d.copy_to_host(stream=stream)
+        pinned = np.frombuffer(host, np.int32).reshape(64, 64)
+        d.copy_to_host(pinned, stream=stream)
+        stream.synchronize()
+        assert np.array_equal(pageable, x)
+        assert np.array_equal(pinned, x)
+        del pinned
+        d.free()
+
+
+def test_copy_from_host_overwrites_in_place_spec_3_10(dev):
+    """docs/runtime-model.md §3.10: copy_from_host is one H2D into the array's memory."""
+    with acl_mem.arrays.empty(dev, (8, 8), np.float64) as d:
+        address = d.buffer.ptr if d.buffer is not None else 0
+        d.copy_from_host(np.eye(8))
+        d.copy_from_host(np.full((8, 8), 2.0))
+        assert d.buffer is not None and d.buffer.ptr == address
+        assert np.array_equal(d.copy_to_host(), np.full((8, 8), 2.0))
