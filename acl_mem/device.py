@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from typing_extensions import Self
 
@@ -19,6 +19,11 @@ from .enums import MallocPolicy, MemAttr
 from .errors import DeviceNotCurrentError, FeatureNotSupportError
 from .sizes import AllocApi
 from .stream import Stream
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+
+    from .arrays import DeviceArray
 
 __all__ = ["Device", "MemInfo", "device_id"]
 
@@ -184,6 +189,21 @@ class Device:
                           lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
         return _adopt(lambda: raw.hi_mpi_dvpp_malloc(self._id, size), raw.hi_mpi_dvpp_free,
                       lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
+
+    # -- typed arrays (numpy needed) ---------------------------------------------------------
+    def to_device(self, array: Any, stream: Stream | None = None) -> DeviceArray:
+        """A new :class:`~acl_mem.DeviceArray` holding a copy of the numpy ``array`` (same
+        shape and dtype); asynchronous on ``stream``, where ``array`` must stay alive and
+        unchanged until the stream is synchronised."""
+        from . import arrays
+
+        return arrays.to_device(self, array, stream)
+
+    def empty(self, shape: int | Iterable[int], dtype: DTypeLike) -> DeviceArray:
+        """A new uninitialised :class:`~acl_mem.DeviceArray` of ``shape`` and ``dtype``."""
+        from . import arrays
+
+        return arrays.empty(self, shape, dtype)
 
     # -- streams -----------------------------------------------------------------------------------
     def stream(self) -> Stream:

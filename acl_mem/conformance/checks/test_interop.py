@@ -17,7 +17,7 @@ import pytest
 import acl_mem
 from acl_mem import DeviceBuffer, HostBuffer, MallocPolicy, MemcpyKind, raw
 
-from .helpers import address_of, free_pools
+from .helpers import address_of, free_pools, raise_from_fresh_thread
 
 MiB = 1 << 20
 
@@ -195,3 +195,23 @@ def test_copy_from_host_overwrites_in_place_spec_3_10(dev):
         d.copy_from_host(np.full((8, 8), 2.0))
         assert d.buffer is not None and d.buffer.ptr == address
         assert np.array_equal(d.copy_to_host(), np.full((8, 8), 2.0))
+
+
+def test_device_methods_round_trip_in_a_thread_with_no_device_spec_3_2(backend):
+    """docs/runtime-model.md §3.2, §3.10: ``Device(0).to_device(x).copy_to_host()`` needs no
+    set-up (the device becomes current) and gives back x; ``Device.empty`` is uninitialised
+    memory of the right shape. The worker resets the device it made current."""
+    x = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+
+    def body() -> tuple[np.ndarray, tuple[int, ...], str, int]:
+        device = acl_mem.Device(0)
+        try:
+            d = device.to_device(x)
+            e = device.empty((5, 2), np.float64)
+            return d.copy_to_host(), e.shape, str(e.dtype), e.nbytes
+        finally:
+            device.reset()
+
+    y, shape, dtype, nbytes = raise_from_fresh_thread(body)
+    assert y.dtype == x.dtype and y.shape == x.shape and np.array_equal(x, y)
+    assert (shape, dtype, nbytes) == ((5, 2), "float64", 80)
