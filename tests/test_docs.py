@@ -16,18 +16,21 @@ def _readme_python_blocks():
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.parametrize("script", ["readme", "readme-streams", "readme-vmm", "readme-pool",
-                                    "tour"])
+@pytest.mark.parametrize("script", ["readme-quick-start", "readme", "readme-streams",
+                                    "readme-vmm", "readme-pool", "tour"])
 def test_example_runs(script):
     blocks = _readme_python_blocks()
-    code = {"readme": blocks[0], "readme-streams": blocks[1], "readme-vmm": blocks[2],
-            "readme-pool": blocks[3],
+    code = {"readme-quick-start": blocks[0], "readme": blocks[1], "readme-streams": blocks[2],
+            "readme-vmm": blocks[3], "readme-pool": blocks[4],
             "tour": (ROOT / "examples" / "tour.py").read_text()}[script]
     env = {**os.environ, "ACL_MEM_BACKEND": "fake"}
     env.pop("ACL_MEM_FAKE_PROFILE", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    if script == "readme-quick-start":
+        assert "<DeviceArray shape=(1048576,) dtype=float32" in done.stdout
+        assert "b'world'" in done.stdout
     if script == "readme":
         assert "4194304 4194336" in done.stdout
         assert "100000 ACL_ERROR_INVALID_PARAM" in done.stdout
