@@ -36,6 +36,7 @@ class MemInfo(NamedTuple):
 
     @property
     def used(self) -> int:
+        """Bytes in use: ``total - free``."""
         return self.total - self.free
 
 

@@ -44,10 +44,12 @@ class Stream:
 
     @property
     def device(self) -> Device:
+        """The device whose context the stream belongs to."""
         return self._device
 
     @property
     def destroyed(self) -> bool:
+        """True after destroy(), or once a reset released the device's streams."""
         return self._handle == -1 or not state.is_live(self._device.id, self._token)
 
     def __repr__(self) -> str:

@@ -67,6 +67,7 @@ class _PoolBase:
     # -- public ------------------------------------------------------------------------------------
     @property
     def device(self) -> Device:
+        """The device the pool allocates on."""
         return self._device
 
     @property
@@ -81,6 +82,7 @@ class _PoolBase:
 
     @property
     def closed(self) -> bool:
+        """True once close() gave every parent block back."""
         return self._closed
 
     def segment_size(self, size: int) -> int:

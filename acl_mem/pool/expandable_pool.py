@@ -45,6 +45,7 @@ class ExpandablePool(_PoolBase):
 
     @property
     def max_size(self) -> int:
+        """Bytes of the virtual range reserved up front: the most the pool can map."""
         return self._max_size
 
     @property
@@ -54,6 +55,7 @@ class ExpandablePool(_PoolBase):
 
     @property
     def address(self) -> int:
+        """The first address of the pool's virtual range."""
         return self._base
 
     @property

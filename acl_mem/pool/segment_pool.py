@@ -54,10 +54,12 @@ class SegmentPool(_PoolBase):
 
     @property
     def block_size(self) -> int:
+        """Bytes asked of the runtime for each parent block (larger requests get their own)."""
         return self._block_size
 
     @property
     def limit(self) -> int | None:
+        """Most bytes of parent blocks the pool may hold (None: no limit of its own)."""
         return self._limit
 
     def _allocate_parent(self, request: int) -> Buffer:
