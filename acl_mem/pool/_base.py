@@ -85,6 +85,32 @@ class _PoolBase:
         """True once close() gave every parent block back."""
         return self._closed
 
+    @property
+    def policy(self) -> int:
+        """The allocation policy the parent blocks are allocated with."""
+        return self._policy
+
+    # -- what segments call: their release goes through these, never the pool's state ---------
+    def segment_freed(self, start: int, serial: int) -> None:
+        """A segment's free(): its range comes back now (takes the pool's lock). Only the
+        allocation numbered ``serial`` is returned, so a repeat does nothing."""
+        with self._lock:
+            if self._pending:
+                self._drain()
+            self._free(start, serial)
+
+    def segment_dropped(self, start: int, serial: int) -> None:
+        """A segment collected (or a free that could not finish): queued for the next pool
+        call. Never takes the lock: a collection can run inside this thread's locked
+        section."""
+        if not self._closed:
+            self._pending.append((start, serial))
+
+    def segment_keepalive(self, start: int) -> Any:
+        """What must outlive views of the segment at ``start`` (the parent block's memory
+        handle for host memory; None otherwise)."""
+        return self._parent_handle(start)
+
     def segment_size(self, size: int) -> int:
         """The §3.14 size of a segment of ``size`` bytes in this pool."""
         return -(-size // 32) * 32 + self._extra
@@ -305,12 +331,6 @@ class _PoolBase:
             del self._bins[length]
             self._index.discard(length)
         return start
-
-    def _give_back(self, start: int, serial: int) -> None:
-        with self._lock:
-            if self._pending:
-                self._drain()
-            self._free(start, serial)
 
     def _drain(self) -> None:
         pending = self._pending

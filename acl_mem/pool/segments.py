@@ -37,7 +37,7 @@ class _SegmentBase(Buffer):
                 try:
                     self._release(ptr)
                 except Exception:
-                    self._pool._pending.append((ptr, self._serial))
+                    self._pool.segment_dropped(ptr, self._serial)
             raise
 
     @property
@@ -53,23 +53,23 @@ class _SegmentBase(Buffer):
     @property
     def freed(self) -> bool:
         """True once freed, once the pool is closed, or once the runtime released it."""
-        return (self._pool._closed or self._ptr == 0
+        return (self._pool.closed or self._ptr == 0
                 or not state.is_live(self._owner, self._token))
 
     def _check_live(self, what: str) -> None:
         super()._check_live(what)
-        if self._pool._closed:
+        if self._pool.closed:
             raise FreedBufferError(f"{type(self).__name__}.{what}: its pool was closed")
 
     def _release(self, ptr: int) -> None:
-        self._pool._give_back(ptr, self._serial)
+        self._pool.segment_freed(ptr, self._serial)
 
     def __del__(self) -> None:
         # Never take the pool's lock here: queue the address for the next pool call.
         ptr = getattr(self, "_ptr", 0)
         pool = getattr(self, "_pool", None)  # None: the constructor was interrupted
-        if ptr and pool is not None and not pool._closed:
-            pool._pending.append((ptr, self._serial))
+        if ptr and pool is not None:
+            pool.segment_dropped(ptr, self._serial)
 
 
 class Segment(_SegmentBase, DeviceBuffer):
@@ -87,7 +87,7 @@ class Segment(_SegmentBase, DeviceBuffer):
         self._pool = pool
         self._extent = extent
         self._serial = serial
-        Buffer.__init__(self, ptr, size, pool._api, pool._device, pool._policy)
+        Buffer.__init__(self, ptr, size, pool.api, pool.device, pool.policy)
 
 
 class _GiveBack:
@@ -100,8 +100,7 @@ class _GiveBack:
         self.pool, self.ptr, self.serial, self.parent = pool, ptr, serial, parent
 
     def __call__(self, _: Any) -> None:
-        if not self.pool._closed:
-            self.pool._pending.append((self.ptr, self.serial))
+        self.pool.segment_dropped(self.ptr, self.serial)
 
 
 class HostSegment(_SegmentBase, HostBuffer):
@@ -115,8 +114,8 @@ class HostSegment(_SegmentBase, HostBuffer):
         self._pool = pool
         self._extent = extent
         self._serial = serial
-        Buffer.__init__(self, ptr, size, pool._api, pool._device)
-        release = _GiveBack(pool, ptr, serial, pool._parent_handle(ptr))
+        Buffer.__init__(self, ptr, size, pool.api, pool.device)
+        release = _GiveBack(pool, ptr, serial, pool.segment_keepalive(ptr))
         self._handle = ffi.gc(ffi.cast("char *", ptr), release)
 
     def __del__(self) -> None:
@@ -131,4 +130,4 @@ class HostSegment(_SegmentBase, HostBuffer):
                 f"HostSegment.free: {views} view(s) of this memory are still alive; "
                 "delete them (or call memoryview.release()) before freeing")
         ffi.gc(self._handle, None)
-        self._pool._give_back(ptr, self._serial)
+        self._pool.segment_freed(ptr, self._serial)
