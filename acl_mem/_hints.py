@@ -24,7 +24,7 @@ from .sizes import (
     soc_padding,
 )
 
-__all__ = ["error"]
+__all__ = ["check", "describe", "error"]
 
 _CONTEXT_NULL = 107002
 _PARAM_INVALID = 107000
@@ -51,6 +51,30 @@ _VMM = {
     "already, starts at a granularity multiple, and that size equals the physical memory's "
     "size with offset 0",
 }
+
+
+#: Arguments shown in hexadecimal: addresses, handles and flag-like words.
+_HEX = frozenset({"dst", "src", "devPtr", "hostPtr", "dev_ptr", "ptr", "virPtr", "handle",
+                  "shareableHandle", "expectPtr", "stream", "policy"})
+
+
+def check(rc: int, call: str, /, **args: object) -> None:
+    """The raw layer's one error path: raise the AclError for ``rc`` (unless 0) from
+    ``call`` with ``args``, the arguments as the runtime got them."""
+    if rc:
+        size = args.get("size")
+        policy = args.get("policy", 0)
+        raise error(rc, describe(call, args), size=size if isinstance(size, int) else None,
+                    policy=policy if isinstance(policy, int) else 0)
+
+
+def describe(call: str, args: dict[str, object]) -> str:
+    """``call(name=value, ...)`` as error messages show it (addresses in hexadecimal)."""
+    shown = ", ".join(
+        f"{name}={value:#x}" if name in _HEX and isinstance(value, int) else
+        f"{name}={value}" if isinstance(value, int) else f"{name}={value!r}"
+        for name, value in args.items())
+    return f"{call}({shown})"
 
 
 def error(rc: int, what: str, *, size: int | None = None, policy: int = 0) -> AclError:

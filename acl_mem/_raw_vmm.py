@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from . import _backend
 from ._args import c_int, c_uint
-from ._hints import error
+from ._hints import check
 from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 
 __all__ = [
@@ -49,8 +49,7 @@ def aclrtReserveMemAddress(size: int, alignment: int = 0, expectPtr: int = 0,
     e = _ptr(expectPtr, call, "expectPtr")
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, ptr = _backend.get().aclrtReserveMemAddress(n, a, e, f)
-    if rc:
-        raise error(rc, f"{call}(size={n}, alignment={a}, expectPtr={e:#x}, flags={f})")
+    check(rc, call, size=n, alignment=a, expectPtr=e, flags=f)
     return ptr
 
 
@@ -58,8 +57,7 @@ def aclrtReleaseMemAddress(virPtr: int) -> None:
     """Release a reservation; it must be unmapped first (docs/runtime-model.md §4.2)."""
     p = _ptr(virPtr, "aclrtReleaseMemAddress", "virPtr")
     rc = _backend.get().aclrtReleaseMemAddress(p)
-    if rc:
-        raise error(rc, f"aclrtReleaseMemAddress(virPtr={p:#x})")
+    check(rc, "aclrtReleaseMemAddress", virPtr=p)
 
 
 def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
@@ -71,8 +69,7 @@ def aclrtMallocPhysical(size: int, prop: aclrtPhysicalMemProp | None,
     checked = _prop(prop, call)
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, handle = _backend.get().aclrtMallocPhysical(n, checked, f)
-    if rc:
-        raise error(rc, f"{call}(size={n}, prop={checked!r}, flags={f})")
+    check(rc, call, size=n, prop=checked, flags=f)
     return handle
 
 
@@ -81,8 +78,7 @@ def aclrtFreePhysical(handle: int) -> None:
     §4.3)."""
     h = _ptr(handle, "aclrtFreePhysical", "handle")
     rc = _backend.get().aclrtFreePhysical(h)
-    if rc:
-        raise error(rc, f"aclrtFreePhysical(handle={h:#x})")
+    check(rc, "aclrtFreePhysical", handle=h)
 
 
 def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0) -> None:
@@ -95,9 +91,7 @@ def aclrtMapMem(virPtr: int, size: int, offset: int, handle: int, flags: int = 0
     h = _ptr(handle, call, "handle")
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc = _backend.get().aclrtMapMem(p, n, o, h, f)
-    if rc:
-        raise error(rc, f"{call}(virPtr={p:#x}, size={n}, offset={o}, handle={h:#x}, "
-                           f"flags={f})")
+    check(rc, call, virPtr=p, size=n, offset=o, handle=h, flags=f)
 
 
 def aclrtUnmapMem(virPtr: int) -> None:
@@ -105,8 +99,7 @@ def aclrtUnmapMem(virPtr: int) -> None:
     synchronisation."""
     p = _ptr(virPtr, "aclrtUnmapMem", "virPtr")
     rc = _backend.get().aclrtUnmapMem(p)
-    if rc:
-        raise error(rc, f"aclrtUnmapMem(virPtr={p:#x})")
+    check(rc, "aclrtUnmapMem", virPtr=p)
 
 
 def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
@@ -116,8 +109,7 @@ def aclrtMemGetAllocationGranularity(prop: aclrtPhysicalMemProp | None,
     checked = _prop(prop, call)
     o = c_uint(option, call, "option", 32, "aclrtMemGranularityOptions")
     rc, granularity = _backend.get().aclrtMemGetAllocationGranularity(checked, o)
-    if rc:
-        raise error(rc, f"{call}(prop={checked!r}, option={o})")
+    check(rc, call, prop=checked, option=o)
     return granularity
 
 
@@ -138,8 +130,7 @@ def aclrtMemSetAccess(virPtr: int, size: int, desc: Sequence[aclrtMemAccessDesc]
     if entries is not None and k > len(entries):
         raise ValueError(f"{call}: count={k} exceeds the {len(entries)} desc entries given")
     rc = _backend.get().aclrtMemSetAccess(p, n, entries, k)
-    if rc:
-        raise error(rc, f"{call}(virPtr={p:#x}, size={n}, count={k})")
+    check(rc, call, virPtr=p, size=n, count=k)
 
 
 def _array(values: object, call: str, name: str, item: str) -> list[object]:
@@ -163,8 +154,7 @@ def aclrtMemExportToShareableHandle(handle: int, handleType: int = 0, flags: int
     t = c_uint(handleType, call, "handleType", 32, "aclrtMemHandleType")
     f = c_uint(flags, call, "flags", 64, "uint64_t")
     rc, shareable = _backend.get().aclrtMemExportToShareableHandle(h, t, f)
-    if rc:
-        raise error(rc, f"{call}(handle={h:#x}, handleType={t}, flags={f})")
+    check(rc, call, handle=h, handleType=t, flags=f)
     return shareable
 
 
@@ -174,8 +164,7 @@ def aclrtMemImportFromShareableHandle(shareableHandle: int, deviceId: int) -> in
     s = c_uint(shareableHandle, call, "shareableHandle", 64, "uint64_t")
     d = c_int(deviceId, call, "deviceId")
     rc, handle = _backend.get().aclrtMemImportFromShareableHandle(s, d)
-    if rc:
-        raise error(rc, f"{call}(shareableHandle={s:#x}, deviceId={d})")
+    check(rc, call, shareableHandle=s, deviceId=d)
     return handle
 
 
@@ -190,16 +179,14 @@ def aclrtMemSetPidToShareableHandle(shareableHandle: int, pid: Sequence[int] | N
     if pids is not None and n > len(pids):
         raise ValueError(f"{call}: pidNum={n} exceeds the {len(pids)} pids given")
     rc = _backend.get().aclrtMemSetPidToShareableHandle(s, pids, n)
-    if rc:
-        raise error(rc, f"{call}(shareableHandle={s:#x}, pidNum={n})")
+    check(rc, call, shareableHandle=s, pidNum=n)
 
 
 def aclrtMemRetainAllocationHandle(virPtr: int) -> int:
     """The physical handle mapped at ``virPtr`` (docs/runtime-model.md §4)."""
     p = _ptr(virPtr, "aclrtMemRetainAllocationHandle", "virPtr")
     rc, handle = _backend.get().aclrtMemRetainAllocationHandle(p)
-    if rc:
-        raise error(rc, f"aclrtMemRetainAllocationHandle(virPtr={p:#x})")
+    check(rc, "aclrtMemRetainAllocationHandle", virPtr=p)
     return handle
 
 
@@ -207,7 +194,6 @@ def aclrtMemGetAllocationPropertiesFromHandle(handle: int) -> aclrtPhysicalMemPr
     """The properties ``handle`` was allocated with (docs/runtime-model.md §4)."""
     h = _ptr(handle, "aclrtMemGetAllocationPropertiesFromHandle", "handle")
     rc, prop = _backend.get().aclrtMemGetAllocationPropertiesFromHandle(h)
-    if rc:
-        raise error(rc, f"aclrtMemGetAllocationPropertiesFromHandle(handle={h:#x})")
+    check(rc, "aclrtMemGetAllocationPropertiesFromHandle", handle=h)
     assert prop is not None
     return prop

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from . import _backend
 from ._args import c_int, c_uint, path_or_none
-from ._hints import error
+from ._hints import check
 from ._lifecycle import state
 from ._raw_vmm import (
     aclrtFreePhysical,
@@ -99,7 +99,6 @@ _SIZE_LIMIT = 1 << 64
 _U32_LIMIT = 1 << 32
 
 
-_fail = error
 
 
 def aclInit(configPath: object = None) -> None:
@@ -107,8 +106,7 @@ def aclInit(configPath: object = None) -> None:
     §3.1."""
     path = path_or_none(configPath, "aclInit", "configPath")
     rc = _backend.get().aclInit(path)
-    if rc:
-        raise _fail(rc, f"aclInit(configPath={path!r})")
+    check(rc, "aclInit", configPath=path)
 
 
 def aclFinalize() -> None:
@@ -119,8 +117,7 @@ def aclFinalize() -> None:
         except HazardError:
             state.teardown()  # raised after the runtime released everything
             raise
-        if rc:
-            raise _fail(rc, "aclFinalize()")
+        check(rc, "aclFinalize")
         state.teardown()
 
 
@@ -132,8 +129,7 @@ def aclrtSetDevice(deviceId: int) -> None:
     # another thread could leave live tokens on released memory.
     with state.lock:
         rc = _backend.get().aclrtSetDevice(dev)
-        if rc:
-            raise _fail(rc, f"aclrtSetDevice(deviceId={dev})")
+        check(rc, "aclrtSetDevice", deviceId=dev)
         state.device_set(dev)
 
 
@@ -146,8 +142,7 @@ def aclrtResetDevice(deviceId: int) -> None:
         except HazardError:
             state.device_reset(dev)  # raised after the reset took effect
             raise
-        if rc:
-            raise _fail(rc, f"aclrtResetDevice(deviceId={dev})")
+        check(rc, "aclrtResetDevice", deviceId=dev)
         state.device_reset(dev)
 
 
@@ -155,16 +150,14 @@ def aclrtGetDevice() -> int:
     """The calling thread's current device; 107002 if it never set one (docs/runtime-model.md
     §3.2)."""
     rc, dev = _backend.get().aclrtGetDevice()
-    if rc:
-        raise _fail(rc, "aclrtGetDevice()")
+    check(rc, "aclrtGetDevice")
     return dev
 
 
 def aclrtGetDeviceCount() -> int:
     """Number of visible devices (docs/runtime-model.md §3.2)."""
     rc, count = _backend.get().aclrtGetDeviceCount()
-    if rc:
-        raise _fail(rc, "aclrtGetDeviceCount()")
+    check(rc, "aclrtGetDeviceCount")
     return count
 
 
@@ -184,8 +177,7 @@ def _malloc(call: str, size: object, policy: object) -> int:
     rc, ptr = getattr(backend, call)(nbytes, pol)
     try:
         if rc:
-            raise _fail(rc, f"{call}(size={nbytes}, policy={pol:#x})", size=nbytes,
-                        policy=pol)
+            check(rc, call, size=nbytes, policy=pol)
         return int(ptr)
     except BaseException:
         # Interrupted before the caller got the pointer: the allocation must not stay.
@@ -213,8 +205,8 @@ def _free(call: str, arg: str, ptr: object) -> None:
     address = ptr if type(ptr) is int and 0 <= ptr < _SIZE_LIMIT else \
         c_uint(ptr, call, arg, 64, "void *")
     rc = getattr(_backend._active or _backend.get(), call)(address)
-    if rc:
-        raise _fail(rc, f"{call}({arg}={address:#x})")
+    if rc:  # the hot path: no call at all on success
+        check(rc, call, **{arg: address})
 
 
 def aclrtFree(devPtr: int) -> None:
@@ -227,8 +219,7 @@ def aclrtMallocHost(size: int) -> int:
     """Page-locked host memory of ``ALIGN_UP(size,32)`` bytes (docs/runtime-model.md §3.7)."""
     nbytes = c_uint(size, "aclrtMallocHost", "size")
     rc, ptr = _backend.get().aclrtMallocHost(nbytes)
-    if rc:
-        raise _fail(rc, f"aclrtMallocHost(size={nbytes})", size=nbytes)
+    check(rc, "aclrtMallocHost", size=nbytes)
     return int(ptr)
 
 
@@ -242,8 +233,7 @@ def acldvppMalloc(size: int) -> int:
     §3.8)."""
     nbytes = c_uint(size, "acldvppMalloc", "size")
     rc, ptr = _backend.get().acldvppMalloc(nbytes)
-    if rc:
-        raise _fail(rc, f"acldvppMalloc(size={nbytes})", size=nbytes)
+    check(rc, "acldvppMalloc", size=nbytes)
     return int(ptr)
 
 
@@ -257,8 +247,7 @@ def hi_mpi_dvpp_malloc(dev_id: int, size: int) -> int:
     dev = c_uint(dev_id, "hi_mpi_dvpp_malloc", "dev_id", 32, "hi_u32")
     nbytes = c_uint(size, "hi_mpi_dvpp_malloc", "size", 64, "hi_u64")
     rc, ptr = _backend.get().hi_mpi_dvpp_malloc(dev, nbytes)
-    if rc:
-        raise _fail(rc, f"hi_mpi_dvpp_malloc(dev_id={dev}, size={nbytes})", size=nbytes)
+    check(rc, "hi_mpi_dvpp_malloc", dev_id=dev, size=nbytes)
     return int(ptr)
 
 
@@ -284,8 +273,8 @@ def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None
         n = c_uint(count, call, "count")
         k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
     rc = _backend.get().aclrtMemcpy(d, dm, s, n, k)
-    if rc:
-        raise _fail(rc, f"{call}(dst={d:#x}, destMax={dm}, src={s:#x}, count={n}, kind={k})")
+    if rc:  # the hot path: no call at all on success
+        check(rc, call, dst=d, destMax=dm, src=s, count=n, kind=k)
 
 
 def aclrtMemset(devPtr: int, maxCount: int, value: int, count: int) -> None:
@@ -296,16 +285,14 @@ def aclrtMemset(devPtr: int, maxCount: int, value: int, count: int) -> None:
     v = c_int(value, call, "value")
     n = c_uint(count, call, "count")
     rc = _backend.get().aclrtMemset(p, mc, v, n)
-    if rc:
-        raise _fail(rc, f"{call}(devPtr={p:#x}, maxCount={mc}, value={v}, count={n})")
+    check(rc, call, devPtr=p, maxCount=mc, value=v, count=n)
 
 
 def aclrtGetMemInfo(attr: int) -> tuple[int, int]:
     """``(free, total)`` bytes of the page pool ``attr`` names (docs/runtime-model.md §3.12)."""
     a = c_uint(attr, "aclrtGetMemInfo", "attr", 32, "aclrtMemAttr")
     rc, free, total = _backend.get().aclrtGetMemInfo(a)
-    if rc:
-        raise _fail(rc, f"aclrtGetMemInfo(attr={a})")
+    check(rc, "aclrtGetMemInfo", attr=a)
     return free, total
 
 
@@ -314,8 +301,7 @@ def aclrtMemGetAddressRange(ptr: int) -> tuple[int, int]:
     §4.8)."""
     p = c_uint(ptr, "aclrtMemGetAddressRange", "ptr", 64, "void *")
     rc, base, size = _backend.get().aclrtMemGetAddressRange(p)
-    if rc:
-        raise _fail(rc, f"aclrtMemGetAddressRange(ptr={p:#x})")
+    check(rc, "aclrtMemGetAddressRange", ptr=p)
     return base, size
 
 
@@ -324,8 +310,7 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
     (docs/runtime-model.md §4.9)."""
     p = c_uint(ptr, "aclrtPointerGetAttributes", "ptr", 64, "const void *")
     rc, loc_type, loc_id, page = _backend.get().aclrtPointerGetAttributes(p)
-    if rc:
-        raise _fail(rc, f"aclrtPointerGetAttributes(ptr={p:#x})")
+    check(rc, "aclrtPointerGetAttributes", ptr=p)
     known = loc_type in MemLocationType._value2member_map_
     return PtrAttributes(MemLocationType(loc_type) if known else loc_type, loc_id, page)
 
@@ -337,8 +322,7 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
 def aclrtCreateStream() -> int:
     """A new stream in the calling thread's context (docs/runtime-model.md §3.4)."""
     rc, stream = _backend.get().aclrtCreateStream()
-    if rc:
-        raise _fail(rc, "aclrtCreateStream()")
+    check(rc, "aclrtCreateStream")
     return stream
 
 
@@ -346,8 +330,7 @@ def aclrtDestroyStream(stream: int) -> None:
     """Destroy ``stream`` after its queued work ran; NULL -> 100000 (docs/runtime-model.md §3.4)."""
     handle = c_uint(stream, "aclrtDestroyStream", "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtDestroyStream(handle)
-    if rc:
-        raise _fail(rc, f"aclrtDestroyStream(stream={handle:#x})")
+    check(rc, "aclrtDestroyStream", stream=handle)
 
 
 def aclrtSynchronizeStream(stream: int = 0) -> None:
@@ -355,15 +338,13 @@ def aclrtSynchronizeStream(stream: int = 0) -> None:
     §3.4)."""
     handle = c_uint(stream, "aclrtSynchronizeStream", "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtSynchronizeStream(handle)
-    if rc:
-        raise _fail(rc, f"aclrtSynchronizeStream(stream={handle:#x})")
+    check(rc, "aclrtSynchronizeStream", stream=handle)
 
 
 def aclrtSynchronizeDevice() -> None:
     """Wait for every stream of the current context (docs/runtime-model.md §3.4)."""
     rc = _backend.get().aclrtSynchronizeDevice()
-    if rc:
-        raise _fail(rc, "aclrtSynchronizeDevice()")
+    check(rc, "aclrtSynchronizeDevice")
 
 
 def aclrtMemcpyAsync(dst: int, destMax: int, src: int, count: int, kind: int,
@@ -377,9 +358,7 @@ def aclrtMemcpyAsync(dst: int, destMax: int, src: int, count: int, kind: int,
     k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
     h = c_uint(stream, call, "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtMemcpyAsync(d, dm, s, n, k, h)
-    if rc:
-        raise _fail(rc, f"{call}(dst={d:#x}, destMax={dm}, src={s:#x}, count={n}, kind={k}, "
-                        f"stream={h:#x})")
+    check(rc, call, dst=d, destMax=dm, src=s, count=n, kind=k, stream=h)
 
 
 def aclrtMemsetAsync(devPtr: int, maxCount: int, value: int, count: int,
@@ -392,6 +371,4 @@ def aclrtMemsetAsync(devPtr: int, maxCount: int, value: int, count: int,
     n = c_uint(count, call, "count")
     h = c_uint(stream, call, "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtMemsetAsync(p, mc, v, n, h)
-    if rc:
-        raise _fail(rc, f"{call}(devPtr={p:#x}, maxCount={mc}, value={v}, count={n}, "
-                        f"stream={h:#x})")
+    check(rc, call, devPtr=p, maxCount=mc, value=v, count=n, stream=h)
