@@ -482,10 +482,8 @@ class HostBuffer(Buffer, BufferSlots):
     def _view(self, what: str) -> memoryview:
         self._check_live(what)
         # The fake reports a view taken while queued work will still write here.
-        check_pending = getattr(self._backend, "check_pending", None)
-        if check_pending is not None:
-            check_pending(self._ptr, self._size, access="read",
-                          what=f"{type(self).__name__}.{what}()")
+        self._backend.check_pending(self._ptr, self._size, access="read",
+                                    what=f"{type(self).__name__}.{what}()")
         view = memoryview(ffi.buffer(self._handle, self._size))
         # A free() on another thread between the check above and the view would not
         # have seen it; it is seen now, and the view is taken back before any use.
