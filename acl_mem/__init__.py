@@ -22,6 +22,7 @@ from .errors import (
     DrvInternalError,
     FeatureNotSupportError,
     FreedBufferError,
+    FunctionNotAvailableError,
     HazardError,
     HazardWarning,
     InternalError,
@@ -61,6 +62,7 @@ from .sizes import (
     segment_size,
 )
 from .stream import Stream
+from .versions import RuntimeVersion, runtime_version
 from .vmm import (
     ExpandableSegment,
     MappedMemory,
@@ -113,6 +115,7 @@ __all__ = [
     "ExpandableSegment",
     "FeatureNotSupportError",
     "FreedBufferError",
+    "FunctionNotAvailableError",
     "GiB",
     "HazardError",
     "HazardWarning",
@@ -145,6 +148,7 @@ __all__ = [
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
+    "RuntimeVersion",
     "Segment",
     "SegmentPool",
     "Stream",
@@ -160,6 +164,7 @@ __all__ = [
     "granularity",
     "raw",
     "reserve_and_map",
+    "runtime_version",
     "segment_alignment",
     "segment_size",
     "sizes",

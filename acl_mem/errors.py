@@ -11,6 +11,7 @@ from typing import ClassVar
 
 __all__ = [
     "AclError",
+    "AclInternalError",
     "BackendError",
     "ContextNullError",
     "ContextReleaseError",
@@ -19,6 +20,7 @@ __all__ = [
     "DrvInternalError",
     "FeatureNotSupportError",
     "FreedBufferError",
+    "FunctionNotAvailableError",
     "HazardError",
     "HazardWarning",
     "InternalError",
@@ -99,6 +101,14 @@ class RepeatInitializeError(AclError):
 
     CODE = 100002
     NAME = "ACL_ERROR_REPEAT_INITIALIZE"
+
+
+class AclInternalError(AclError):
+    """500000: an internal error of the ACL layer (e.g. a version query for a package that
+    is not installed)."""
+
+    CODE = 500000
+    NAME = "ACL_ERROR_INTERNAL_ERROR"
 
 
 class RepeatFinalizeError(AclError):
@@ -233,6 +243,21 @@ class DestroyedStreamError(ValueError):
 
 class DeviceNotCurrentError(RuntimeError):
     """A :class:`~acl_mem.Device` method ran on a thread where another device is current."""
+
+
+class FunctionNotAvailableError(RuntimeError):
+    """The runtime in use has no such function (a CANN release older than the function).
+
+    Calling it in a C program would fail to link or to load; acl_mem raises this instead,
+    naming the function and the release. ``function`` and ``release`` are attributes.
+    """
+
+    def __init__(self, function: str, release: str, since: str = "") -> None:
+        self.function = function
+        self.release = release
+        added = f" (added in CANN {since})" if since else ""
+        super().__init__(f"{function} does not exist in CANN {release}{added}: use a newer "
+                         f"runtime, or avoid the call on this release")
 
 
 class BackendError(RuntimeError):

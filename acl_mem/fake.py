@@ -6,6 +6,7 @@ everything allocated before is gone, and buffers from before report themselves f
 Changing only the reporting modes (``hazards``, ``check``) keeps the memory.
 
 Environment variables read here: ``ACL_MEM_FAKE_PROFILE`` (profile at first use),
+``ACL_MEM_FAKE_CANN=8.5.0|9.0.1|9.1.0`` (the CANN release played, default 9.1.0),
 ``ACL_MEM_CHECK=1`` (memory checker on), ``ACL_MEM_HAZARDS=warn|raise|count`` (hazard
 mode) and ``ACL_MEM_LEAK_REPORT=1``, which prints, when the process exits, every
 allocation the fake still holds (with its allocation stack when the checker is on) to
@@ -23,28 +24,45 @@ from . import _backend
 from ._args import c_uint
 from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
 from ._fake.config import (
+    current_cann,
     current_check,
     current_hazard_mode,
     current_profile,
+    set_cann,
     set_check,
     set_hazard_mode,
     set_profile,
 )
+from ._fake.versions import VERSIONS, resolve_cann
 from ._lifecycle import state
 
-__all__ = ["PROFILES", "Allocation", "Profile", "configure", "hazards", "inject_fault", "leaks",
-           "profile", "reset"]
+__all__ = [
+    "PROFILES",
+    "VERSIONS",
+    "Allocation",
+    "Profile",
+    "cann",
+    "configure",
+    "hazards",
+    "inject_fault",
+    "leaks",
+    "profile",
+    "reset",
+]
 
 
 def configure(
     profile: str | None = None, *, device_count: int | None = None,
     hbm_bytes: int | None = None, hazards: str | None = None, check: bool | None = None,
+    cann: str | None = None,
 ) -> Profile:
     """Choose the fake's profile, size and reporting modes; returns the profile in effect.
 
     ``profile`` is a profile name (``atlas-a2``, ``atlas-inference``, ``ascend950``) or
     a SoC family (``Ascend910B``); ``device_count`` and ``hbm_bytes`` (per device)
-    override the profile's values. Any of these three, or no argument at all, starts a
+    override the profile's values. ``cann`` is the CANN release whose behaviour the fake
+    plays: ``"8.5.0"``, ``"9.0.1"`` or ``"9.1.0"`` (default; also ``ACL_MEM_FAKE_CANN``),
+    see docs/runtime-model.md §0.1. Any of these four, or no argument at all, starts a
     fresh device: everything allocated before is gone, and buffers from before report
     themselves freed.
 
@@ -55,8 +73,8 @@ def configure(
     Given alone, ``hazards`` and ``check`` apply to the running fake and keep its
     memory: blocks allocated before the checker was turned on are not canary-checked.
     """
-    modes_only = profile is None and device_count is None and hbm_bytes is None and (
-        hazards is not None or check is not None)
+    modes_only = profile is None and device_count is None and hbm_bytes is None and \
+        cann is None and (hazards is not None or check is not None)
     active = _backend._active
     if modes_only and isinstance(active, FakeBackend):
         active._state.set_modes(hazards=hazards, check=check)
@@ -70,9 +88,12 @@ def configure(
     if capacity is not None and capacity < (1 << 21):
         raise ValueError(f"configure: hbm_bytes must be at least 2 MiB, got {capacity}")
     chosen = base.with_overrides(device_count=count, capacity=capacity)
+    release = current_cann() if cann is None else resolve_cann(cann)
     mode = hazards or current_hazard_mode()
     checking = current_check() if check is None else bool(check)
-    fresh = FakeBackend(chosen, hazards=mode, check=checking)
+    fresh = FakeBackend(chosen, hazards=mode, check=checking, cann=release)
+    if cann is not None:
+        set_cann(release)
     set_profile(chosen)
     set_hazard_mode(hazards)
     set_check(check)
@@ -85,13 +106,19 @@ def reset() -> None:
     set_profile(None)
     set_hazard_mode(None)
     set_check(None)
+    set_cann(None)
     _replace_active(FakeBackend(current_profile(), hazards=current_hazard_mode(),
-                                check=current_check()))
+                                check=current_check(), cann=current_cann()))
 
 
 def profile() -> Profile:
     """The profile the fake uses now."""
     return current_profile()
+
+
+def cann() -> str:
+    """The CANN release the fake plays now (``"9.1.0"`` unless configured)."""
+    return current_cann().name
 
 
 def inject_fault(call: str, nth: int = 1, code: int = 207001) -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "aclrtGetDeviceCount",
     "aclrtGetMemInfo",
     "aclrtGetSocName",
+    "aclrtGetVersion",
     "aclrtMalloc",
     "aclrtMallocAlign32",
     "aclrtMallocCached",
@@ -78,6 +79,7 @@ __all__ = [
     "aclrtSynchronizeDevice",
     "aclrtSynchronizeStream",
     "aclrtUnmapMem",
+    "aclsysGetVersionStr",
     "hi_mpi_dvpp_free",
     "hi_mpi_dvpp_malloc",
 ]
@@ -159,6 +161,25 @@ def aclrtGetDeviceCount() -> int:
     rc, count = _backend.get().aclrtGetDeviceCount()
     check(rc, "aclrtGetDeviceCount")
     return count
+
+
+def aclrtGetVersion() -> tuple[int, int, int]:
+    """``(major, minor, patch)`` of the ACL interface: 1.16.0 on CANN 8.5.0, 1.17.0 on 9.0.1
+    and 9.1.0 (docs/runtime-model.md §0.1)."""
+    rc, major, minor, patch = _backend.get().aclrtGetVersion()
+    check(rc, "aclrtGetVersion")
+    return major, minor, patch
+
+
+def aclsysGetVersionStr(pkgName: str) -> str:
+    """Version string of an installed CANN package, e.g. ``aclsysGetVersionStr("runtime")``
+    -> ``"9.1.0"`` (500000 if the package is not installed)."""
+    if not isinstance(pkgName, str):
+        raise TypeError(f"aclsysGetVersionStr: pkgName must be a str, got "
+                        f"{type(pkgName).__name__}")
+    rc, version = _backend.get().aclsysGetVersionStr(pkgName)
+    check(rc, "aclsysGetVersionStr", pkgName=pkgName)
+    return version
 
 
 def aclrtGetSocName() -> str:

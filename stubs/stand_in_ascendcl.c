@@ -120,6 +120,8 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtGetDevice)(int32_t *deviceId);
     aclError (*aclrtGetDeviceCount)(uint32_t *count);
     const char * (*aclrtGetSocName)(void);
+    aclError (*aclrtGetVersion)(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
+    aclError (*aclsysGetVersionStr)(char *pkgName, char *versionStr);
     aclError (*aclrtMalloc)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocAlign32)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocCached)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
@@ -191,6 +193,14 @@ aclError aclrtGetDeviceCount(uint32_t *count)
 const char * aclrtGetSocName(void)
 {
     return stand_in.aclrtGetSocName ? stand_in.aclrtGetSocName() : NULL;
+}
+aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
+{
+    return stand_in.aclrtGetVersion ? stand_in.aclrtGetVersion(majorVersion, minorVersion, patchVersion) : 507000;
+}
+aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
+{
+    return stand_in.aclsysGetVersionStr ? stand_in.aclsysGetVersionStr(pkgName, versionStr) : 507000;
 }
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {

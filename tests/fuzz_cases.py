@@ -323,6 +323,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclrtGetDevice": (),
     "aclrtGetDeviceCount": (),
     "aclrtGetSocName": (),
+    "aclrtGetVersion": (),
+    "aclsysGetVersionStr": ("path",),
     "aclrtCreateStream": (),
     "aclrtDestroyStream": ("stream",),
     "aclrtSynchronizeStream": ("stream",),
@@ -367,6 +369,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 FAMILIES: dict[str, tuple[str, ...]] = {
     "runtime": ("aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice",
                 "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetSocName",
+                "aclrtGetVersion", "aclsysGetVersionStr",
                 "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream",
                 "aclrtSynchronizeDevice", "aclrtGetMemInfo"),
     "alloc": ("aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree",

@@ -103,6 +103,8 @@ _INPUT_POINTERS = {
     ("aclrtMemSetAccess", 2): "in_desc",
     ("aclrtMemSetPidToShareableHandle", 1): "in_pids",
 }
+#: ``char *`` arguments the callee writes (a string output, not an input).
+_OUTPUT_STRINGS = {("aclsysGetVersionStr", 1)}
 
 
 def _read_prop(value: Any) -> aclrtPhysicalMemProp:
@@ -165,7 +167,8 @@ class StandIn:
 
     def _callback(self, name: str, fntype: Any) -> Any:
         ffi = self.ffi
-        roles = [_INPUT_POINTERS.get((name, i)) or _role(ffi, arg)
+        roles = [_INPUT_POINTERS.get((name, i))
+                 or ("out_str" if (name, i) in _OUTPUT_STRINGS else _role(ffi, arg))
                  for i, arg in enumerate(fntype.args)]
         returns_pointer = fntype.result.kind == "pointer"
 
@@ -207,7 +210,12 @@ class StandIn:
                             values = values[_write_struct(ffi, pointer, values):]
                         continue
                     value = values.pop(0)
-                    if pointer != ffi.NULL:
+                    if pointer == ffi.NULL:
+                        continue
+                    if role == "out_str":
+                        data = value.encode() + b"\0"
+                        ffi.memmove(pointer, data, len(data))
+                    else:
                         pointer[0] = ffi.cast("void *", value) if role == "out_ptr" else value
             return rc
 

@@ -29,8 +29,10 @@ def test_every_row_is_unconfirmed_or_says_how():
     assert len(rows) >= 20
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert len(cells) == 5, row
-        assert cells[4] in ("no", "yes"), row
+        assert len(cells) == 6, row
+        assert cells[5] in ("no", "yes"), row
+        releases = cells[3]
+        assert releases.startswith("all") or re.match(r"\d+\.\d+\.\d+", releases), row
 
 
 def _function_rows() -> dict[str, list[str]]:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 from . import codes
 from .addresses import DEVICE_SPACE_END, AddressMap
 from .checker import Checker
+from .config import current_cann
 from .copies import Copies
 from .device import DEVICE_SPACE_BASE
 from .diagnostics import Diagnostics
@@ -50,6 +51,7 @@ from .runtime import FakeRuntime
 from .state import EngineState
 from .stream_calls import StreamCalls
 from .streams import Hazards, StreamTable
+from .versions import CannVersion
 from .vmm_calls import VmmCalls
 from .vmm_space import MIRROR_OFFSET, VMM_WINDOW, Physical, Reservation
 
@@ -165,9 +167,11 @@ class FakeBackend:
     check_pending = _Call("_diagnostics", Diagnostics.check_pending)
     live_blocks = _Call("_diagnostics", Diagnostics.live_blocks)
 
-    def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False) -> None:
+    def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False,
+                 cann: CannVersion | None = None) -> None:
         self.address_space_reserved = _reserve_device_space()
-        self._state = state = EngineState(profile, hazards=hazards, check=check)
+        self._state = state = EngineState(profile, hazards=hazards, check=check,
+                                          cann=cann or current_cann())
         self._addresses = AddressMap(state)
         self._diagnostics = Diagnostics(state, self._addresses)
         self._copies_part = Copies(state, self._addresses, self._diagnostics)
@@ -243,7 +247,8 @@ class FakeBackend:
     def from_environment(cls) -> FakeBackend:
         from .config import current_check, current_hazard_mode, current_profile
 
-        return cls(current_profile(), hazards=current_hazard_mode(), check=current_check())
+        return cls(current_profile(), hazards=current_hazard_mode(), check=current_check(),
+                   cann=current_cann())
 
     @classmethod
     def for_profile(
@@ -257,6 +262,7 @@ class FakeBackend:
     def describe(self) -> dict[str, object]:
         return {
             "profile": self._state.profile.name,
+            "cann": self._state.cann.name,
             "soc": self._state.profile.soc_name,
             "description": self._state.profile.description,
             "device_count": self._state.profile.device_count,
@@ -310,6 +316,21 @@ class FakeBackend:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
         return codes.SUCCESS, len(self._state.runtime.devices)
+
+    # -- versions (docs/runtime-model.md §0.1) --------------------------------------------------
+    def aclrtGetVersion(self, null_outputs: int = 0) -> tuple[int, int, int, int]:
+        if null_outputs & 7:
+            return codes.INVALID_PARAM, 0, 0, 0
+        return (codes.SUCCESS, *self._state.cann.acl_version)
+
+    def aclsysGetVersionStr(self, pkgName: str | None,
+                            null_outputs: int = 0) -> tuple[int, str]:
+        if null_outputs & 1 or pkgName is None:
+            return codes.INVALID_PARAM, ""
+        # The fake installs one package: the runtime (also asked for as "cann").
+        if pkgName.replace("_", "-") not in ("runtime", "cann"):
+            return codes.INTERNAL_ERROR, ""
+        return codes.SUCCESS, self._state.cann.version_str
 
     # -- introspection for tests and tools ---------------------------------------------------------
     def resident_bytes(self) -> int:

@@ -6,8 +6,10 @@ import os
 import threading
 
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
+from .versions import DEFAULT_CANN, CannVersion, resolve_cann
 
-__all__ = ["current_hazard_mode", "current_profile", "set_hazard_mode", "set_profile"]
+__all__ = ["current_cann", "current_hazard_mode", "current_profile", "set_cann",
+           "set_hazard_mode", "set_profile"]
 
 _lock = threading.Lock()
 
@@ -33,6 +35,22 @@ def set_profile(profile: Profile | None) -> None:
     global _configured
     with _lock:
         _configured = profile
+
+
+_cann: CannVersion | None = None
+
+
+def current_cann() -> CannVersion:
+    """The CANN release the fake plays: configure(cann=...), else ``ACL_MEM_FAKE_CANN``,
+    else 9.1.0."""
+    if _cann is not None:
+        return _cann
+    return resolve_cann(os.environ.get("ACL_MEM_FAKE_CANN", "").strip() or DEFAULT_CANN)
+
+
+def set_cann(version: CannVersion | None) -> None:
+    global _cann
+    _cann = version
 
 
 _hazard_mode: str | None = None

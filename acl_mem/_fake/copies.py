@@ -28,17 +28,20 @@ class Copies:
         self._state = state
         self._addresses = addresses
         self._diagnostics = diagnostics
+        # The release's order of the first checks (fixed for the life of the fake).
+        self._count_first = state.cann.count_checked_first
         # Frees and unmaps recognise a thread still copying by this code on its stack.
         state.copy_codes.add(Copies.aclrtMemcpy.__code__)
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
-        if kind > 5:
+        if self._count_first:  # 9.1.0: count 0 first, then NULL, then the kind
+            if count == 0:
+                return codes.SUCCESS
+            if dst == 0 or src == 0 or kind > 5:
+                return codes.INVALID_PARAM
+        elif dst == 0 or src == 0 or kind > 5:  # older: NULL, kind; count 0 -> runtime
             return codes.INVALID_PARAM
-        if count == 0:
-            return codes.SUCCESS
-        if dst == 0 or src == 0:
-            return codes.INVALID_PARAM
-        if destMax == 0 or count > destMax:
+        if destMax == 0 or count == 0 or count > destMax:
             return codes.RT_PARAM_INVALID
         if dst == src:
             return codes.SUCCESS
@@ -89,10 +92,12 @@ class Copies:
                 state.copies.pop(token, None)
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
-        if count == 0:
+        if count == 0 and self._count_first:
             return codes.SUCCESS
         if devPtr == 0:
             return codes.INVALID_PARAM
+        if count == 0:  # before 9.1.0 the runtime refuses count 0
+            return codes.RT_PARAM_INVALID
         state = self._state
         with state.lock:
             if state.runtime.current() is None:

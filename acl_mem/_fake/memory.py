@@ -14,6 +14,7 @@ import contextlib
 import mmap
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
+from ..errors import FunctionNotAvailableError
 from ..sizes import (
     HUGE_FIRST_THRESHOLD,
     SIZE_T_MAX,
@@ -67,8 +68,11 @@ class DeviceMemory:
         if plan is None:
             api = AllocApi(call)
             chosen = effective_policy(api, policy)
+            cann = self._state.cann
+            # Before 9.1.0 the padding is a fixed 32 whatever the SoC, and the overflow
+            # check adds 64 before the padding is chosen (docs/runtime-model.md §3.5).
             pad = 0 if api is AllocApi.MALLOC_ALIGN32 or policy in _GIANT else \
-                self._state.profile.padding
+                self._state.profile.padding if cann.soc_padding else 32
             unsupported = 0
             if chosen in _GIANT and not self._state.profile.giant_pages:
                 unsupported = codes.FEATURE_NOT_SUPPORT
@@ -78,7 +82,8 @@ class DeviceMemory:
             # Plain ints: page sizes are dict keys on the hot path (an enum hashes slowly).
             small = tuple(int(kind) for kind in page_kinds(1, chosen))
             large = tuple(int(kind) for kind in page_kinds(HUGE_FIRST_THRESHOLD + 1, chosen))
-            plan = Plan(call, 32 + pad, rounding, unsupported, small, large)
+            overhead = 32 + pad if cann.soc_padding else 64
+            plan = Plan(call, overhead, rounding, unsupported, small, large)
             self.plans[(call, policy)] = plan
         return plan
 
@@ -267,7 +272,7 @@ class DeviceMemory:
     def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
         if null_outputs & 3:
             return codes.INVALID_PARAM, 0, 0
-        if attr > MemAttr.MEM_P2P_HUGE1G:
+        if attr > self._state.cann.meminfo_max_attr:  # 8.5.0 stops at 11 (§3.12)
             return codes.INVALID_MEMORY_TYPE, 0, 0
         with self._state.lock:
             device = self._state.runtime.current()
@@ -292,6 +297,9 @@ class DeviceMemory:
             return codes.SUCCESS, free, total
 
     def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        if not self._state.cann.has_address_range:
+            raise FunctionNotAvailableError("aclrtMemGetAddressRange", self._state.cann.name,
+                                            "9.0.1")
         if ptr == 0:
             return codes.INVALID_PARAM, 0, 0
         if null_outputs & 3 == 3:
@@ -309,6 +317,14 @@ class DeviceMemory:
             size = 0 if null_outputs & 2 else extent
             return codes.SUCCESS, base, size
 
+    def _host_id(self) -> int:
+        """location.id reported for host memory: 0 from 9.0.1; before, the id of the
+        calling thread's device (docs/runtime-model.md §4.9)."""
+        if self._state.cann.host_location_id_zero:
+            return 0
+        device = self._state.runtime.current()
+        return 0 if device is None else device.id
+
     def aclrtPointerGetAttributes(
         self, ptr: int, null_outputs: int = 0
     ) -> tuple[int, int, int, int]:
@@ -320,7 +336,7 @@ class DeviceMemory:
                 physical = mapping.physical
                 page = physical.granularity
                 if physical.device is None:
-                    return codes.SUCCESS, MemLocationType.HOST, 0, page
+                    return codes.SUCCESS, MemLocationType.HOST, self._host_id(), page
                 return codes.SUCCESS, MemLocationType.DEVICE, physical.device, page
             if VMM_WINDOW[0] <= ptr < VMM_WINDOW[1]:
                 return codes.RT_PARAM_INVALID, 0, 0, 0
@@ -328,7 +344,7 @@ class DeviceMemory:
             if block is not None and block.device is not None:
                 return codes.SUCCESS, MemLocationType.DEVICE, block.device, block.page_size
             if block is not None:
-                return codes.SUCCESS, MemLocationType.HOST, 0, HOST_PAGE
+                return codes.SUCCESS, MemLocationType.HOST, self._host_id(), HOST_PAGE
             if DEVICE_SPACE_BASE <= ptr < DEVICE_SPACE_END:
                 return codes.RT_PARAM_INVALID, 0, 0, 0
             return codes.SUCCESS, MemLocationType.UNREGISTERED, 0, HOST_PAGE

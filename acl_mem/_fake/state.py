@@ -25,6 +25,7 @@ from .extents import BlockIndex
 from .profiles import Profile
 from .runtime import FakeRuntime
 from .streams import Hazards, Op, StreamTable
+from .versions import CannVersion
 from .vmm_space import ReservationIndex
 
 __all__ = ["COPY_WAIT_LIMIT", "EngineState"]
@@ -38,8 +39,11 @@ class EngineState:
     """Profile, runtime (devices, contexts, the lock), streams, hazards, checker, fault
     plan, copies in flight, pinned host memory and the VMM reservations."""
 
-    def __init__(self, profile: Profile, *, hazards: str, check: bool) -> None:
+    def __init__(self, profile: Profile, *, hazards: str, check: bool,
+                 cann: CannVersion) -> None:
         self.profile = profile
+        #: The CANN release whose observable behaviour the fake plays (versions.py).
+        self.cann = cann
         self.streams = StreamTable()
         self.hazards = Hazards(hazards)
         self.runtime = FakeRuntime(profile, self.release_device)

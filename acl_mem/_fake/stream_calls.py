@@ -123,17 +123,21 @@ class StreamCalls:
     # -------------------------------------
     def aclrtMemcpyAsync(self, dst: int, destMax: int, src: int, count: int,
                          kind: int, stream: int) -> int:
-        if kind > 5:
-            return codes.INVALID_PARAM
-        if count == 0:
-            return codes.SUCCESS
-        if dst == 0 or src == 0:
+        cann = self._state.cann
+        if cann.count_checked_first:  # 9.1.0: count 0 first, then NULL, then the kind
+            if count == 0:
+                return codes.SUCCESS
+            if dst == 0 or src == 0 or kind > 5:
+                return codes.INVALID_PARAM
+        elif dst == 0 or src == 0 or kind > 5:  # older: NULL, kind; count 0 -> runtime
             return codes.INVALID_PARAM
         with self._state.lock:
-            if stream != 0 and not self._handle_valid(stream):
+            if cann.stream_handle_checked and stream != 0 and not self._handle_valid(stream):
                 return codes.INVALID_HANDLE
-            if count > destMax:
+            if count == 0 or count > destMax:
                 return codes.RT_PARAM_INVALID
+            if cann.async_context_first and self._state.runtime.current_context() is None:
+                return codes.CONTEXT_NULL
             resolve = self._addresses.resolve
             source, target = resolve(src, count), resolve(dst, count)
             if source is None or target is None:
@@ -143,6 +147,8 @@ class StreamCalls:
             real_kind = corrected_kind(_where(source), _where(target), kind)
             if real_kind is None:
                 return codes.RT_PARAM_INVALID
+            if not cann.async_context_first and self._state.runtime.current_context() is None:
+                return codes.CONTEXT_NULL
             if real_kind == _H2H:
                 return codes.FEATURE_NOT_SUPPORT
             if dst == src:
@@ -160,14 +166,15 @@ class StreamCalls:
 
     def aclrtMemsetAsync(self, devPtr: int, maxCount: int, value: int,
                          count: int, stream: int) -> int:
-        if count == 0:
+        cann = self._state.cann
+        if count == 0 and cann.zero_count_succeeds:
             return codes.SUCCESS
         if devPtr == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
-            if stream != 0 and not self._handle_valid(stream):
+            if cann.stream_handle_checked and stream != 0 and not self._handle_valid(stream):
                 return codes.INVALID_HANDLE
-            if count > maxCount:
+            if count == 0 or count > maxCount:
                 return codes.RT_PARAM_INVALID
             found, rc = self._resolve_stream(stream)
             if found is None:

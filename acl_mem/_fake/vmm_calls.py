@@ -17,7 +17,7 @@ import os
 from dataclasses import replace
 
 from .._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
-from ..enums import MemLocationType
+from ..enums import MemAttr, MemLocationType
 from ..errors import AclError
 from ..sizes import GIANT_PAGE, HUGE_PAGE, GiB, MiB, PageKind, align_up
 from . import codes
@@ -127,10 +127,12 @@ class VmmCalls:
 
     # -- physical memory (docs/runtime-model.md §4.3, §4.5)
     # --------------------------------------------
-    def _check_prop(self, prop: aclrtPhysicalMemProp) -> int:
+    def _check_prop(self, prop: aclrtPhysicalMemProp, *, allocating: bool = False) -> int:
         """Steps 7-9 of docs/runtime-model.md §4.3 (ACL layer) then the device id (runtime)."""
         location = prop.location.type
         if location == MemLocationType.UNREGISTERED:
+            return codes.INVALID_PARAM
+        if allocating and location == _MANAGED and self._state.cann.physical_rejects_managed:
             return codes.INVALID_PARAM
         if location == MemLocationType.DEVICE and prop.memAttr in _HOST_ONLY_ATTRS:
             return codes.INVALID_PARAM
@@ -147,7 +149,7 @@ class VmmCalls:
             return codes.INVALID_PARAM, 0
         if prop.handleType != 0 or prop.allocationType != 0:
             return codes.INVALID_PARAM, 0
-        rc = self._check_prop(prop)
+        rc = self._check_prop(prop, allocating=True)
         if rc:
             return rc, 0
         location = prop.location.type
@@ -266,6 +268,14 @@ class VmmCalls:
                                          null_outputs: int = 0) -> tuple[int, int]:
         if prop is None or null_outputs & 1:
             return codes.INVALID_PARAM, 0
+        if not self._state.cann.granularity_all_attrs:
+            # 8.5.0: three device attributes only, and the runtime takes location.id for
+            # a device id whatever the location (docs/runtime-model.md §4.5).
+            if prop.memAttr not in _GRANULARITY_850:
+                return codes.INVALID_PARAM, 0
+            if not self._state.runtime.valid_device(prop.location.id):
+                return codes.INVALID_DEVICEID, 0
+            return codes.SUCCESS, granularity_of(prop.memAttr)
         rc = self._check_prop(prop)
         if rc:
             return rc, 0
@@ -440,25 +450,39 @@ class VmmCalls:
     # -- handles (§4) ------------------------------------------------------------------------------
     def aclrtMemRetainAllocationHandle(self, virPtr: int,
                                        null_outputs: int = 0) -> tuple[int, int]:
-        if virPtr == 0 or null_outputs & 1:
+        if virPtr == 0 or (null_outputs & 1 and self._state.cann.retain_checks_output):
             return codes.INVALID_PARAM, 0
         with self._state.lock:
             mapping = self._state.reservations.mapping_at(virPtr)
-            if mapping is None:
+            if mapping is None or null_outputs & 1:  # 8.5.0, NULL output: fidelity row 67
                 return codes.RT_PARAM_INVALID, 0
             return codes.SUCCESS, mapping.physical.handle
 
     def aclrtMemGetAllocationPropertiesFromHandle(
         self, handle: int, null_outputs: int = 0
     ) -> tuple[int, aclrtPhysicalMemProp | None]:
-        if handle == 0 or null_outputs & 1:
+        v2 = self._state.cann.properties_v2
+        if handle == 0 or (null_outputs & 1 and v2):
             return codes.INVALID_PARAM, None
         with self._state.lock:
             physical = self.physicals.get(handle)
-            if physical is None:
+            if physical is None or null_outputs & 1:  # 8.5.0, NULL prop: fidelity row 67
                 return codes.RT_PARAM_INVALID, None
-            return codes.SUCCESS, replace(physical.prop,
-                                          location=replace(physical.prop.location))
+            prop = physical.prop
+            if not v2 and (prop.location.type != MemLocationType.DEVICE
+                           or prop.memAttr not in _HBM_ATTRS):
+                return codes.INVALID_PARAM, None  # 8.5.0 reports device HBM memory only
+            return codes.SUCCESS, replace(prop, location=replace(prop.location))
+
+
+#: aclrtMemLocationType MANAGED (3), named by the header only from 9.1.0.
+_MANAGED = 3
+#: The attributes 8.5.0's aclrtMemGetAllocationGranularity accepts.
+_GRANULARITY_850 = frozenset({MemAttr.HBM_MEM_HUGE, MemAttr.HBM_MEM_NORMAL,
+                              MemAttr.HBM_MEM_HUGE1G})
+#: Device memory 8.5.0's aclrtMemGetAllocationPropertiesFromHandle can describe.
+_HBM_ATTRS = frozenset({MemAttr.HBM_MEM_HUGE, MemAttr.HBM_MEM_NORMAL, MemAttr.HBM_MEM_HUGE1G,
+                        MemAttr.MEM_NORMAL, MemAttr.MEM_HUGE, MemAttr.MEM_HUGE1G})
 
 
 def _fixed_alignment(size: int) -> int:

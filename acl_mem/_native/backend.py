@@ -11,6 +11,7 @@ import os
 import threading
 from typing import Any
 
+from ..errors import FunctionNotAvailableError
 from .loader import load_library, make_ffi
 from .vmm import NativeVmm
 
@@ -98,6 +99,34 @@ class NativeBackend(NativeVmm):
         rc = int(self.lib.aclrtGetDevice(out))
         return rc, int(out[0]) if rc == 0 and out != self._null else 0
 
+    def _function(self, name: str, since: str) -> Any:
+        """A function that older releases lack: FunctionNotAvailableError if this library
+        has no such symbol (cffi resolves it on first use)."""
+        try:
+            return getattr(self.lib, name)
+        except AttributeError:
+            rc, release = self.aclsysGetVersionStr("runtime")
+            raise FunctionNotAvailableError(name, release if rc == 0 else "(unknown)",
+                                            since) from None
+
+    def aclrtGetVersion(self, null_outputs: int = 0) -> tuple[int, int, int, int]:
+        parts = [self._out("int32_t *", bool(null_outputs & (1 << i))) for i in range(3)]
+        rc = int(self.lib.aclrtGetVersion(*parts))
+        if rc:
+            return rc, 0, 0, 0
+        major, minor, patch = (0 if p == self._null else int(p[0]) for p in parts)
+        return rc, major, minor, patch
+
+    def aclsysGetVersionStr(self, pkgName: str | None,
+                            null_outputs: int = 0) -> tuple[int, str]:
+        # The header asks for a buffer of ACL_PKG_VERSION_MAX_SIZE (128) bytes.
+        out = self._null if null_outputs & 1 else self.ffi.new("char[]", 128)
+        name = self._null if pkgName is None else self.ffi.new("char[]", pkgName.encode())
+        rc = int(self.lib.aclsysGetVersionStr(name, out))
+        if rc or out == self._null:
+            return rc, ""
+        return rc, self.ffi.string(out).decode(errors="replace")
+
     def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]:
         out = self._out("uint32_t *", bool(null_outputs & 1))
         rc = int(self.lib.aclrtGetDeviceCount(out))
@@ -169,9 +198,10 @@ class NativeBackend(NativeVmm):
         return rc, int(free[0]), int(total[0])
 
     def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        function = self._function("aclrtMemGetAddressRange", since="9.0.1")
         base = self._out("void **", bool(null_outputs & 1))
         size = self._out("size_t *", bool(null_outputs & 2))
-        rc = int(self.lib.aclrtMemGetAddressRange(self._ptr(ptr), base, size))
+        rc = int(function(self._ptr(ptr), base, size))
         if rc:
             return rc, 0, 0
         return (rc, 0 if base == self._null else self._addr(base[0]),

@@ -125,6 +125,8 @@ aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
 const char *aclrtGetSocName();
+aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
+aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy);

@@ -37,7 +37,7 @@ import acl_mem
 
 from .. import _backend
 from .._fake import FakeBackend
-from .._fake.config import current_profile, set_profile
+from .._fake.config import current_cann, current_profile, set_profile
 from .._lifecycle import state
 from .providers import brief, native_provider
 from .runner import hypothesis_storage
@@ -64,6 +64,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fake_only(reason): only the fake can show this; "
                             "the reason is required")
+    config.addinivalue_line("markers", "cann(*releases): the check's expectation holds on these "
+                            "CANN releases only; elsewhere it is skipped (docs/runtime-model.md "
+                            "§0.1)")
     config.addinivalue_line("markers", "open_question(number): the fake's choice for "
                             "docs/runtime-model.md §8 question <number>; unconfirmed on hardware")
     config.stash[_REPORT] = _Report()
@@ -85,7 +88,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     backend, source = native_provider().load()
     native = (f"native: {source}" if backend is not None
               else f"native: unavailable ({brief(source)})")
-    return [f"acl_mem backends: fake, {native}"]
+    return [f"acl_mem backends: fake (CANN {current_cann().name}), {native}"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -132,6 +135,12 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
     else:
         set_profile(None)
         chosen = FakeBackend(current_profile())
+    releases = request.node.get_closest_marker("cann")
+    if releases is not None and _release_of(chosen) not in releases.args:
+        if request.param == "native":
+            provider.after_test()
+        pytest.skip(f"expectation for CANN {', '.join(releases.args)}; this backend runs "
+                    f"{_release_of(chosen) or 'an unknown release'}")
     try:
         with _backend.using_backend(chosen,
                                     f"{request.param}: installed by the conformance checks"):
@@ -142,6 +151,18 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
     finally:
         if request.param == "native":
             provider.after_test()
+
+
+def _release_of(backend: _backend.Backend) -> str:
+    rc, release = backend.aclsysGetVersionStr("runtime")
+    return release if rc == 0 else ""
+
+
+@pytest.fixture
+def cann(backend: _backend.Backend) -> str:
+    """The CANN release of the backend under test (``"9.1.0"``), for checks whose
+    expectation depends on it (docs/runtime-model.md §0.1)."""
+    return _release_of(backend)
 
 
 @pytest.fixture

@@ -42,6 +42,8 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclrtGetDevice": [],
     "aclrtGetDeviceCount": [],
     "aclrtGetSocName": [],
+    "aclrtGetVersion": [],
+    "aclsysGetVersionStr": [],  # pkgName is a string, tested on its own
     "aclrtMalloc": [("size", SIZE, 64), ("policy", U32, 0)],
     "aclrtMallocAlign32": [("size", SIZE, 64), ("policy", U32, 0)],
     "aclrtMallocCached": [("size", SIZE, 64), ("policy", U32, 0)],
@@ -109,7 +111,9 @@ INT_ARGS = [(name, arg, ctype) for name, args in SIGNATURES.items() for arg, cty
 
 
 def _call(name: str, **overrides: object) -> object:
-    kwargs = {arg: value for arg, _, value in SIGNATURES[name]}
+    kwargs: dict[str, object] = {arg: value for arg, _, value in SIGNATURES[name]}
+    if name == "aclsysGetVersionStr":
+        kwargs["pkgName"] = "runtime"
     kwargs.update(overrides)
     return getattr(raw, name)(**kwargs)
 
@@ -128,6 +132,8 @@ def test_table_matches_the_c_parameter_names(name):
     expected = [arg for arg, _, _ in SIGNATURES[name]]
     if name == "aclInit":
         expected = ["configPath"]
+    if name == "aclsysGetVersionStr":
+        expected = ["pkgName"]
     assert params == expected
 
 
@@ -215,11 +221,18 @@ def test_raw_numpy_and_enum_integers_are_accepted(dev):
 
 
 @pytest.mark.parametrize("name", ["aclFinalize", "aclrtGetDevice", "aclrtGetDeviceCount",
-                                  "aclrtGetSocName"])
+                                  "aclrtGetSocName", "aclrtGetVersion"])
 def test_raw_no_arg_calls_reject_arguments(dev, name):
     """Calls without C parameters reject any argument with TypeError."""
     with pytest.raises(TypeError):
         getattr(raw, name)(0)
+
+
+@pytest.mark.parametrize("bad", [None, 5, b"runtime", object()], ids=repr)
+def test_raw_version_str_package_name_wrong_type(backend, bad):
+    """aclsysGetVersionStr takes the package name as a str; anything else -> TypeError."""
+    with pytest.raises(TypeError):
+        raw.aclsysGetVersionStr(bad)
 
 
 @pytest.mark.parametrize("bad", [5, 1.5, True, [b"x"], object()], ids=repr)

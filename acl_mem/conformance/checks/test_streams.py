@@ -357,12 +357,16 @@ def test_spec_3_4_synchronize_device_runs_every_stream(dev):
 # -- §3.10 aclrtMemcpyAsync check order ------------------------------------------------------------
 @pytest.mark.parametrize("kind", [6, 7, 8])
 @pytest.mark.parametrize("count", [0, 16])
-def test_spec_3_10_async_kind_out_of_range_is_100000_even_with_count_0(dev, kind, count):
+def test_spec_3_10_async_kind_out_of_range_is_100000_even_with_count_0(dev, cann, kind, count):
     """docs/runtime-model.md §3.10 step 1: kind 6 / 7 (INNER/INTER D2D) and above -> 100000,
-    checked before the count-0 exit and before the stream handle."""
+    before the stream handle; on 9.1.0 count 0 is checked first and succeeds, on older
+    releases count 0 is the runtime's business, after the kind."""
     dst = device_with(bytes(16))
     src = pinned_with(pattern(16))
     for d, s, stream in [(0, 0, 0), (dst, src, 0), (dst, src, dead_stream())]:
+        if count == 0 and cann == "9.1.0":
+            raw.aclrtMemcpyAsync(d, 16, s, count, kind, stream)
+            continue
         with pytest.raises(InvalidParamError) as e:
             raw.aclrtMemcpyAsync(d, 16, s, count, kind, stream)
         assert e.value.code == 100000
@@ -597,9 +601,10 @@ def test_spec_3_10_async_without_context_is_107002(dev):
     raw.aclrtFreeHost(src)
 
 
-def test_spec_3_10_async_parameter_errors_win_over_no_context(dev):
-    """docs/runtime-model.md §1.2 / §3.10: kind, NULL, stream handle, count > destMax and the H2H
-    check all come before the context lookup: a thread without a context gets those codes."""
+def test_spec_3_10_async_parameter_errors_win_over_no_context(dev, cann):
+    """docs/runtime-model.md §1.2 / §3.10: kind, NULL, stream handle, count > destMax (and,
+    before 9.1.0, the H2H check) come before the context lookup: a thread without a context
+    gets those codes. 9.1.0 looks the context up before the memory locations."""
     dst = device_with(bytes(N))
     src = pinned_with(pattern(N))
     other = pinned_with(bytes(N))
@@ -610,15 +615,19 @@ def test_spec_3_10_async_parameter_errors_win_over_no_context(dev):
         (lambda: raw.aclrtMemcpyAsync(dst, N, src, N, H2D, dead), InvalidHandleError, 107017),
         (lambda: raw.aclrtMemcpyAsync(dst, N - 1, src, N, H2D, 0), RtParamInvalidError,
          107000),
-        (lambda: raw.aclrtMemcpyAsync(other, N, src, N, H2H, 0), FeatureNotSupportError,
-         207000),
+        (lambda: raw.aclrtMemcpyAsync(other, N, src, N, H2H, 0),
+         *((ContextNullError, 107002) if cann == "9.1.0" else (FeatureNotSupportError, 207000))),
     ]
     for call, error, code in cases:
         _, exc = in_fresh_thread(call)
         assert isinstance(exc, error), (code, exc)
         assert exc.code == code
-    # count 0 is a success even there.
-    raise_from_fresh_thread(lambda: raw.aclrtMemcpyAsync(dst, N, src, 0, H2D, 0))
+    # count 0 is a success even there on 9.1.0; older releases refuse it (107000).
+    if cann == "9.1.0":
+        raise_from_fresh_thread(lambda: raw.aclrtMemcpyAsync(dst, N, src, 0, H2D, 0))
+    else:
+        _, exc = in_fresh_thread(lambda: raw.aclrtMemcpyAsync(dst, N, src, 0, H2D, 0))
+        assert isinstance(exc, RtParamInvalidError) and exc.code == 107000
     raw.aclrtFree(dst)
     raw.aclrtFreeHost(src)
     raw.aclrtFreeHost(other)
