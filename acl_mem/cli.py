@@ -16,7 +16,8 @@ from typing import Any
 from . import __version__, _backend
 from .conformance.providers import brief
 from .device import Device
-from .errors import AclError, BackendError
+from .errors import AclError, BackendError, FunctionNotAvailableError
+from .versions import runtime_version
 
 __all__ = ["collect_info", "format_size", "main"]
 
@@ -42,6 +43,9 @@ _INFO_EPILOG = """\
   acl_mem    version of acl_mem
   backend    "native" or "fake"
   reason     why that backend was chosen (may span several lines)
+  runtime    {"cann": release string ("" if the runtime does not say),
+              "acl": "major.minor.patch" from aclrtGetVersion}; null if the
+             version query failed
   details    what the backend says about itself; native: library, soc;
              fake: profile, soc, description, device_count,
              capacity_per_device, device_address_space_reserved
@@ -121,6 +125,7 @@ def collect_info() -> dict[str, object]:
         "acl_mem": __version__,
         "backend": backend.name,
         "reason": _backend.backend_reason(),
+        "runtime": _runtime(),
         "details": backend.describe(),
     }
     devices: list[dict[str, object]] = []
@@ -134,6 +139,21 @@ def collect_info() -> dict[str, object]:
                         "free": free, "pools": pools})
     info["devices"] = devices
     return info
+
+
+def _runtime() -> dict[str, str] | None:
+    try:
+        version = runtime_version()
+    except (AclError, FunctionNotAvailableError):
+        return None
+    return {"cann": version.cann, "acl": ".".join(map(str, version.acl))}
+
+
+def _runtime_line(info: dict[str, Any]) -> list[str]:
+    runtime = info.get("runtime")
+    if runtime is None:
+        return ["runtime version unknown (aclrtGetVersion failed)"]
+    return [f"runtime CANN {runtime['cann'] or '(unknown)'}, ACL {runtime['acl']}"]
 
 
 def _backend_line(info: dict[str, Any], verbose: bool) -> list[str]:
@@ -190,7 +210,8 @@ def _device_columns(device: dict[str, Any]) -> list[str]:
 
 def format_info(info: dict[str, Any], verbose: bool = False) -> list[str]:
     """The text report of ``acl-mem info``: one line per device, pools with verbose."""
-    lines = [*_backend_line(info, verbose), *_details_lines(info["details"], verbose)]
+    lines = [*_backend_line(info, verbose), *_runtime_line(info),
+             *_details_lines(info["details"], verbose)]
     devices = info["devices"]
     lines.append(f"{len(devices)} device{'s' if len(devices) != 1 else ''}")
     rows = [_device_columns(device) for device in devices]

@@ -16,7 +16,7 @@ from ._args import c_int
 from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
-from .errors import DeviceNotCurrentError, FeatureNotSupportError
+from .errors import DeviceNotCurrentError, FeatureNotSupportError, InvalidMemoryTypeError
 from .sizes import AllocApi
 from .stream import Stream
 
@@ -236,8 +236,8 @@ class Device:
         for attr in MemAttr:
             try:
                 found[attr] = self.mem_info(attr)
-            except FeatureNotSupportError:
-                continue
+            except (FeatureNotSupportError, InvalidMemoryTypeError):
+                continue  # a pool the chip lacks, or an attribute older releases do not know
         return found
 
 

@@ -196,8 +196,10 @@ def test_info_text_is_one_line_per_device(backend, capsys):
             assert part in line
     for name in _api_pools(0):
         assert name not in out  # the pool table is -v only
-    # Header, backend details, device count, one line per device: nothing else.
-    assert len(lines) <= 3 + len(devices)
+    # Header, runtime version, backend details, device count, one line per device.
+    assert len(lines) <= 4 + len(devices)
+    version = acl_mem.runtime_version()
+    assert f"runtime CANN {version.cann}, ACL {'.'.join(map(str, version.acl))}" in lines
 
 
 def test_info_free_memory_follows_allocations(backend, capsys):
@@ -240,8 +242,10 @@ def test_info_json_keys_and_values_match_the_api(backend, capsys):
     """--json: exactly the documented keys, with the values acl_mem's API reports."""
     assert main(["info", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == {"acl_mem", "backend", "reason", "details", "devices"}
+    assert set(data) == {"acl_mem", "backend", "reason", "runtime", "details", "devices"}
     assert data["acl_mem"] == acl_mem.__version__
+    version = acl_mem.runtime_version()
+    assert data["runtime"] == {"cann": version.cann, "acl": ".".join(map(str, version.acl))}
     assert data["backend"] == acl_mem.backend_name() == backend.name
     assert data["reason"] == acl_mem.backend_reason()
     assert data["details"] == json.loads(json.dumps(backend.describe()))
