@@ -190,14 +190,13 @@ class Checker(Postponable):
         return segment if address < segment.start + segment.size else None
 
     def _forget_freed(self, start: int, end: int) -> None:
-        low = bisect.bisect_left(self._freed_starts, start)
-        if low and self._freed[self._freed_starts[low - 1]].start + \
-                self._freed[self._freed_starts[low - 1]].size > start:
-            low -= 1
-        high = bisect.bisect_left(self._freed_starts, end)
-        for gone in self._freed_starts[low:high]:
-            del self._freed[gone]
-        del self._freed_starts[low:high]
+        _drop_overlapping(self._freed_starts, self._freed, start, end)
+
+    def forget_range(self, start: int, end: int) -> None:
+        """``[start, end)`` was unmapped: the pool segments in it, live or freed, went with
+        it (what is mapped there later is other memory)."""
+        _drop_overlapping(self._segment_starts, self._segments, start, end)
+        _drop_overlapping(self._freed_starts, self._freed, start, end)
 
     def forget_device(self, device: FakeDevice) -> None:
         """``device`` released every block at once: its quarantined ranges are free
@@ -258,6 +257,22 @@ class Checker(Postponable):
                     f"{what}: {len(damaged)} byte(s) after the requested size were "
                     f"overwritten, at offsets {offset + damaged[0]}..{offset + damaged[-1]} "
                     f"(seen at {when}); allocated at:\n{where}")
+
+
+def _drop_overlapping(starts: list[int], records: dict[int, Segment], start: int,
+                      end: int) -> None:
+    """Forget the segments of ``records`` (sorted ``starts``) overlapping ``[start, end)``.
+
+    The starts go first: a record left behind by an interrupt is never looked up.
+    """
+    low = bisect.bisect_left(starts, start)
+    if low and records[starts[low - 1]].start + records[starts[low - 1]].size > start:
+        low -= 1
+    high = bisect.bisect_left(starts, end)
+    gone = starts[low:high]
+    del starts[low:high]
+    for segment_start in gone:
+        records.pop(segment_start, None)
 
 
 def _fill(host: int, value: int, length: int) -> None:

@@ -337,15 +337,20 @@ class VmmCalls:
                 self._state.wait_for_copies(virPtr, virPtr + mapping.size)
                 physical = mapping.physical
                 count_after = physical.mappings - 1
+                checker = self._state.checker
                 try:
                     reservation.discard(virPtr)
                     unmap_mirror(virPtr, mapping.size)
                     physical.mappings = count_after
+                    if checker is not None:
+                        checker.forget_range(virPtr, virPtr + mapping.size)
                 except BaseException:
                     # Interrupted half-way: finish (every step is idempotent), then raise.
                     reservation.discard(virPtr)
                     unmap_mirror(virPtr, mapping.size)
                     physical.mappings = count_after
+                    if checker is not None:
+                        checker.forget_range(virPtr, virPtr + mapping.size)
                     raise
                 if physical.freed and physical.mappings == 0:
                     self._release_physical(physical)

@@ -1,0 +1,45 @@
+"""Regressions found by a hostile review of the exports, arrays, borrowed buffers, device
+activation, VMM objects and the fake's checker: each test failed before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import acl_mem
+from acl_mem._fake.config import set_check, set_hazard_mode
+from acl_mem.pool import ExpandablePool
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def restore_modes(fake):
+    """The fake's modes chosen in a test must not outlive it."""
+    yield
+    set_hazard_mode(None)
+    set_check(None)
+
+
+# -- the memory checker ----------------------------------------------------------------------------
+
+
+@pytest.mark.fake_only("the memory checker is the fake's")
+def test_unmapped_pool_segments_are_forgotten_by_the_checker(fake, dev, restore_modes):
+    """A segment freed in an ExpandablePool whose memory was then unmapped (release_unused,
+    close) is no use-after-free target any more: a new mapping at the same addresses is
+    someone else's memory, and writing it is no finding."""
+    acl_mem.fake.configure(check=True, hazards="raise")
+    pool = ExpandablePool(dev, 64 * MiB)
+    segment = pool.allocate(1000)
+    address = segment.ptr
+    segment.free()
+    pool.release_unused()
+    pool.close()
+    memory = acl_mem.reserve_and_map(2 * MiB)
+    try:
+        assert memory.address <= address < memory.address + memory.size  # the same addresses
+        memory.write(b"x" * 100, address - memory.address)
+        assert memory.read(3, address - memory.address) == b"xxx"
+    finally:
+        memory.close()
+    assert acl_mem.check() == []
