@@ -52,8 +52,12 @@ class State:
             os.register_at_fork(after_in_child=self._after_fork)
 
     def current_device(self) -> int | None:
-        device: int | None = getattr(self._local, "device", None)
-        return device
+        """This thread's current device, as far as this process's calls tell: None also
+        when a reset to zero references (on any thread) released it since it was set."""
+        current: tuple[int, int] | None = getattr(self._local, "current", None)
+        if current is None or self._device_epoch[current[0]] != current[1]:
+            return None
+        return current[0]
 
     def token(self, device: int | None) -> tuple[int, int]:
         return (self.global_epoch, self._device_epoch[device] if device is not None else 0)
@@ -64,7 +68,8 @@ class State:
     def device_set(self, device: int) -> None:
         with self._lock:
             self._set_count[device] += 1
-        self._local.device = device
+            epoch = self._device_epoch[device]
+        self._local.current = (device, epoch)
 
     def device_reset(self, device: int) -> None:
         with self._lock:
@@ -72,9 +77,8 @@ class State:
             released = self._set_count[device] <= 0
             if released:
                 del self._set_count[device]
+                # Every thread that had the device current has none now (current_device).
                 self._device_epoch[device] += 1
-        if released and self.current_device() == device:
-            self._local.device = None
 
     def kept(self, device: int) -> bool:
         """True when this thread holds the reference :meth:`keep` recorded for ``device``
