@@ -27,8 +27,8 @@ from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vouching
 from ._lifecycle import State, state
-from .enums import MemcpyKind
-from .errors import FreedBufferError
+from .enums import MemcpyKind, MemLocationType
+from .errors import AclError, FreedBufferError, FunctionNotAvailableError
 from .sizes import AllocApi, allocation_size, soc_padding
 from .stream import Stream
 
@@ -469,6 +469,7 @@ class HostBuffer(Buffer, BufferSlots):
         """
         call = f"{cls.__name__}.from_ptr"
         address, nbytes = _wrap_args(call, ptr, size, owned)
+        _check_host_range(call, address, nbytes)
         return cls(address, nbytes, AllocApi.MALLOC_HOST, _wrap_device(call, device),
                    owned=owned)
 
@@ -578,6 +579,31 @@ class HostBuffer(Buffer, BufferSlots):
             )
         ffi.gc(self._handle, None)
         super()._release(ptr)
+
+
+def _check_host_range(call: str, address: int, nbytes: int) -> None:
+    """Refuse to wrap as host memory what views would crash on: an address the runtime
+    reports as device memory or cannot classify (docs/runtime-model.md §4.9), or more
+    bytes than the runtime's block holds from ``address`` (§4.8, where the call exists).
+    Pageable memory the runtime does not track is taken at the caller's word."""
+    try:
+        where = raw.aclrtPointerGetAttributes(address)
+    except AclError as exc:
+        raise ValueError(f"{call}: the runtime does not know {address:#x} as host memory "
+                         f"({exc.name}); wrap memory from aclrtMallocHost") from None
+    if where.type == MemLocationType.DEVICE:
+        raise ValueError(f"{call}: {address:#x} is device memory (device {where.id}), which "
+                         "the host cannot view; wrap it with DeviceBuffer.from_ptr")
+    if where.type != MemLocationType.HOST:
+        return
+    try:
+        base, length = raw.aclrtMemGetAddressRange(address)
+    except (AclError, FunctionNotAvailableError):
+        return  # no block to check against (CANN 8.5.0, registered memory)
+    if address + nbytes > base + length:
+        raise ValueError(f"{call}: size {nbytes} runs past the end of the host block at "
+                         f"{base:#x}, which has {base + length - address} bytes from "
+                         f"{address:#x}")
 
 
 def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:

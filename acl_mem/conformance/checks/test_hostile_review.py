@@ -3,7 +3,10 @@ across threads (docs/runtime-model.md §3.2), borrowed host memory (§3.7, §4.8
 
 from __future__ import annotations
 
+import pytest
+
 import acl_mem
+from acl_mem import HostBuffer, MallocPolicy, raw
 
 from .helpers import raise_from_fresh_thread
 
@@ -27,3 +30,37 @@ def test_a_device_another_thread_released_is_made_current_again_spec_3_2(backend
             dev.reset()
 
     assert raise_from_fresh_thread(body) == b"back"
+
+
+def test_host_from_ptr_refuses_device_memory_spec_4_9(dev):
+    """docs/runtime-model.md §4.9: aclrtPointerGetAttributes says where memory is.
+    HostBuffer.from_ptr over device memory is refused (ValueError) before anything can view
+    it: the host touching a device address would crash the interpreter."""
+    ptr = raw.aclrtMalloc(4096, MallocPolicy.HUGE_FIRST)
+    try:
+        with pytest.raises(ValueError):
+            HostBuffer.from_ptr(ptr, 4096)
+        with pytest.raises(ValueError):
+            HostBuffer.from_ptr(ptr + 64, 64)
+    finally:
+        raw.aclrtFree(ptr)
+
+
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange exists from 9.0.1
+def test_host_from_ptr_refuses_a_size_past_the_block_spec_4_8(dev):
+    """docs/runtime-model.md §4.8: aclrtMemGetAddressRange gives the aclrtMallocHost block
+    holding an address. A borrowed HostBuffer larger than what is left of the block is
+    refused (views of it would read unmapped memory); up to the block's end it works."""
+    ptr = raw.aclrtMallocHost(4096)
+    try:
+        base, size = raw.aclrtMemGetAddressRange(ptr)
+        with pytest.raises(ValueError):
+            HostBuffer.from_ptr(ptr, base + size - ptr + 1)
+        with pytest.raises(ValueError):
+            HostBuffer.from_ptr(ptr + 128, 1 << 40)
+        whole = HostBuffer.from_ptr(ptr + 128, base + size - ptr - 128)
+        memoryview(whole)[-1:] = b"z"
+        assert whole.read(1, whole.size - 1) == b"z"
+        whole.free()
+    finally:
+        raw.aclrtFreeHost(ptr)
