@@ -182,6 +182,8 @@ class DeviceArray:
         return self._freed or (self._buffer is not None and self._buffer.freed)
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_freed"):  # set last: the constructor raised (or never ran)
+            return "<DeviceArray not created>"
         head = (f"<DeviceArray shape={self._shape} dtype={self._dtype} "
                 f"nbytes={self._nbytes}")
         buffer = self._buffer

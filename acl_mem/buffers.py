@@ -180,6 +180,8 @@ class Buffer:
     def __repr__(self) -> str:
         # Never raises: it is what a debugger or a traceback shows, in any state.
         name = type(self).__name__
+        if not hasattr(self, "_ptr"):  # set last: the constructor raised (or never ran)
+            return f"<{name} not created>"
         kind = self._api.value if self._owned else "borrowed"
         address = getattr(self, "_address", 0)
         if self._ptr == 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import acl_mem
+from acl_mem import DeviceArray, DeviceBuffer, HostBuffer
 from acl_mem._fake.config import set_check, set_hazard_mode
 from acl_mem.pool import ExpandablePool
 
@@ -43,3 +44,30 @@ def test_unmapped_pool_segments_are_forgotten_by_the_checker(fake, dev, restore_
     finally:
         memory.close()
     assert acl_mem.check() == []
+
+
+# -- reprs in every state --------------------------------------------------------------------------
+
+
+def _half_made(cls: type, *args: object) -> object:
+    """An instance whose constructor raised on ``args`` (as a debugger or pytest's
+    --showlocals finds ``self`` in the failing frame)."""
+    obj = cls.__new__(cls)
+    with pytest.raises((TypeError, ValueError, KeyError)):
+        obj.__init__(*args)
+    return obj
+
+
+def test_reprs_of_half_constructed_buffers_and_arrays(dev):
+    np = pytest.importorskip("numpy")
+    made = [
+        DeviceBuffer.__new__(DeviceBuffer),
+        HostBuffer.__new__(HostBuffer),
+        _half_made(DeviceBuffer, 0x1000, 64, "not an api", dev),
+        _half_made(DeviceArray, (2, 3), np.dtype(object), None),
+        _half_made(DeviceArray, (2, 3), "f4", "not a buffer"),
+        DeviceArray.__new__(DeviceArray),
+    ]
+    for obj in made:
+        text = repr(obj)
+        assert text.startswith(f"<{type(obj).__name__} ") and "not created" in text
