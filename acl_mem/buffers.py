@@ -29,7 +29,7 @@ from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vou
 from ._lifecycle import State, state
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
-from .sizes import AllocApi, allocation_size, soc_padding
+from .sizes import AllocApi, _release_before, allocation_size, soc_padding
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -52,17 +52,33 @@ _RAW_FREE: dict[str, Callable[[int], None]] = {
 }
 #: Weak: a cached padding must not keep a replaced backend (and its memory) alive.
 _PADDING: weakref.WeakKeyDictionary[_backend.Backend, int] = weakref.WeakKeyDictionary()
+_RELEASE: weakref.WeakKeyDictionary[_backend.Backend, str] = weakref.WeakKeyDictionary()
 
 
 def _padding(backend: _backend.Backend) -> int:
-    """The SoC's padding size, asked once per backend object (once the SoC is known)."""
+    """The padding aclrtMalloc adds on the backend's SoC and CANN release (a fixed 32 before
+    9.1.0, docs/runtime-model.md §3.5), asked once per backend object (once the SoC is known)."""
     padding = _PADDING.get(backend)
     if padding is None:
         soc = backend.soc_name()
-        padding = soc_padding(soc)
+        padding = soc_padding(soc, _release(backend))
         if soc:
             _PADDING[backend] = padding
     return padding
+
+
+def _release(backend: _backend.Backend) -> str:
+    """The backend's CANN release (aclsysGetVersionStr("runtime")), asked once per backend
+    object; "" when it cannot say, which counts as the newest release."""
+    release = _RELEASE.get(backend)
+    if release is None:
+        try:
+            rc, release = backend.aclsysGetVersionStr("runtime")
+        except Exception:  # a library without the call, or one that fails oddly: assume new
+            rc, release = -1, ""
+        release = release if rc == 0 else ""
+        _RELEASE[backend] = release
+    return release
 
 
 def _release_later(
@@ -327,9 +343,11 @@ class Buffer:
         return bytes(out)
 
     def memset(self, value: int, count: int | None = None, *, offset: int = 0) -> None:
-        """Set ``count`` bytes from ``offset`` (default: the rest) to ``value`` (0-255)."""
+        """Set ``count`` bytes from ``offset`` (default: the rest) to ``value`` (0-255).
+        Setting 0 bytes does nothing, on every CANN release (as copies of 0 bytes)."""
         start, n, byte = self._memset_args("memset", value, count, offset)
-        raw.aclrtMemset(self._ptr + start, self._size - start, byte, n)
+        if n:
+            raw.aclrtMemset(self._ptr + start, self._size - start, byte, n)
 
     def memset_async(self, value: int, count: int | None = None, *, offset: int = 0,
                      stream: Stream | None = None) -> None:
@@ -337,7 +355,8 @@ class Buffer:
         §3.11."""
         start, n, byte = self._memset_args("memset_async", value, count, offset)
         handle = self._stream(stream).handle
-        raw.aclrtMemsetAsync(self._ptr + start, self._size - start, byte, n, handle)
+        if n:
+            raw.aclrtMemsetAsync(self._ptr + start, self._size - start, byte, n, handle)
 
     def _memset_args(self, what: str, value: int, count: int | None,
                      offset: int) -> tuple[int, int, int]:
@@ -351,7 +370,8 @@ class Buffer:
         return start, n, byte
 
     def address_range(self) -> tuple[int, int]:
-        """``(base, size)`` the runtime reports for this block (docs/runtime-model.md §4.8)."""
+        """``(base, size)`` the runtime reports for this block (docs/runtime-model.md §4.8).
+        CANN 8.5.0 has no such call: :class:`~acl_mem.FunctionNotAvailableError` there."""
         return raw.aclrtMemGetAddressRange(self.ptr)
 
     def attributes(self) -> raw.PtrAttributes:
@@ -546,13 +566,18 @@ class HostBuffer(Buffer, BufferSlots):
         if stream is not None:
             raise ValueError(f"{name}: stream must be None for a CPU tensor, got {stream!r}; "
                              "synchronise the acl_mem stream before exporting")
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"{name}: the memory is on the CPU {self.__dlpack_device__()}, "
-                              f"dl_device={dl_device!r} would need a copy to another device")
-        if max_version is not None and (not isinstance(max_version, tuple)
-                                        or len(max_version) != 2):
-            raise TypeError(f"{name}: max_version must be None or a (major, minor) tuple, "
-                            f"got {max_version!r}")
+        if dl_device is not None:
+            if not _int_pair(dl_device):
+                raise TypeError(f"{name}: dl_device must be None or a (device_type, "
+                                f"device_id) pair of ints, got {dl_device!r}")
+            if tuple(dl_device) != self.__dlpack_device__():
+                raise BufferError(f"{name}: the memory is on the CPU "
+                                  f"{self.__dlpack_device__()}, dl_device={dl_device!r} "
+                                  "would need a copy to another device")
+        if max_version is not None and not (isinstance(max_version, tuple)
+                                            and _int_pair(max_version)):
+            raise TypeError(f"{name}: max_version must be None or a (major, minor) tuple of "
+                            f"ints, got {max_version!r}")
         versioned = max_version is not None and max_version[0] >= 1
         view = self._view("__dlpack__")
         if copy:
@@ -598,6 +623,8 @@ def _check_host_range(call: str, address: int, nbytes: int) -> None:
                          "the host cannot view; wrap it with DeviceBuffer.from_ptr")
     if where.type != MemLocationType.HOST:
         return
+    if _release_before(_release(_backend.get()), (9, 0, 1)):
+        return  # CANN 8.5.0 has no aclrtMemGetAddressRange: not even asked
     try:
         base, length = raw.aclrtMemGetAddressRange(address)
     except (AclError, FunctionNotAvailableError):
@@ -606,6 +633,12 @@ def _check_host_range(call: str, address: int, nbytes: int) -> None:
         raise ValueError(f"{call}: size {nbytes} runs past the end of the host block at "
                          f"{base:#x}, which has {base + length - address} bytes from "
                          f"{address:#x}")
+
+
+def _int_pair(value: object) -> bool:
+    """Whether ``value`` is a tuple or list of two ints (bool is not an int here)."""
+    return isinstance(value, (tuple, list)) and len(value) == 2 and all(
+        isinstance(item, int) and not isinstance(item, bool) for item in value)
 
 
 def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:

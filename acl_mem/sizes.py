@@ -7,6 +7,7 @@ DVPP), §3.13 (page policies), §3.14 (secondary allocation), §7 (quick referen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from enum import Enum, IntEnum
 
@@ -77,10 +78,21 @@ _CACHED_POLICIES = frozenset(
 )
 #: Platform-config ``padding_size`` by SoC-name prefix; 32 elsewhere (docs/runtime-model.md §3.5).
 _PADDING_BY_SOC_PREFIX = (("Ascend950", 0), ("Ascend350", 0), ("Ascend035", 16))
+#: The first CANN release that pads by the SoC's ``padding_size``; earlier releases add a
+#: fixed 32 bytes on every SoC (docs/runtime-model.md §3.5).
+_SOC_PADDING_SINCE = (9, 1)
+_RELEASE_NUMBERS = re.compile(r"\s*(\d+(?:\.\d+)*)")
 
 
 def _api(api: AllocApi | str) -> AllocApi:
     return api if isinstance(api, AllocApi) else AllocApi(api)
+
+
+def _release_before(release: str | None, first: tuple[int, ...]) -> bool:
+    """Whether the CANN release string ``release`` (``"9.0.1"``, ``"8.3.RC1"``) is older than
+    ``first``; False for None, ``""`` or a string no number leads (taken for the newest)."""
+    found = _RELEASE_NUMBERS.match(release or "")
+    return found is not None and tuple(int(p) for p in found.group(1).split(".")) < first
 
 
 def align_up(length: int, k: int) -> int:
@@ -94,8 +106,16 @@ def align_up(length: int, k: int) -> int:
     return -(-length // k) * k
 
 
-def soc_padding(soc_name: str) -> int:
-    """The ``padding_size`` aclrtMalloc adds on ``soc_name`` (32, 16 on Ascend035*, 0 on 950)."""
+def soc_padding(soc_name: str, release: str | None = None) -> int:
+    """The ``padding_size`` aclrtMalloc adds on ``soc_name`` (32, 16 on Ascend035*, 0 on 950).
+
+    ``release`` is the CANN release of the runtime (``aclsysGetVersionStr("runtime")``,
+    e.g. ``"9.0.1"``): releases before 9.1.0 pad a fixed 32 bytes on every SoC
+    (docs/runtime-model.md §3.5). None, ``""`` or a string that names no release number
+    mean 9.1.0 or later: the padding of the SoC.
+    """
+    if _release_before(release, _SOC_PADDING_SINCE):
+        return 32
     for prefix, padding in _PADDING_BY_SOC_PREFIX:
         if soc_name.startswith(prefix):
             return padding

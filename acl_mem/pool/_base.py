@@ -11,15 +11,15 @@ from typing import Any
 
 from typing_extensions import Self
 
-from .. import _backend, raw
+from .. import _backend
 from .._args import c_uint
 from .._lifecycle import close_on_exit, state
+from ..buffers import _padding
 from ..device import Device
 from ..errors import FreedBufferError
 from ..sizes import (
     AllocApi,
     segment_alignment,
-    soc_padding,
 )
 from ._index import _SizeIndex
 from .segments import HostSegment, Segment
@@ -36,7 +36,8 @@ class _PoolBase:
         self._policy = policy
         self._align = align = segment_alignment(self._api, mixed_media=mixed_media)
         self._shift = align.bit_length() - 1
-        self._padding = soc_padding(raw.aclrtGetSocName())
+        # The SoC's padding under the backend's CANN release (fixed 32 before 9.1.0, §3.5).
+        self._padding = _padding(_backend.get())
         #: §3.14: ALIGN_UP(len, 32) + 32; no +32 where the SoC pads nothing (Ascend950).
         self._extra = 32 if self._padding else 0
         self._host = self._api is AllocApi.MALLOC_HOST
