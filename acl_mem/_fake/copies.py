@@ -28,8 +28,10 @@ class Copies:
         self._state = state
         self._addresses = addresses
         self._diagnostics = diagnostics
-        # The release's order of the first checks (fixed for the life of the fake).
+        # The release's order of the first checks and its answer to count 0 (fixed for the
+        # life of the fake).
         self._count_first = state.cann.count_checked_first
+        self._zero_count_ok = state.cann.zero_count_succeeds
         # Frees and unmaps recognise a thread still copying by this code on its stack.
         state.copy_codes.add(Copies.aclrtMemcpy.__code__)
 
@@ -92,7 +94,7 @@ class Copies:
                 state.copies.pop(token, None)
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
-        if count == 0 and self._count_first:
+        if count == 0 and self._zero_count_ok:  # 9.1.0: before any other check
             return codes.SUCCESS
         if devPtr == 0:
             return codes.INVALID_PARAM

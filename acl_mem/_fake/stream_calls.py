@@ -200,12 +200,19 @@ class StreamCalls:
         return found is not None and self._stream_alive(found)
 
     def _resolve_stream(self, handle: int) -> tuple[Stream | None, int]:
-        """The stream for ``handle`` (0 = default of the current context), or an error code."""
-        if handle != 0 and not self._handle_valid(handle):
+        """The stream for ``handle`` (0 = default of the current context), or an error code.
+
+        From 9.1.0 the C API validates the handle before anything else (107017); older
+        releases look the context up first (107002) and only then use the handle, which the
+        fake still checks (docs/fidelity.md row 66)."""
+        checked_first = self._state.cann.stream_handle_checked
+        if checked_first and handle != 0 and not self._handle_valid(handle):
             return None, codes.INVALID_HANDLE
         context = self._state.runtime.current_context()
         if context is None:
             return None, codes.CONTEXT_NULL
+        if not checked_first and handle != 0 and not self._handle_valid(handle):
+            return None, codes.INVALID_HANDLE
         if handle == 0:
             return self._state.streams.default(*context), codes.SUCCESS
         found = self._state.streams.streams[handle]

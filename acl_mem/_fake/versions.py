@@ -35,7 +35,8 @@ class CannVersion:
     #: The C API validates stream handles before the runtime's parameter checks (from
     #: 9.1.0): a destroyed or unknown handle gives 107017 first. Older releases use the
     #: handle blindly; the fake then reports 107017 where it resolves the stream, after
-    #: the parameter checks (a real older runtime may crash: docs/fidelity.md row 66).
+    #: the parameter checks and the context lookup (a real older runtime may crash:
+    #: docs/fidelity.md row 66).
     stream_handle_checked: bool
     #: Highest aclrtMemAttr that aclrtGetMemInfo accepts: 11 on 8.5.0 (12-17 -> 107016),
     #: 17 from 9.0.1 (§3.12).
