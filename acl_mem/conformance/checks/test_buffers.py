@@ -698,6 +698,7 @@ def test_dropped_host_buffer_is_freed_after_its_last_view(dev, backend, mocker):
 # -- address queries -------------------------------------------------------------------------------
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange exists from 9.0.1
 def test_address_range_contains_the_buffer_spec_4_8(dev):
     """docs/runtime-model.md §4.8: the block holding ptr covers at least the allocated bytes."""
     with dev.malloc(100) as buf, dev.malloc_host(100) as host:
@@ -707,6 +708,7 @@ def test_address_range_contains_the_buffer_spec_4_8(dev):
             assert b.ptr + b.allocated_size <= base + size
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_is_page_rounded_spec_4_8(dev):
     """docs/runtime-model.md §4.8/§8.15: psize = padded size rounded to its page (4 KiB / 2 MiB)."""
@@ -714,6 +716,23 @@ def test_address_range_is_page_rounded_spec_4_8(dev):
         assert small.address_range() == (small.ptr, 4096)
         # 3 MiB + padding > 1 MiB takes huge pages under HUGE_FIRST: 4 MiB.
         assert large.address_range() == (large.ptr, 4 * MiB)
+
+
+@pytest.mark.cann("8.5.0")
+@pytest.mark.fake_only("the stand-in library exports every function; a real 8.5.0 libascendcl "
+                       "lacks aclrtMemGetAddressRange and the native backend raises the same")
+def test_address_range_does_not_exist_on_8_5_0_spec_4_8(fake, dev):
+    """docs/runtime-model.md §4.8 Releases: CANN 8.5.0 has no aclrtMemGetAddressRange, so
+    Buffer.address_range() raises FunctionNotAvailableError naming the call and the release
+    (not an AclError); the buffer stays usable."""
+    with dev.malloc(100) as buf, dev.malloc_host(100) as host:
+        for b in (buf, host):
+            with pytest.raises(acl_mem.FunctionNotAvailableError) as e:
+                b.address_range()
+            assert (e.value.function, e.value.release) == ("aclrtMemGetAddressRange", "8.5.0")
+            assert not isinstance(e.value, acl_mem.AclError)
+        buf.copy_from(b"still here")
+        assert buf.read(10) == b"still here"
 
 
 def test_attributes_spec_4_9(dev):

@@ -2,8 +2,9 @@
 aclrtFree (docs/runtime-model.md §3.6) and the page policies (docs/runtime-model.md §3.13).
 
 Page use is observed through the pools aclrtGetMemInfo reports (free bytes before and
-after) and through aclrtMemGetAddressRange. Expected numbers are worked out here from
-the runtime model's formulas; the SoC padding comes from the SoC name (docs/runtime-model.md §3.5).
+after) and through aclrtMemGetAddressRange (from CANN 9.0.1; 8.5.0 lacks the call). Expected
+numbers are worked out here from the runtime model's formulas; the padding comes from the SoC
+name and the CANN release: a fixed 32 before 9.1.0 (docs/runtime-model.md §3.5).
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from acl_mem.errors import (
 )
 from acl_mem.sizes import soc_padding
 
-from .helpers import address_of, free_pools, raise_from_fresh_thread, taken
+from .helpers import (
+    address_of,
+    free_pools,
+    raise_from_fresh_thread,
+    runtime_release,
+    since,
+    taken,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -47,7 +55,9 @@ def alloc(api: str, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
 
 
 def padding() -> int:
-    return soc_padding(raw.aclrtGetSocName())
+    """The padding of the SoC under the backend's CANN release (32 on every SoC before
+    9.1.0)."""
+    return soc_padding(raw.aclrtGetSocName(), runtime_release())
 
 
 def round_up(n: int, k: int) -> int:
@@ -135,11 +145,12 @@ def test_spec_3_5_padded_size_overflow_is_100000(dev, api):
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_spec_3_5_overflow_boundary_is_where_size_plus_append_wraps(backend, api):
-    """docs/runtime-model.md §3.5 step 3: 100000 exactly when size + 32 + pad exceeds size_t, before
-    the context lookup; one byte less is a valid size (then no context -> 107002)."""
+def test_spec_3_5_overflow_boundary_is_where_size_plus_append_wraps(backend, cann, api):
+    """docs/runtime-model.md §3.5 step 3: 100000 exactly when size + 32 + pad exceeds size_t
+    (before 9.1.0: size + 64, whatever the call), before the context lookup; one byte less is
+    a valid size (then no context -> 107002)."""
     pad = 0 if api == "aclrtMallocAlign32" else padding()
-    first_wrapping = 2**64 - 32 - pad
+    first_wrapping = 2**64 - 32 - pad if since(cann, "9.1.0") else 2**64 - 64
     with pytest.raises(InvalidParamError) as e:
         raise_from_fresh_thread(partial(alloc, api, first_wrapping))
     assert e.value.code == 100000
@@ -187,6 +198,7 @@ def test_spec_3_5_small_request_uses_one_normal_page(dev, api):
     raw.aclrtFree(ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange (docs/runtime-model.md §4.8)
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_small_request_address_range_is_one_page(dev, api):
@@ -250,6 +262,7 @@ def test_spec_3_5_huge_first_examples_a2(dev):
         raw.aclrtFree(ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange (docs/runtime-model.md §4.8)
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge_block_address_range_is_whole_huge_pages(dev):
     """docs/runtime-model.md §4.8 / §8.15: a huge-page block reports its 2 MiB-rounded size."""
@@ -271,6 +284,7 @@ def test_spec_3_13_huge_only_small_takes_a_2mib_page(dev, api):
     raw.aclrtFree(ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange (docs/runtime-model.md §4.8)
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("api", APIS)
 def test_spec_4_8_huge_only_small_address_range(dev, api):
@@ -292,6 +306,7 @@ def test_spec_3_13_normal_only_large_takes_normal_pages(dev, api):
     raw.aclrtFree(ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange (docs/runtime-model.md §4.8)
 @pytest.mark.open_question(15)
 def test_spec_4_8_normal_only_large_address_range(dev):
     """docs/runtime-model.md §4.8 / §8.15: a NORMAL_ONLY block reports its 4 KiB-rounded size."""
@@ -344,6 +359,7 @@ def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
     assert giant_free() == giant0
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")  # aclrtMemGetAddressRange (docs/runtime-model.md §4.8)
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge1g_address_range_is_whole_giant_pages(dev):
     """docs/runtime-model.md §4.8 / §8.15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
@@ -681,11 +697,12 @@ def test_spec_3_5_atlas_inference_cached_p2p_is_default_not_an_error(fake):
         assert e.value.code == 207000
 
 
+@pytest.mark.cann("9.1.0")
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_5_ascend950_has_no_padding(fake):
-    """docs/runtime-model.md §3.5: on 950 padding_size is 0: aclrtMalloc(1) reserves 32 bytes (one 4
-    KiB page), 33 -> 64; aclrtMalloc(1 MiB) stays at 1 MiB -> normal pages; HUGE_ONLY 2 MiB
-    -> exactly one huge page (A2 would take two)."""
+    """docs/runtime-model.md §3.5 (9.1.0): on 950 padding_size is 0: aclrtMalloc(1) reserves 32
+    bytes (one 4 KiB page), 33 -> 64; aclrtMalloc(1 MiB) stays at 1 MiB -> normal pages;
+    HUGE_ONLY 2 MiB -> exactly one huge page (A2 would take two)."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0) as d:
         with d.malloc(1) as buf:
@@ -707,6 +724,41 @@ def test_spec_3_5_ascend950_has_no_padding(fake):
         ptr, normal, huge = taken(lambda: raw.aclrtMallocCached(2 * MiB, MallocPolicy.HUGE_ONLY))
         assert (normal, huge) == (0, 2 * MiB)
         raw.aclrtFree(ptr)
+
+
+@pytest.mark.cann("8.5.0", "9.0.1")
+@pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
+def test_spec_3_5_ascend950_pads_a_fixed_32_before_9_1(fake, cann):
+    """docs/runtime-model.md §3.5 Releases: before 9.1.0 Ascend950 pads a fixed 32 bytes like
+    every SoC: aclrtMalloc(1) reserves 64 bytes, 33 -> 96 (aclrtMallocAlign32 still 32);
+    aclrtMalloc(1 MiB) is 1 MiB + 32 -> one huge page, 1 MiB - 32 -> 1 MiB of normal pages;
+    HUGE_ONLY 2 MiB -> two huge pages; the overflow check adds 64, for every call."""
+    acl_mem.fake.configure("ascend950")
+    with acl_mem.Device(0) as d:
+        with d.malloc(1) as buf:
+            assert buf.allocated_size == 64
+            if since(cann, "9.0.1"):
+                assert buf.address_range() == (buf.ptr, NORMAL_PAGE)
+        with d.malloc(33) as buf:
+            assert buf.allocated_size == 96
+        with d.malloc_cached(1) as buf:
+            assert buf.allocated_size == 64
+        with d.malloc_align32(1) as buf:
+            assert buf.allocated_size == 32
+        for call, size, policy, expected in [
+            (raw.aclrtMalloc, 1 * MiB, MallocPolicy.HUGE_FIRST, (0, 2 * MiB)),
+            (raw.aclrtMalloc, 1 * MiB - 32, MallocPolicy.HUGE_FIRST, (1 * MiB, 0)),
+            (raw.aclrtMalloc, 2 * MiB, MallocPolicy.HUGE_ONLY, (0, 4 * MiB)),
+            (raw.aclrtMallocCached, 2 * MiB, MallocPolicy.HUGE_ONLY, (0, 4 * MiB)),
+            (raw.aclrtMallocAlign32, 2 * MiB, MallocPolicy.HUGE_ONLY, (0, 2 * MiB)),
+        ]:
+            ptr, normal, huge = taken(partial(call, size, policy))
+            assert (normal, huge) == expected, (call.__name__, size)
+            raw.aclrtFree(ptr)
+        for api in APIS:
+            with pytest.raises(InvalidParamError) as e:
+                alloc(api, 2**64 - 64)
+            assert e.value.code == 100000
 
 
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")

@@ -1,9 +1,12 @@
 """Conformance: synchronous aclrtMemcpy (docs/runtime-model.md §3.10) and aclrtMemset
 (docs/runtime-model.md §3.11).
 
-Every expected code and byte is written out by hand from the runtime model; the runtime check
-order of §3.10 is: kind (100000) -> count 0 (success) -> NULL (100000) -> destMax 0 /
-count > destMax (107000) -> dst == src (success) -> context (107002) -> driver.
+Every expected code and byte is written out by hand from the runtime model; the check order
+of §3.10 on 9.1.0 is: count 0 (success) -> NULL (100000) -> kind (100000) -> destMax 0 /
+count > destMax (107000) -> dst == src (success) -> context (107002) -> driver. 8.5.0 and
+9.0.1 check NULL -> kind in the ACL layer and refuse count 0 in the runtime (107000, with
+the destMax checks); checks whose expectation depends on the release say so with the
+``cann`` marker or fixture (docs/runtime-model.md §0.1).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from acl_mem.errors import (
     RtParamInvalidError,
 )
 
-from .helpers import in_fresh_thread, need_two_devices
+from .helpers import in_fresh_thread, need_two_devices, since
 
 _ffi = cffi.FFI()
 
@@ -64,7 +67,7 @@ def test_memcpy_kind_out_of_range_is_100000_even_with_count_0(dev, cann, kind, c
     a = np.zeros(16, dtype=np.uint8)
     b = np.zeros(16, dtype=np.uint8)
     for dst, src in [(0, 0), (a.ctypes.data, b.ctypes.data)]:
-        if count == 0 and cann == "9.1.0":
+        if count == 0 and since(cann, "9.1.0"):
             raw.aclrtMemcpy(dst, 16, src, count, kind)
             continue
         with pytest.raises(InvalidParamError) as e:
@@ -72,20 +75,54 @@ def test_memcpy_kind_out_of_range_is_100000_even_with_count_0(dev, cann, kind, c
         assert e.value.code == 100000
 
 
+@pytest.mark.cann("9.1.0")
 @pytest.mark.parametrize("kind", [0, 1, 2, 3, 4, 5])
 def test_memcpy_count_0_succeeds_with_null_pointers(dev, kind):
-    """docs/runtime-model.md §3.10 step 2: count 0 -> success, nothing done, even for NULL
-    dst/src."""
+    """docs/runtime-model.md §3.10 step 1 (9.1.0): count 0 -> success, nothing done, even for
+    NULL dst/src."""
     raw.aclrtMemcpy(0, 0, 0, 0, kind)
     raw.aclrtMemcpy(0, 16, 0, 0, kind)
 
 
-def test_memcpy_count_0_touches_nothing(dev):
-    """docs/runtime-model.md §3.10 step 2: count 0 with real pointers copies nothing."""
+@pytest.mark.cann("8.5.0", "9.0.1")
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4, 5])
+def test_memcpy_count_0_with_null_pointers_is_100000_before_9_1(dev, kind):
+    """docs/runtime-model.md §3.10 Releases: before 9.1.0 the ACL layer checks NULL dst/src
+    first and does not look at the count -> 100000."""
+    for dest_max in (0, 16):
+        with pytest.raises(InvalidParamError) as e:
+            raw.aclrtMemcpy(0, dest_max, 0, 0, kind)
+        assert e.value.code == 100000
+
+
+def test_memcpy_count_0_touches_nothing(dev, cann):
+    """docs/runtime-model.md §3.10: count 0 with real pointers copies nothing: a success on
+    9.1.0, 107000 from the runtime on 8.5.0 and 9.0.1 (destMax 0 too)."""
     src = pattern(32)
     dst = np.zeros(32, dtype=np.uint8)
-    raw.aclrtMemcpy(dst.ctypes.data, 32, src.ctypes.data, 0, H2H)
+    for dest_max in (32, 0):
+        if since(cann, "9.1.0"):
+            raw.aclrtMemcpy(dst.ctypes.data, dest_max, src.ctypes.data, 0, H2H)
+        else:
+            with pytest.raises(RtParamInvalidError) as e:
+                raw.aclrtMemcpy(dst.ctypes.data, dest_max, src.ctypes.data, 0, H2H)
+            assert e.value.code == 107000
     assert dst.tobytes() == bytes(32)
+
+
+@pytest.mark.cann("8.5.0", "9.0.1")
+def test_memcpy_count_0_is_refused_with_the_runtime_checks_before_9_1(dev):
+    """docs/runtime-model.md §3.10 Releases: before 9.1.0 count 0 is one of the runtime's
+    checks: after NULL and kind (100000), together with destMax 0 (107000), before dst == src
+    (so a count-0 copy onto itself is 107000 too)."""
+    ptr = raw.aclrtMalloc(64)
+    with pytest.raises(InvalidParamError) as e:
+        raw.aclrtMemcpy(ptr, 64, ptr, 0, 6)
+    assert e.value.code == 100000
+    for dst, src in [(ptr, ptr), (ptr + 32, ptr)]:
+        with pytest.raises(RtParamInvalidError) as e2:
+            raw.aclrtMemcpy(dst, 32, src, 0, D2D)
+        assert e2.value.code == 107000
 
 
 @pytest.mark.parametrize("which", ["dst", "src", "both"])
@@ -214,11 +251,19 @@ def test_memcpy_destmax_errors_win_over_missing_context(dev, dest_max, count):
     assert error.code == 107000
 
 
-def test_memcpy_count_0_and_dst_equal_src_need_no_context(dev):
-    """docs/runtime-model.md §3.10 steps 2 and 4 return success before step 5 (context)."""
+def test_memcpy_count_0_and_dst_equal_src_need_no_context(dev, cann):
+    """docs/runtime-model.md §3.10 steps 1 and 4 are decided before step 5 (context): count 0
+    succeeds on 9.1.0; before 9.1.0 it is 100000 with NULL pointers and 107000 (runtime)
+    with real ones; dst == src succeeds on every release."""
     ptr = raw.aclrtMalloc(64)
     _, error = in_fresh_thread(lambda: raw.aclrtMemcpy(0, 0, 0, 0, H2D))
-    assert error is None
+    _, real = in_fresh_thread(lambda: raw.aclrtMemcpy(ptr, 64, ptr + 32, 0, D2D))
+    if since(cann, "9.1.0"):
+        assert error is None
+        assert real is None
+    else:
+        assert isinstance(error, InvalidParamError) and error.code == 100000, error
+        assert isinstance(real, RtParamInvalidError) and real.code == 107000, real
     _, error = in_fresh_thread(lambda: raw.aclrtMemcpy(ptr, 64, ptr, 64, D2D))
     assert error is None
 
@@ -448,17 +493,44 @@ def test_memcpy_wild_host_pointer_to_host_is_107000(fake, dev):
 
 
 # -- §3.11 aclrtMemset -----------------------------------------------------------------------------
+@pytest.mark.cann("9.1.0")
 def test_memset_count_0_succeeds_even_with_null(dev):
-    """docs/runtime-model.md §3.11: count 0 -> 0 before any other check, even for NULL and maxCount
-    0."""
+    """docs/runtime-model.md §3.11 (9.1.0): count 0 -> 0 before any other check, even for NULL
+    and maxCount 0."""
     raw.aclrtMemset(0, 0, 0, 0)
     raw.aclrtMemset(0, 16, 0x7F, 0)
 
 
-def test_memset_count_0_needs_no_context(backend):
-    """docs/runtime-model.md §3.11: count 0 is decided before the context lookup."""
+@pytest.mark.cann("8.5.0", "9.0.1")
+def test_memset_count_0_is_refused_before_9_1(dev):
+    """docs/runtime-model.md §3.11 Releases: before 9.1.0 NULL comes first (100000), then the
+    runtime refuses count 0 (107000, maxCount 0 too) and writes nothing."""
+    for max_count in (0, 16):
+        with pytest.raises(InvalidParamError) as e:
+            raw.aclrtMemset(0, max_count, 0x7F, 0)
+        assert e.value.code == 100000
+    ptr = raw.aclrtMalloc(64)
+    raw.aclrtMemset(ptr, 64, 0x11, 64)
+    for max_count in (64, 0):
+        with pytest.raises(RtParamInvalidError) as e2:
+            raw.aclrtMemset(ptr, max_count, 0x7F, 0)
+        assert e2.value.code == 107000
+    assert device_bytes(ptr, 64) == b"\x11" * 64
+
+
+def test_memset_count_0_needs_no_context(dev, cann):
+    """docs/runtime-model.md §3.11: count 0 is decided before the context lookup: a success on
+    9.1.0; before 9.1.0 NULL is 100000 and a real pointer 107000 (the runtime's parameter check
+    comes before its context lookup)."""
+    ptr = raw.aclrtMalloc(64)
     _, error = in_fresh_thread(lambda: raw.aclrtMemset(0, 0, 0, 0))
-    assert error is None
+    _, real = in_fresh_thread(lambda: raw.aclrtMemset(ptr, 64, 0, 0))
+    if since(cann, "9.1.0"):
+        assert error is None
+        assert real is None
+    else:
+        assert isinstance(error, InvalidParamError) and error.code == 100000, error
+        assert isinstance(real, RtParamInvalidError) and real.code == 107000, real
 
 
 @pytest.mark.parametrize("max_count", [16, 0])

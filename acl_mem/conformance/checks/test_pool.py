@@ -29,7 +29,7 @@ import acl_mem
 from acl_mem import AllocApi, FreedBufferError, MemAttr, MemoryAllocationError, raw
 from acl_mem.pool import ExpandablePool, HostSegment, PoolOutOfMemoryError, Segment, SegmentPool
 
-from .helpers import THREAD_TIMEOUT, free_pools
+from .helpers import THREAD_TIMEOUT, address_range, free_pools, runtime_release
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -47,7 +47,9 @@ SEGMENT_SIZE = {1: 64, 31: 64, 32: 64, 33: 96, 100: 160, 1000: 1056, 4096: 4128}
 
 
 def padded() -> bool:
-    return acl_mem.sizes.soc_padding(raw.aclrtGetSocName()) != 0
+    """Whether aclrtMalloc pads here: on every SoC before CANN 9.1.0 (docs/runtime-model.md
+    §3.5)."""
+    return acl_mem.sizes.soc_padding(raw.aclrtGetSocName(), runtime_release()) != 0
 
 
 def rule_size(length: int) -> int:
@@ -116,10 +118,11 @@ def test_spec_3_14_expandable_pool_follows_the_rules(dev):
         assert [s.ptr - pool.address for s in segments] == [0, 128, 384, 1536]
 
 
+@pytest.mark.cann("9.1.0")
 @pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
 def test_spec_3_14_no_extra_32_bytes_on_ascend950(fake):
-    """docs/runtime-model.md §3.14: on 950 the aclrtMalloc rule has no +32 (m = ALIGN_UP(len,
-    32))."""
+    """docs/runtime-model.md §3.14: on 950 (CANN 9.1.0) the aclrtMalloc rule has no +32
+    (m = ALIGN_UP(len, 32))."""
     acl_mem.fake.configure("ascend950")
     with acl_mem.Device(0) as dev, SegmentPool(dev, block_size=1 * MiB) as pool:
         segments = [pool.allocate(n) for n in (1, 33, 100, 1000)]
@@ -128,12 +131,32 @@ def test_spec_3_14_no_extra_32_bytes_on_ascend950(fake):
         assert [s.ptr - base for s in segments] == [0, 64, 128, 256]
 
 
+@pytest.mark.cann("8.5.0", "9.0.1")
+@pytest.mark.fake_only("only the fake can switch to the Ascend950 profile")
+def test_spec_3_14_ascend950_keeps_the_extra_32_bytes_before_9_1(fake):
+    """docs/runtime-model.md §3.14 with §3.5 Releases: before 9.1.0 Ascend950 pads a fixed 32
+    bytes like every SoC, so its segments keep the +32 (m = ALIGN_UP(len, 32) + 32), in a
+    SegmentPool and an ExpandablePool alike."""
+    acl_mem.fake.configure("ascend950")
+    with acl_mem.Device(0) as dev:
+        with SegmentPool(dev, block_size=1 * MiB) as pool:
+            segments = [pool.allocate(n) for n in (1, 33, 100, 1000)]
+            assert [s.allocated_size for s in segments] == [64, 96, 160, 1056]
+            base = segments[0].ptr
+            assert [s.ptr - base for s in segments] == [0, 64, 192, 384]
+        with ExpandablePool(dev, 16 * MiB) as expandable:
+            parts = [expandable.allocate(n) for n in (1, 100, 1000, 33)]
+            assert [s.ptr - expandable.address for s in parts] == [0, 64, 256, 1344]
+            assert [s.allocated_size for s in parts] == [64, 160, 1056, 96]
+
+
 # -- placement -------------------------------------------------------------------------------------
 
 
-def test_spec_3_14_segments_never_overlap_and_stay_inside_their_block(dev):
+def test_spec_3_14_segments_never_overlap_and_stay_inside_their_block(dev, cann):
     """docs/runtime-model.md §3.14: no two segments share a byte; each lies inside one runtime
-    block, also when blocks are back to back and requests exceed the block size."""
+    block (seen through aclrtMemGetAddressRange, from CANN 9.0.1), also when blocks are back to
+    back and requests exceed the block size."""
     rng = random.Random(7)
     with SegmentPool(dev, api=AllocApi.MALLOC_ALIGN32, block_size=64 * KiB) as pool:
         segments = [pool.allocate(rng.choice([1, 100, 3000, 20 * KiB, 100 * KiB]))
@@ -146,16 +169,19 @@ def test_spec_3_14_segments_never_overlap_and_stay_inside_their_block(dev):
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start
         for seg in segments:
-            base, size = raw.aclrtMemGetAddressRange(seg.ptr)
-            assert base <= seg.ptr and seg.ptr + seg.allocated_size <= base + size
+            block = address_range(seg.ptr, cann)
+            if block is not None:
+                base, size = block
+                assert base <= seg.ptr and seg.ptr + seg.allocated_size <= base + size
 
 
-def test_spec_3_14_a_request_larger_than_the_block_size_gets_its_own_block(dev):
+def test_spec_3_14_a_request_larger_than_the_block_size_gets_its_own_block(dev, cann):
     """docs/runtime-model.md §3.14: a 3 MiB request in a pool of 1 MiB blocks starts its own
-    block."""
+    block (its start is the block's, where aclrtMemGetAddressRange exists: 9.0.1 on)."""
     with SegmentPool(dev, block_size=1 * MiB) as pool:
         big = pool.allocate(3 * MiB)
-        assert raw.aclrtMemGetAddressRange(big.ptr)[0] == big.ptr
+        block = address_range(big.ptr, cann)
+        assert block is None or block[0] == big.ptr
         stats = pool.stats()
         assert stats.blocks_allocated == 1
         assert stats.reserved >= 3 * MiB + 32
@@ -465,7 +491,7 @@ def test_bad_arguments(dev):
 
 
 @pytest.mark.fake_only("the segment checker hooks are the fake's")
-def test_pool_tells_the_checker_about_segments(fake, dev, monkeypatch):
+def test_pool_tells_the_checker_about_segments(fake, dev, cann, monkeypatch):
     """Issue 6: pools report each segment (parent, start, requested, §3.14 size) and its
     return, so the checker can watch segments."""
     carved: list[tuple[int, int, int, int]] = []
@@ -476,7 +502,10 @@ def test_pool_tells_the_checker_about_segments(fake, dev, monkeypatch):
     with SegmentPool(dev, block_size=64 * KiB) as pool:
         a = pool.allocate(100)
         b = pool.allocate(1000)
-        parent = raw.aclrtMemGetAddressRange(a.ptr)[0]
+        # The first segment starts its block (seen through the address range from 9.0.1).
+        parent = a.ptr
+        block = address_range(a.ptr, cann)
+        assert block is None or block[0] == parent
         assert carved == [(parent, a.ptr, 100, 160), (parent, b.ptr, 1000, 1056)]
         b_ptr = b.ptr
         a.free()

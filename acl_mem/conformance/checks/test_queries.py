@@ -2,7 +2,9 @@
 (docs/runtime-model.md §4.8) and aclrtPointerGetAttributes (docs/runtime-model.md §4.9).
 
 Pool sizes, page sizes and codes are written out by hand from the runtime model; page sizes of
-small and huge blocks follow the fake's choice for open question 15.
+small and huge blocks follow the fake's choice for open question 15. Release differences
+(docs/runtime-model.md §0.1): 8.5.0 refuses attributes 12-17 (107016), has no
+aclrtMemGetAddressRange, and reports the device id for host memory.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from acl_mem.errors import (
 )
 from acl_mem.sizes import soc_padding
 
-from .helpers import in_fresh_thread, need_two_devices
+from .helpers import in_fresh_thread, need_two_devices, runtime_release, since
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -44,7 +46,7 @@ def info_or_code(attr: int) -> tuple[int, int] | int:
 def padded_malloc_size(size: int) -> int:
     """aclrtMalloc's rounding by hand (docs/runtime-model.md §3.5): floor((size + 32 + pad - 1) /
     32) * 32."""
-    pad = soc_padding(raw.aclrtGetSocName())
+    pad = soc_padding(raw.aclrtGetSocName(), runtime_release())
     return (size + 32 + pad - 1) // 32 * 32
 
 
@@ -83,7 +85,9 @@ def test_get_mem_info_unknown_attr_beats_missing_context(backend, attr):
     assert error.code == 107016
 
 
-@pytest.mark.parametrize("attr", [MemAttr.HBM_MEM, MemAttr.HBM_MEM_NORMAL, MemAttr.MEM_HUGE])
+@pytest.mark.parametrize("attr", [
+    MemAttr.HBM_MEM, MemAttr.HBM_MEM_NORMAL,
+    pytest.param(MemAttr.MEM_HUGE, marks=pytest.mark.cann("9.0.1", "9.1.0"))])
 def test_get_mem_info_without_context_is_107002(backend, attr):
     """docs/runtime-model.md §3.12: a thread with no current context -> 107002."""
     _, error = in_fresh_thread(lambda: raw.aclrtGetMemInfo(attr))
@@ -123,12 +127,31 @@ def test_get_mem_info_hbm_sum_holds_after_allocations(dev):
         (MemAttr.MEM_P2P_HUGE1G, MemAttr.HBM_MEM_P2P_HUGE1G),
     ],
 )
+@pytest.mark.cann("9.0.1", "9.1.0")
 def test_get_mem_info_new_attrs_match_hbm_attrs(dev, new_attr, hbm_attr):
     """docs/runtime-model.md §3.12: ACL_MEM_* (12-17) report the same pools as the HBM attrs on an
-    HBM device."""
+    HBM device (from 9.0.1)."""
     raw.aclrtMalloc(100, MallocPolicy.NORMAL_ONLY)
     raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_ONLY)
     assert info_or_code(new_attr) == info_or_code(hbm_attr)
+
+
+@pytest.mark.cann("8.5.0")
+@pytest.mark.parametrize("attr", [MemAttr.MEM_NORMAL, MemAttr.MEM_HUGE, MemAttr.MEM_HUGE1G,
+                                  MemAttr.MEM_P2P_NORMAL, MemAttr.MEM_P2P_HUGE,
+                                  MemAttr.MEM_P2P_HUGE1G])
+def test_get_mem_info_new_attrs_are_107016_on_8_5_0(dev, backend, attr):
+    """docs/runtime-model.md §3.12 Releases: 8.5.0's runtime accepts attributes 0-11 only:
+    ACL_MEM_NORMAL ... ACL_MEM_P2P_HUGE1G (12-17) -> 107016, also without a context (the
+    range check comes first); the ACL layer's NULL checks (100000) still come before it."""
+    with pytest.raises(InvalidMemoryTypeError) as e:
+        raw.aclrtGetMemInfo(attr)
+    assert e.value.code == 107016
+    _, error = in_fresh_thread(lambda: raw.aclrtGetMemInfo(attr))
+    assert isinstance(error, InvalidMemoryTypeError) and error.code == 107016, error
+    assert backend.aclrtGetMemInfo(attr, null_outputs=1)[0] == 100000
+    # Their HBM twins (0-11) answer as on every release.
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[1] > 0
 
 
 @pytest.mark.parametrize(
@@ -263,15 +286,16 @@ def test_atlas_a2_ddr_attrs_report_zero(fake, attr):
 
 
 @pytest.mark.fake_only("the 1 GiB pool carved from the huge pool is the fake's model")
-def test_atlas_a2_huge1g_free_is_whole_gibs(fake):
+def test_atlas_a2_huge1g_free_is_whole_gibs(fake, cann):
     """docs/runtime-model.md §3.12: *_HUGE1G reports the 1 GiB pool: free counts whole GiB pages
-    only."""
+    only (ACL_MEM_HUGE1G too from 9.0.1; 107016 on 8.5.0)."""
     acl_mem.fake.configure("atlas-a2")
     with acl_mem.Device(0):
         raw.aclrtMalloc(3 * MiB, MallocPolicy.HUGE_FIRST)  # 4 MiB of huge pages
         assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE) == (60 * GiB - 4 * MiB, 60 * GiB)
         assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE1G) == (59 * GiB, 60 * GiB)
-        assert raw.aclrtGetMemInfo(MemAttr.MEM_HUGE1G) == (59 * GiB, 60 * GiB)
+        assert info_or_code(MemAttr.MEM_HUGE1G) == \
+            ((59 * GiB, 60 * GiB) if since(cann, "9.0.1") else 107016)
         raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY)  # one 1 GiB page
         assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE) == (59 * GiB - 4 * MiB, 60 * GiB)
         assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE1G) == (58 * GiB, 60 * GiB)
@@ -287,8 +311,10 @@ def test_atlas_a2_huge1g_free_is_whole_gibs(fake):
         (MemAttr.HBM_MEM_HUGE, MemAttr.DDR_MEM_HUGE, 24 * GiB - 1536 * MiB),
         (MemAttr.HBM_MEM_P2P_NORMAL, MemAttr.DDR_MEM_P2P_NORMAL, 1536 * MiB),
         (MemAttr.HBM_MEM_P2P_HUGE, MemAttr.DDR_MEM_P2P_HUGE, 24 * GiB - 1536 * MiB),
-        (MemAttr.MEM_NORMAL, MemAttr.DDR_MEM_NORMAL, 1536 * MiB),
-        (MemAttr.MEM_HUGE, MemAttr.DDR_MEM_HUGE, 24 * GiB - 1536 * MiB),
+        pytest.param(MemAttr.MEM_NORMAL, MemAttr.DDR_MEM_NORMAL, 1536 * MiB,
+                     marks=pytest.mark.cann("9.0.1", "9.1.0")),
+        pytest.param(MemAttr.MEM_HUGE, MemAttr.DDR_MEM_HUGE, 24 * GiB - 1536 * MiB,
+                     marks=pytest.mark.cann("9.0.1", "9.1.0")),
     ],
 )
 def test_ddr_device_hbm_attrs_report_ddr_pools(fake, hbm_attr, ddr_attr, total):
@@ -311,16 +337,22 @@ def test_ddr_device_hbm_attrs_report_ddr_pools(fake, hbm_attr, ddr_attr, total):
     [MemAttr.HBM_MEM_HUGE1G, MemAttr.HBM_MEM_P2P_HUGE1G, MemAttr.MEM_HUGE1G,
      MemAttr.MEM_P2P_HUGE1G],
 )
-def test_ddr_device_huge1g_is_207000(fake, attr):
-    """docs/runtime-model.md §3.12: *_HUGE1G on a chip without 1 GiB pages -> 207000."""
+def test_ddr_device_huge1g_is_207000(fake, cann, attr):
+    """docs/runtime-model.md §3.12: *_HUGE1G on a chip without 1 GiB pages -> 207000; on 8.5.0
+    the attribute range check comes first, so ACL_MEM_HUGE1G / ACL_MEM_P2P_HUGE1G give 107016
+    there."""
     acl_mem.fake.configure("atlas-inference")
     with acl_mem.Device(0):
+        if attr >= MemAttr.MEM_NORMAL and not since(cann, "9.0.1"):
+            assert info_or_code(attr) == 107016
+            return
         with pytest.raises(FeatureNotSupportError) as e:
             raw.aclrtGetMemInfo(attr)
         assert e.value.code == 207000
 
 
 # -- §4.8 aclrtMemGetAddressRange ------------------------------------------------------------------
+@pytest.mark.cann("9.0.1", "9.1.0")
 def test_address_range_null_ptr_is_100000(dev, backend):
     """docs/runtime-model.md §4.8: ptr NULL -> 100000, also when both outputs are NULL (ACL layer
     first)."""
@@ -330,12 +362,14 @@ def test_address_range_null_ptr_is_100000(dev, backend):
     assert backend.aclrtMemGetAddressRange(0, null_outputs=3)[0] == 100000
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 def test_address_range_both_outputs_null_is_107000(dev, backend):
     """docs/runtime-model.md §4.8: pbase and psize both NULL -> 107000."""
     ptr = raw.aclrtMalloc(64)
     assert backend.aclrtMemGetAddressRange(ptr, null_outputs=3)[0] == 107000
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_one_output_null_is_fine(dev, backend):
     """docs/runtime-model.md §4.8: one of pbase / psize may be NULL; the other is still written."""
@@ -346,6 +380,7 @@ def test_address_range_one_output_null_is_fine(dev, backend):
     assert (rc, base) == (0, ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize(
     ("call", "size", "policy", "expected"),
@@ -365,6 +400,7 @@ def test_address_range_size_is_page_rounded(dev, call, size, policy, expected):
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, expected)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_malloc_4096_spills_into_a_second_page(dev):
     """docs/runtime-model.md §3.5 + §4.8: aclrtMalloc(4096) is 4096 + padding bytes: 8 KiB unless
@@ -374,6 +410,7 @@ def test_address_range_malloc_4096_spills_into_a_second_page(dev):
     assert raw.aclrtMemGetAddressRange(ptr)[1] == expected
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 @pytest.mark.parametrize("offset", [1, 63, 4095])
 def test_address_range_interior_pointer_gives_the_base(dev, offset):
@@ -383,6 +420,7 @@ def test_address_range_interior_pointer_gives_the_base(dev, offset):
     assert raw.aclrtMemGetAddressRange(ptr + offset) == (ptr, 4 * KiB)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_interior_pointer_of_huge_block(dev):
     """docs/runtime-model.md §4.8: interior pointer of a 3 MiB HUGE_FIRST block -> (base, 4 MiB)."""
@@ -390,6 +428,7 @@ def test_address_range_interior_pointer_of_huge_block(dev):
     assert raw.aclrtMemGetAddressRange(ptr + 3 * MiB - 1) == (ptr, 4 * MiB)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 def test_address_range_of_two_blocks_are_distinct(dev):
     """docs/runtime-model.md §4.8: each block reports its own base."""
     a = raw.aclrtMalloc(64)
@@ -398,6 +437,7 @@ def test_address_range_of_two_blocks_are_distinct(dev):
     assert raw.aclrtMemGetAddressRange(b)[0] == b
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 def test_address_range_freed_device_pointer_is_107000(dev):
     """docs/runtime-model.md §4.8: a device address no block holds any more -> 107000."""
     ptr = raw.aclrtMalloc(64)
@@ -407,6 +447,7 @@ def test_address_range_freed_device_pointer_is_107000(dev):
     assert e.value.code == 107000
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_pinned_host_memory(dev):
     """docs/runtime-model.md §4.8: blocks from aclrtMallocHost are known too (base, size rounded to
@@ -420,11 +461,32 @@ def test_address_range_pinned_host_memory(dev):
         raw.aclrtFreeHost(ptr)
 
 
+@pytest.mark.cann("9.0.1", "9.1.0")
 @pytest.mark.open_question(15)
 def test_address_range_pythonic(dev):
     """docs/runtime-model.md §4.8 through DeviceBuffer.address_range()."""
     buf = dev.malloc(3 * MiB)
     assert buf.address_range() == (buf.ptr, 4 * MiB)
+
+
+@pytest.mark.cann("8.5.0")
+@pytest.mark.fake_only("the stand-in library exports every function; a real 8.5.0 libascendcl "
+                       "lacks aclrtMemGetAddressRange and the native backend raises the same")
+def test_address_range_does_not_exist_on_8_5_0(fake, dev):
+    """docs/runtime-model.md §4.8 Releases: CANN 8.5.0 has no aclrtMemGetAddressRange: every
+    call raises FunctionNotAvailableError naming the call, the release and the first release
+    with it (9.0.1), before any argument is looked at, and it is no AclError."""
+    ptr = raw.aclrtMalloc(64)
+    for address in (ptr, ptr + 8, 0):
+        with pytest.raises(acl_mem.FunctionNotAvailableError) as e:
+            raw.aclrtMemGetAddressRange(address)
+        assert (e.value.function, e.value.release) == ("aclrtMemGetAddressRange", "8.5.0")
+        assert "9.0.1" in str(e.value)
+        assert not isinstance(e.value, AclError)
+    with pytest.raises(acl_mem.FunctionNotAvailableError):
+        fake.aclrtMemGetAddressRange(ptr, null_outputs=3)
+    # What 8.5.0 has for the question: aclrtPointerGetAttributes.
+    assert raw.aclrtPointerGetAttributes(ptr + 8).type == MemLocationType.DEVICE
 
 
 # -- §4.9 aclrtPointerGetAttributes ----------------------------------------------------------------
@@ -498,6 +560,31 @@ def test_pointer_attributes_pinned_host(dev):
         assert raw.aclrtPointerGetAttributes(ptr + 50).type == MemLocationType.HOST
     finally:
         raw.aclrtFreeHost(ptr)
+
+
+def test_pointer_attributes_host_memory_id_by_release(dev, cann):
+    """docs/runtime-model.md §4.9 Releases: host memory reports location.id 0 from 9.0.1; 8.5.0
+    reports the driver's device id there (the fake: the calling thread's current device), so
+    with device 1 current it says 1. Device memory reports its own device on every release."""
+    need_two_devices()
+    host = raw.aclrtMallocHost(100)
+    on0 = raw.aclrtMalloc(64)
+    raw.aclrtSetDevice(1)
+    try:
+        attrs = raw.aclrtPointerGetAttributes(host)
+        device_attrs = raw.aclrtPointerGetAttributes(on0)
+    finally:
+        raw.aclrtSetDevice(0)
+        raw.aclrtResetDevice(1)
+    try:
+        assert (attrs.type, attrs.id) == (MemLocationType.HOST,
+                                          0 if since(cann, "9.0.1") else 1)
+        assert (device_attrs.type, device_attrs.id) == (MemLocationType.DEVICE, 0)
+        assert raw.aclrtPointerGetAttributes(host).id == 0  # device 0 current
+    finally:
+        raw.aclrtFreeHost(host)
+        raw.aclrtFree(on0)
+        raw.aclrtResetDevice(0)
 
 
 def test_pointer_attributes_numpy_is_unregistered(dev):

@@ -5,7 +5,9 @@ sharing between processes (§4.6), access (§4.7) and the queries on mapped addr
 (§4.8, §4.9, handle retain / properties). Every number is written out here from the
 runtime model; where only the driver decides, the expectation is the fake's documented choice
 (docs/runtime-model.md §8.2-§8.8 and §8.12, docs/fidelity.md rows 39-52) and the check carries
-``open_question``.
+``open_question``. Release differences (docs/runtime-model.md §0.1): 8.5.0's granularity
+takes three attributes only, it has no aclrtMemGetAddressRange and checks neither handle
+query's output for NULL; 9.1.0 refuses MANAGED physical memory.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from acl_mem.errors import (
     RtParamInvalidError,
 )
 
-from .helpers import address_of, in_fresh_thread, need_two_devices
+from .helpers import address_of, address_range, in_fresh_thread, need_two_devices, since
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -80,6 +82,17 @@ HOST_ONLY_ATTRS = [2, 3, 6, 7]
 #: docs/runtime-model.md §4.3 step 9: attributes aclrtMallocPhysical rejects (and anything > 17).
 REJECTED_ATTRS = [0, 1, 8, 9, 11, 18]
 GIANT_ATTRS = [MemAttr.HBM_MEM_HUGE1G, MemAttr.MEM_HUGE1G, MemAttr.MEM_P2P_HUGE1G]
+#: aclrtMemLocationType MANAGED, named by the header from 9.1.0 only (docs/runtime-model.md §2).
+MANAGED = 3
+#: The only attributes 8.5.0's aclrtMemGetAllocationGranularity takes (docs/runtime-model.md
+#: §4.5 Releases).
+GRANULARITY_850 = [MemAttr.HBM_MEM_HUGE, MemAttr.HBM_MEM_NORMAL, MemAttr.HBM_MEM_HUGE1G]
+#: The P2P memory types, which 8.5.0's aclrtMemGetAllocationPropertiesFromHandle refuses.
+P2P_ATTRS = [MemAttr.DDR_MEM_P2P_HUGE, MemAttr.DDR_MEM_P2P_NORMAL, MemAttr.HBM_MEM_P2P_HUGE,
+             MemAttr.HBM_MEM_P2P_NORMAL, MemAttr.HBM_MEM_P2P_HUGE1G, MemAttr.MEM_P2P_NORMAL,
+             MemAttr.MEM_P2P_HUGE, MemAttr.MEM_P2P_HUGE1G]
+#: For cases whose expectation holds from 9.0.1 on.
+SINCE_9_0_1 = pytest.mark.cann("9.0.1", "9.1.0")
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -508,6 +521,28 @@ def test_malloc_physical_device_id_equal_to_count_is_107001(backend):
     assert e.value.code == 107001
 
 
+@pytest.mark.cann("9.1.0")
+def test_malloc_physical_managed_location_is_100000(backend):
+    """docs/runtime-model.md §4.3 Releases: 9.1.0 rejects location MANAGED (3) in the ACL layer
+    (step 7) -> 100000, before the attribute and device-id checks and without a context."""
+    for p in (prop(location=MANAGED), prop(location=MANAGED, device=99),
+              prop(MemAttr.MEM_HUGE, MANAGED)):
+        assert _malloc_rc(backend, HUGE, p) == 100000
+    _, error = in_fresh_thread(lambda: raw.aclrtMallocPhysical(HUGE, prop(location=MANAGED)))
+    assert isinstance(error, InvalidParamError) and error.code == 100000, error
+
+
+@pytest.mark.cann("8.5.0", "9.0.1")
+@pytest.mark.open_question(3)
+def test_malloc_physical_managed_location_reaches_the_driver_before_9_1(backend):
+    """docs/runtime-model.md §4.3 Releases: before 9.1.0 location MANAGED (3) passes the ACL
+    checks and reaches the driver (the fake: 107000, docs/fidelity.md row 44); the ACL
+    attribute checks still come first (100000)."""
+    assert _malloc_rc(backend, HUGE, prop(location=MANAGED)) == 107000
+    assert _malloc_rc(backend, HUGE, prop(1, MANAGED)) == 100000
+    assert _malloc_rc(backend, HUGE, prop(handle_type=2, location=MANAGED)) == 100000
+
+
 @pytest.mark.parametrize("attr", [*HOST_ONLY_ATTRS, MemAttr.HBM_MEM_HUGE])
 def test_malloc_physical_host_location_takes_no_device_pool(dev, vmm, attr):
     """docs/runtime-model.md §4.3: DDR attrs are host-only and accepted with location HOST, as is
@@ -577,12 +612,14 @@ def test_malloc_physical_page_pool_accounting(dev, vmm, attr, pool):
 
 
 @pytest.mark.parametrize("attr", GIANT_ATTRS)
-def test_malloc_physical_huge1g(dev, vmm, attr):
-    """docs/runtime-model.md §4.3, §4.5: *_HUGE1G has 1 GiB granularity: 2 MiB -> 107000, 1 GiB
-    succeeds
-    and takes one 1 GiB page (from the huge pool, docs/fidelity.md row 47)."""
+def test_malloc_physical_huge1g(dev, vmm, cann, attr):
+    """docs/runtime-model.md §4.3, §4.5: *_HUGE1G has 1 GiB granularity (asked of
+    aclrtMemGetAllocationGranularity, which takes only ACL_HBM_MEM_HUGE1G of them on 8.5.0):
+    2 MiB -> 107000, 1 GiB succeeds and takes one 1 GiB page (from the huge pool,
+    docs/fidelity.md row 47)."""
     need_giant_pages()
-    assert raw.aclrtMemGetAllocationGranularity(prop(attr)) == GIANT
+    if attr in GRANULARITY_850 or since(cann, "9.0.1"):
+        assert raw.aclrtMemGetAllocationGranularity(prop(attr)) == GIANT
     for size in (HUGE, GIANT - HUGE, GIANT + HUGE):
         with pytest.raises(RtParamInvalidError) as e:
             raw.aclrtMallocPhysical(size, prop(attr))
@@ -663,14 +700,17 @@ def test_granularity_null_prop_or_output_is_100000(backend):
 
 
 _GRANULARITY_BAD = [
-    ("UNREGISTERED", prop(location=UNREGISTERED)),
-    *[(f"DEVICE DDR attr {a}", prop(a)) for a in HOST_ONLY_ATTRS],
-    *[(f"attr {a}", prop(a)) for a in REJECTED_ATTRS],
-    ("bad attr + device 99", prop(1, DEVICE, 99)),
+    # 8.5.0 does not look at the location type (see the 8.5.0 check below).
+    pytest.param("UNREGISTERED", prop(location=UNREGISTERED), marks=SINCE_9_0_1,
+                 id="UNREGISTERED"),
+    *[pytest.param(case, p, id=case) for case, p in [
+        *[(f"DEVICE DDR attr {a}", prop(a)) for a in HOST_ONLY_ATTRS],
+        *[(f"attr {a}", prop(a)) for a in REJECTED_ATTRS],
+        ("bad attr + device 99", prop(1, DEVICE, 99))]],
 ]
 
 
-@pytest.mark.parametrize("case, p", _GRANULARITY_BAD, ids=[c[0] for c in _GRANULARITY_BAD])
+@pytest.mark.parametrize("case, p", _GRANULARITY_BAD)
 def test_granularity_prop_validation_is_100000(backend, case, p):
     """docs/runtime-model.md §4.5: the memAttr/location validation of aclrtMallocPhysical ->
     100000."""
@@ -697,28 +737,67 @@ def test_granularity_does_not_check_handle_or_allocation_type(backend):
 @pytest.mark.open_question(6)
 @pytest.mark.parametrize("attr, location", [
     (MemAttr.HBM_MEM_HUGE, DEVICE), (MemAttr.HBM_MEM_NORMAL, DEVICE),
-    (MemAttr.MEM_HUGE, DEVICE), (MemAttr.MEM_P2P_HUGE, DEVICE),
-    (MemAttr.MEM_NORMAL, DEVICE), (MemAttr.MEM_P2P_NORMAL, DEVICE),
-    (MemAttr.DDR_MEM_HUGE, HOST), (MemAttr.DDR_MEM_NORMAL, HOST),
-    (MemAttr.DDR_MEM_P2P_HUGE, HOST), (MemAttr.DDR_MEM_P2P_NORMAL, HOST),
+    *[pytest.param(attr, location, marks=SINCE_9_0_1) for attr, location in [
+        (MemAttr.MEM_HUGE, DEVICE), (MemAttr.MEM_P2P_HUGE, DEVICE),
+        (MemAttr.MEM_NORMAL, DEVICE), (MemAttr.MEM_P2P_NORMAL, DEVICE),
+        (MemAttr.DDR_MEM_HUGE, HOST), (MemAttr.DDR_MEM_NORMAL, HOST),
+        (MemAttr.DDR_MEM_P2P_HUGE, HOST), (MemAttr.DDR_MEM_P2P_NORMAL, HOST)]],
     (MemAttr.HBM_MEM_HUGE, HOST)])
 def test_granularity_is_2_mib(backend, attr, location):
     """docs/runtime-model.md §4.5 / §8.6 (docs/fidelity.md row 46): 2 MiB for everything but
-    *_HUGE1G; MINIMUM and
-    RECOMMENDED agree."""
+    *_HUGE1G (8.5.0 takes the HBM attributes only); MINIMUM and RECOMMENDED agree."""
     p = prop(attr, location)
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.MINIMUM) == HUGE
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.RECOMMENDED) == HUGE
 
 
 @pytest.mark.open_question(6)
-@pytest.mark.parametrize("attr", GIANT_ATTRS)
+@pytest.mark.parametrize("attr", [MemAttr.HBM_MEM_HUGE1G,
+                                  *[pytest.param(a, marks=SINCE_9_0_1) for a in GIANT_ATTRS[1:]]])
 def test_granularity_huge1g_is_1_gib(dev, attr):
     """docs/runtime-model.md §4.5 / §8.6: 1 GiB for *_HUGE1G; MINIMUM and RECOMMENDED agree."""
     need_giant_pages()
     p = prop(attr)
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.MINIMUM) == GIANT
     assert raw.aclrtMemGetAllocationGranularity(p, MemGranularityOptions.RECOMMENDED) == GIANT
+
+
+@pytest.mark.cann("8.5.0")
+def test_granularity_on_8_5_0_takes_the_hbm_attributes_only(backend):
+    """docs/runtime-model.md §4.5 Releases: 8.5.0 takes ACL_HBM_MEM_HUGE, ACL_HBM_MEM_NORMAL and
+    ACL_HBM_MEM_HUGE1G only (any other attribute, host ones included -> 100000) and validates
+    location.id as a device id whatever the location (HOST with id = device count -> 107001).
+    It does not look at the location type: an UNREGISTERED prop with an HBM attribute gets
+    its granularity (the fake's reading: §4.5 lists no location check for 8.5.0)."""
+    count = raw.aclrtGetDeviceCount()
+    for attr in [a for a in range(18) if a not in GRANULARITY_850]:
+        for location in (DEVICE, HOST):
+            with pytest.raises(InvalidParamError) as e:
+                raw.aclrtMemGetAllocationGranularity(prop(attr, location))
+            assert e.value.code == 100000, (attr, location)
+    for location in (DEVICE, HOST, UNREGISTERED):
+        assert raw.aclrtMemGetAllocationGranularity(prop(MemAttr.HBM_MEM_HUGE, location)) == HUGE
+        assert raw.aclrtMemGetAllocationGranularity(
+            prop(MemAttr.HBM_MEM_NORMAL, location)) == HUGE
+        assert raw.aclrtMemGetAllocationGranularity(
+            prop(MemAttr.HBM_MEM_HUGE1G, location)) == GIANT
+        with pytest.raises(InvalidDeviceIdError) as e2:
+            raw.aclrtMemGetAllocationGranularity(prop(MemAttr.HBM_MEM_HUGE, location, count))
+        assert e2.value.code == 107001
+    # The attribute check (ACL layer) comes before the device id (runtime).
+    with pytest.raises(InvalidParamError) as e3:
+        raw.aclrtMemGetAllocationGranularity(prop(MemAttr.MEM_HUGE, HOST, count))
+    assert e3.value.code == 100000
+
+
+@SINCE_9_0_1
+def test_granularity_host_location_id_is_not_a_device_id(backend):
+    """docs/runtime-model.md §4.5: from 9.0.1 location.id is validated for DEVICE locations only:
+    a HOST prop with an id at or above the device count still gets its granularity (8.5.0:
+    107001, see above)."""
+    count = raw.aclrtGetDeviceCount()
+    for attr in (MemAttr.HBM_MEM_HUGE, MemAttr.DDR_MEM_HUGE):
+        assert raw.aclrtMemGetAllocationGranularity(prop(attr, HOST, count)) == HUGE
 
 
 # -- §4.4 aclrtMapMem / aclrtUnmapMem --------------------------------------------------------------
@@ -962,10 +1041,10 @@ def test_map_two_devices_into_one_reservation_is_107000(dev, vmm):
     assert e.value.code == 107000
 
 
-def test_huge1g_mapping_needs_1_gib_alignment(dev, vmm):
+def test_huge1g_mapping_needs_1_gib_alignment(dev, vmm, cann):
     """docs/runtime-model.md §4.4 (§8.3): 1 GiB pages map only at 1 GiB aligned addresses (else
-    107000);
-    the mapping reports pageSize 1 GiB and its whole range (docs/runtime-model.md §4.8, §4.9)."""
+    107000); the mapping reports pageSize 1 GiB and (from 9.0.1) its whole range
+    (docs/runtime-model.md §4.8, §4.9)."""
     need_giant_pages()
     base = vmm.reserve(2 * GIANT)
     assert base % GIANT == 0
@@ -976,22 +1055,21 @@ def test_huge1g_mapping_needs_1_gib_alignment(dev, vmm):
         assert e.value.code == 107000
     vmm.map(base + GIANT, handle)
     assert raw.aclrtPointerGetAttributes(base + GIANT + 5 * MiB) == (DEVICE, 0, GIANT)
-    assert raw.aclrtMemGetAddressRange(base + 2 * GIANT - 1) == (base + GIANT, GIANT)
+    assert address_range(base + 2 * GIANT - 1, cann) in (None, (base + GIANT, GIANT))
     write(base + 2 * GIANT - 10, b"0123456789")
     assert read(base + 2 * GIANT - 10, 10) == b"0123456789"
 
 
-def test_vmm_calls_need_no_context(backend):
-    """docs/runtime-model.md §4.1, §4.8, §4.9: the whole VMM sequence and the address queries work
-    in a
-    thread that never set a device."""
+def test_vmm_calls_need_no_context(backend, cann):
+    """docs/runtime-model.md §4.1, §4.8, §4.9: the whole VMM sequence and the address queries
+    (aclrtMemGetAddressRange from 9.0.1) work in a thread that never set a device."""
     def sequence() -> list[Any]:
         base = raw.aclrtReserveMemAddress(2 * HUGE, 0, 0, 0)
         handle = raw.aclrtMallocPhysical(HUGE, prop())
         raw.aclrtMapMem(base + HUGE, HUGE, 0, handle, 0)
         seen = [raw.aclrtMemGetAllocationGranularity(prop()),
                 raw.aclrtMemRetainAllocationHandle(base + HUGE) == handle,
-                raw.aclrtMemGetAddressRange(base + HUGE + 1),
+                address_range(base + HUGE + 1, cann),
                 tuple(raw.aclrtPointerGetAttributes(base + HUGE + 1))]
         raw.aclrtMemSetAccess(base + HUGE, HUGE, [access()], 1)
         raw.aclrtUnmapMem(base + HUGE)
@@ -1003,7 +1081,8 @@ def test_vmm_calls_need_no_context(backend):
     value, error = in_fresh_thread(sequence)
     assert error is None, repr(error)
     base = value[-1]
-    assert value[:4] == [HUGE, True, (base + HUGE, HUGE), (DEVICE, 0, HUGE)]
+    in_range = (base + HUGE, HUGE) if since(cann, "9.0.1") else None
+    assert value[:4] == [HUGE, True, in_range, (DEVICE, 0, HUGE)]
 
 
 def test_physical_memory_survives_device_reset(dev, vmm):
@@ -1092,19 +1171,19 @@ def test_set_access_bad_device_id_is_107001(backend, vmm):
 # -- §4.8 / §4.9 queries on mapped addresses -------------------------------------------------------
 
 
-def test_address_range_and_attributes_of_a_mapping(dev, vmm):
-    """docs/runtime-model.md §4.8, §4.9: inside a mapping -> the mapping's base and size; DEVICE,
-    the
-    device id, pageSize 2 MiB."""
+def test_address_range_and_attributes_of_a_mapping(dev, vmm, cann):
+    """docs/runtime-model.md §4.8, §4.9: inside a mapping -> the mapping's base and size (from
+    9.0.1); DEVICE, the device id, pageSize 2 MiB."""
     base = vmm.reserve(8 * HUGE)
     handle = vmm.physical(2 * HUGE)
     vmm.map(base + 2 * HUGE, handle)
     for address in (base + 2 * HUGE, base + 3 * HUGE + 5, base + 4 * HUGE - 1):
-        assert raw.aclrtMemGetAddressRange(address) == (base + 2 * HUGE, 2 * HUGE)
+        assert address_range(address, cann) in (None, (base + 2 * HUGE, 2 * HUGE))
         attrs = raw.aclrtPointerGetAttributes(address)
         assert (attrs.type, attrs.id, attrs.pageSize) == (DEVICE, 0, HUGE)
 
 
+@SINCE_9_0_1
 def test_address_range_of_one_of_two_adjacent_mappings(dev, vmm):
     """docs/runtime-model.md §4.8: neighbouring mappings are reported one by one."""
     base = vmm.reserve(3 * HUGE)
@@ -1124,16 +1203,19 @@ def test_attributes_of_a_device_1_mapping(dev, vmm):
 
 
 @pytest.mark.parametrize("where", ["reserved, never mapped", "after unmap"])
-def test_address_queries_on_unmapped_window_address_are_107000(dev, vmm, where):
+def test_address_queries_on_unmapped_window_address_are_107000(dev, vmm, cann, where):
     """docs/runtime-model.md §4.8, §4.9 (docs/fidelity.md row 23): an unmapped address of the VMM
-    window -> 107000."""
+    window -> 107000 (aclrtMemGetAddressRange from 9.0.1)."""
     base = vmm.reserve(2 * HUGE)
     vmm.map(base, vmm.physical())
     address = base + HUGE + 100
     if where == "after unmap":
         vmm.unmap(base)
         address = base + 100
-    for call in (raw.aclrtMemGetAddressRange, raw.aclrtPointerGetAttributes):
+    calls: list[Callable[[int], Any]] = [raw.aclrtPointerGetAttributes]
+    if since(cann, "9.0.1"):
+        calls.append(raw.aclrtMemGetAddressRange)
+    for call in calls:
         with pytest.raises(RtParamInvalidError) as e:
             call(address)
         assert e.value.code == 107000, call.__name__
@@ -1153,13 +1235,14 @@ def test_retain_allocation_handle_returns_the_mapped_handle(backend, vmm):
     assert raw.aclrtMemRetainAllocationHandle(base + HUGE) == second
 
 
-def test_retain_allocation_handle_errors(backend, vmm):
-    """docs/runtime-model.md §4: NULL virPtr or NULL output -> 100000; an unmapped address ->
-    107000."""
+def test_retain_allocation_handle_errors(backend, vmm, cann):
+    """docs/runtime-model.md §4: NULL virPtr -> 100000; NULL output -> 100000 (from 9.0.1; 8.5.0
+    does not check it, see below); an unmapped address -> 107000."""
     base = vmm.reserve(2 * HUGE)
     vmm.map(base, vmm.physical())
     assert backend.aclrtMemRetainAllocationHandle(0)[0] == 100000
-    assert backend.aclrtMemRetainAllocationHandle(base, null_outputs=1)[0] == 100000
+    if since(cann, "9.0.1"):
+        assert backend.aclrtMemRetainAllocationHandle(base, null_outputs=1)[0] == 100000
     for address in (base + HUGE, FIXED + 64 * GiB):
         with pytest.raises(RtParamInvalidError) as e:
             raw.aclrtMemRetainAllocationHandle(address)
@@ -1171,32 +1254,62 @@ def test_retain_allocation_handle_errors(backend, vmm):
     (MemAttr.MEM_NORMAL, DEVICE, 0), (MemAttr.MEM_P2P_HUGE, DEVICE, 0),
     (MemAttr.HBM_MEM_HUGE, DEVICE, 1), (MemAttr.DDR_MEM_HUGE, HOST, 0),
     (MemAttr.HBM_MEM_HUGE, HOST, 0)])
-def test_allocation_properties_from_handle(backend, vmm, attr, location, device):
+def test_allocation_properties_from_handle(backend, vmm, cann, attr, location, device):
     """docs/runtime-model.md §4: aclrtMemGetAllocationPropertiesFromHandle returns every field of
-    the prop
-    the handle was allocated with."""
+    the prop the handle was allocated with. 8.5.0 describes device memory of the non-P2P types
+    only: P2P and host (DDR) memory -> 100000 there."""
     if device:
         need_two_devices()
     handle = vmm.physical(HUGE, prop(attr, location, device))
+    if not since(cann, "9.0.1") and (location != DEVICE or attr in P2P_ATTRS):
+        with pytest.raises(InvalidParamError) as e:
+            raw.aclrtMemGetAllocationPropertiesFromHandle(handle)
+        assert e.value.code == 100000
+        return
     got = raw.aclrtMemGetAllocationPropertiesFromHandle(handle)
     assert (got.handleType, got.allocationType, got.memAttr, got.location.id,
             got.location.type, got.reserve) == (0, 0, attr, device, location, 0)
 
 
-def test_allocation_properties_errors(backend):
-    """docs/runtime-model.md §4: handle NULL or output NULL -> 100000; unknown or freed handle ->
-    107000."""
+def test_allocation_properties_errors(backend, cann):
+    """docs/runtime-model.md §4: handle NULL -> 100000; output NULL -> 100000 (from 9.0.1; 8.5.0
+    does not check it, see below); unknown or freed handle -> 107000."""
     assert backend.aclrtMemGetAllocationPropertiesFromHandle(0)[0] == 100000
     handle = raw.aclrtMallocPhysical(HUGE, prop())
     try:
-        rc, _ = backend.aclrtMemGetAllocationPropertiesFromHandle(handle, null_outputs=1)
-        assert rc == 100000
+        if since(cann, "9.0.1"):
+            rc, _ = backend.aclrtMemGetAllocationPropertiesFromHandle(handle, null_outputs=1)
+            assert rc == 100000
     finally:
         raw.aclrtFreePhysical(handle)
     for bogus in (handle, 0x1234_5000):
         with pytest.raises(RtParamInvalidError) as e:
             raw.aclrtMemGetAllocationPropertiesFromHandle(bogus)
         assert e.value.code == 107000
+
+
+@pytest.mark.cann("8.5.0")
+@pytest.mark.fake_only("8.5.0 checks neither output for NULL and the runtime would write "
+                       "through it; the fake answers 107000 after the lookup instead "
+                       "(docs/fidelity.md row 67)")
+def test_handle_queries_do_not_check_their_output_on_8_5_0(fake, vmm):
+    """docs/runtime-model.md §4 Releases (docs/fidelity.md row 67): on 8.5.0 a NULL output of
+    aclrtMemRetainAllocationHandle or aclrtMemGetAllocationPropertiesFromHandle is not refused
+    by the ACL layer (100000 from 9.0.1): the fake looks the address or handle up first and
+    then answers 107000; the NULL virPtr / handle checks stay 100000."""
+    base = vmm.reserve(2 * HUGE)
+    handle = vmm.physical()
+    vmm.map(base, handle)
+    assert fake.aclrtMemRetainAllocationHandle(0, null_outputs=1)[0] == 100000
+    assert fake.aclrtMemRetainAllocationHandle(base, null_outputs=1)[0] == 107000
+    assert fake.aclrtMemRetainAllocationHandle(base + HUGE, null_outputs=1)[0] == 107000
+    assert fake.aclrtMemGetAllocationPropertiesFromHandle(0, null_outputs=1)[0] == 100000
+    assert fake.aclrtMemGetAllocationPropertiesFromHandle(handle, null_outputs=1)[0] == 107000
+    assert fake.aclrtMemGetAllocationPropertiesFromHandle(0x1234_5000, null_outputs=1)[0] == \
+        107000
+    # With outputs, both answer as on every release.
+    assert raw.aclrtMemRetainAllocationHandle(base) == handle
+    assert raw.aclrtMemGetAllocationPropertiesFromHandle(handle).memAttr == MemAttr.HBM_MEM_HUGE
 
 
 # -- §4.6 export / import / whitelist --------------------------------------------------------------
