@@ -71,3 +71,25 @@ def test_reprs_of_half_constructed_buffers_and_arrays(dev):
     for obj in made:
         text = repr(obj)
         assert text.startswith(f"<{type(obj).__name__} ") and "not created" in text
+
+
+# -- DLPack arguments ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_version": ("1", 0)},
+    {"max_version": (True, 0)},
+    {"max_version": (1.0, 0)},
+    {"dl_device": 5},
+    {"dl_device": "cpu"},
+    {"dl_device": (1,)},
+    {"dl_device": (1, 0, 0)},
+    {"dl_device": (1.0, 0)},
+])
+def test_dlpack_arguments_of_the_wrong_type_are_type_errors(dev, kwargs):
+    """A max_version or dl_device that is not a pair of ints is a TypeError (before: an
+    export, or a BufferError as for a device it cannot reach)."""
+    with dev.malloc_host(16) as host:
+        with pytest.raises(TypeError):
+            host.__dlpack__(**kwargs)
+        host.free()  # a refused export left nothing behind
