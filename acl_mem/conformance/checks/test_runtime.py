@@ -237,6 +237,41 @@ def test_spec_3_1_different_config_content_after_finalize_is_100000(backend, tmp
     assert codes == [0, 0, 100000, 0, 0]
 
 
+# -- §3.1 which release: aclrtGetVersion, aclsysGetVersionStr -------------------------------------
+
+
+@pytest.mark.cann("8.5.0")
+def test_spec_3_1_acl_version_is_1_16_0_on_8_5_0(backend):
+    """docs/runtime-model.md §3.1 Releases: aclrtGetVersion reports ACL 1.16.0 on CANN 8.5.0."""
+    assert raw.aclrtGetVersion() == (1, 16, 0)
+
+
+@pytest.mark.cann("9.0.1", "9.1.0")
+def test_spec_3_1_acl_version_is_1_17_0_from_9_0_1(backend):
+    """docs/runtime-model.md §3.1 Releases: aclrtGetVersion reports ACL 1.17.0 from CANN 9.0.1
+    on (the version of the headers acl_mem binds, §0.1)."""
+    assert raw.aclrtGetVersion() == (1, 17, 0)
+
+
+def test_spec_3_1_runtime_version_reports_release_and_acl_version(backend, cann):
+    """docs/runtime-model.md §0.1 / §3.1: acl_mem.runtime_version() is aclsysGetVersionStr
+    ("runtime") and aclrtGetVersion together; neither needs aclInit, a device or a context."""
+    version = acl_mem.runtime_version()
+    assert version.cann == cann
+    assert version.acl == raw.aclrtGetVersion()
+    assert str(version) == f"CANN {cann or '(unknown)'}, ACL {'.'.join(map(str, version.acl))}"
+    assert raise_from_fresh_thread(acl_mem.runtime_version) == version
+
+
+def test_spec_3_1_version_queries_check_their_pointers(backend):
+    """docs/runtime-model.md §3.1: aclrtGetVersion with any NULL output, and aclsysGetVersionStr
+    with a NULL package name or output -> 100000."""
+    for null_outputs in (1, 2, 4, 7):
+        assert backend.aclrtGetVersion(null_outputs=null_outputs)[0] == 100000
+    assert backend.aclsysGetVersionStr(None)[0] == 100000
+    assert backend.aclsysGetVersionStr("runtime", null_outputs=1)[0] == 100000
+
+
 # -- §3.2 aclrtSetDevice / aclrtResetDevice --------------------------------------------------------
 
 
