@@ -149,6 +149,8 @@ class VirtualRange(_Owned):
     it once every mapping in it is closed."""
 
     _renew = "reserve a new VirtualRange"
+    #: Collected while still mapped (see :meth:`_finalize`): a mapping releases it later.
+    _orphaned = False
 
     def __init__(self, size: int, *, expect: int = 0, flags: int = 0) -> None:
         self._size = size
@@ -192,6 +194,23 @@ class VirtualRange(_Owned):
                 "close() them first (or use MappedMemory / ExpandableSegment, which close "
                 "their parts in order)")
         raw.aclrtReleaseMemAddress(self._base)
+
+    def __del__(self) -> None:
+        self._finalize()
+
+    def _finalize(self) -> None:
+        """What the finalizer does: release, unless the runtime still refuses."""
+        if self._released or self._token is None or \
+                not self._lifecycle.is_live(None, self._token):
+            return
+        self._released = True
+        try:
+            self._release()
+        except Exception:
+            # Still mapped: collected together with a mapping (a reference cycle), the
+            # range can be finalized first. The mapping releases it once unmapped.
+            self._released = False
+            self._orphaned = True
 
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
@@ -269,6 +288,9 @@ class Mapping(_Owned):
         if not isinstance(physical, PhysicalMemory):
             raise TypeError(f"Mapping: physical must be a PhysicalMemory, "
                             f"got {type(physical).__name__}")
+        if within is not None and not isinstance(within, VirtualRange):
+            raise TypeError(f"Mapping: within must be a VirtualRange or None, "
+                            f"got {type(within).__name__}")
         # Held so that a forgotten range is released only after its mappings are gone.
         self._range = within
         self._address = address
@@ -316,6 +338,21 @@ class Mapping(_Owned):
 
     def _release(self) -> None:
         raw.aclrtUnmapMem(self._address)
+
+    def close(self) -> None:
+        super().close()
+        self._release_orphaned_range()
+
+    def __del__(self) -> None:
+        super().__del__()
+        self._release_orphaned_range()
+
+    def _release_orphaned_range(self) -> None:
+        """Once unmapped, release the range if it was collected while this was mapped."""
+        within = getattr(self, "_range", None)
+        if within is not None and within._orphaned and self._released:
+            within._orphaned = False
+            within._finalize()
 
 
 class _Contents(_Owned):

@@ -3,12 +3,15 @@ activation, VMM objects and the fake's checker: each test failed before its fix.
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 import acl_mem
 from acl_mem import DeviceArray, DeviceBuffer, HostBuffer
 from acl_mem._fake.config import set_check, set_hazard_mode
 from acl_mem.pool import ExpandablePool
+from acl_mem.vmm import Mapping, PhysicalMemory, VirtualRange, granularity
 
 MiB = 1 << 20
 
@@ -93,3 +96,44 @@ def test_dlpack_arguments_of_the_wrong_type_are_type_errors(dev, kwargs):
         with pytest.raises(TypeError):
             host.__dlpack__(**kwargs)
         host.free()  # a refused export left nothing behind
+
+
+# -- VMM objects -----------------------------------------------------------------------------------
+
+
+@pytest.mark.fake_only("releasing a still-mapped range is refused by the fake's choice "
+                       "(docs/runtime-model.md §8.3)")
+def test_a_range_collected_with_its_mapping_in_a_cycle_is_released(fake, dev):
+    """A VirtualRange and its Mapping dropped together in a reference cycle: the collector
+    may finalize the range first, while it is still mapped. The range is released once
+    the mapping is unmapped, not leaked."""
+    chunk = granularity(dev)
+
+    class Holder:
+        pass
+
+    gc.collect()
+    gc.disable()
+    try:
+        holder = Holder()
+        holder.self = holder  # type: ignore[attr-defined]
+        holder.range = VirtualRange(2 * chunk)  # type: ignore[attr-defined]
+        holder.physical = PhysicalMemory(chunk, device=dev)  # type: ignore[attr-defined]
+        holder.mapping = holder.range.map(holder.physical)  # type: ignore[attr-defined]
+        address = holder.range.address  # type: ignore[attr-defined]
+        del holder
+        gc.collect()
+    finally:
+        gc.enable()
+    with pytest.raises(acl_mem.AclError) as caught:
+        acl_mem.raw.aclrtReleaseMemAddress(address)  # nothing left to release
+    assert caught.value.code == 107000
+
+
+def test_mapping_checks_within_before_mapping(dev):
+    chunk = granularity(dev)
+    with VirtualRange(2 * chunk) as reserved, PhysicalMemory(chunk, device=dev) as physical:
+        with pytest.raises(TypeError):
+            Mapping(reserved.address, physical, "not a range")  # type: ignore[arg-type]
+        with Mapping(reserved.address, physical, reserved) as mapping:
+            assert mapping.range is reserved
