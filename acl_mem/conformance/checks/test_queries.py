@@ -154,6 +154,19 @@ def test_get_mem_info_new_attrs_are_107016_on_8_5_0(dev, backend, attr):
     assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[1] > 0
 
 
+def test_device_pools_follow_the_release(dev, cann):
+    """docs/runtime-model.md §3.12: Device.pools() lists what the runtime answers: the
+    ACL_MEM_* attributes (12-17) from 9.0.1, left out on 8.5.0 (107016 there)."""
+    found = dev.pools()
+    new = {MemAttr.MEM_NORMAL, MemAttr.MEM_HUGE, MemAttr.MEM_P2P_NORMAL, MemAttr.MEM_P2P_HUGE}
+    assert MemAttr.HBM_MEM in found
+    if since(cann, "9.0.1"):
+        assert new <= set(found)
+        assert found[MemAttr.MEM_HUGE] == found[MemAttr.HBM_MEM_HUGE]
+    else:
+        assert not {a for a in found if a >= MemAttr.MEM_NORMAL}
+
+
 @pytest.mark.parametrize(
     ("p2p_attr", "plain_attr"),
     [
