@@ -1,7 +1,8 @@
 """The acl-mem command line (entry point acl_mem.cli:main; also python -m acl_mem).
 
 acl-mem info shows the backend, why it was chosen and the memory of every device;
-acl-mem conformance runs the shipped conformance checks.
+acl-mem conformance runs the shipped conformance checks; acl-mem run runs a pyACL
+program with acl_mem.pyacl as its acl module.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from . import __version__, _backend
 from .conformance.providers import brief
 from .device import Device
 from .errors import AclError, BackendError, FunctionNotAvailableError
+from .pyacl._install import RUN_DESCRIPTION, RUN_EPILOG, add_run_arguments, run_script
 from .versions import runtime_version
 
 __all__ = ["collect_info", "format_size", "main"]
@@ -273,6 +275,10 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        "the fake and to native and report the first divergence")
     check.add_argument("--examples", type=_positive, default=200, metavar="N",
                        help="sequences tried by --differential (default 200)")
+    run = sub.add_parser("run", help="run a pyACL program unchanged, with acl_mem.pyacl as "
+                         "its acl module", description=RUN_DESCRIPTION, epilog=RUN_EPILOG,
+                         formatter_class=formatter)
+    add_run_arguments(run)
     return parser, check
 
 
@@ -352,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "conformance":
             return _run_conformance(conformance, args)
+        if args.command == "run":
+            return run_script(args.script, args.args, prog="acl-mem run", force=args.force,
+                              backend=args.backend)
         return _run_info(args)
     except KeyboardInterrupt:
         print("acl-mem: interrupted", file=sys.stderr)
