@@ -111,11 +111,11 @@ def _hint(rc: int, call: str, size: int | None, policy: int) -> str:
 def _device_id_hint() -> str:
     try:
         rc, count = _backend.get().aclrtGetDeviceCount()
-    except Exception:
+        if rc:
+            return ""
+        return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count})"
+    except Exception:  # a broken backend only shortens the hint
         return ""
-    if rc:
-        return ""
-    return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count})"
 
 
 def _oom_hint(call: str, size: int | None, policy: int) -> str:

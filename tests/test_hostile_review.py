@@ -8,7 +8,7 @@ import gc
 import pytest
 
 import acl_mem
-from acl_mem import DeviceArray, DeviceBuffer, HostBuffer
+from acl_mem import DeviceArray, DeviceBuffer, HostBuffer, _hints
 from acl_mem._fake.config import set_check, set_hazard_mode
 from acl_mem.pool import ExpandablePool
 from acl_mem.vmm import Mapping, PhysicalMemory, VirtualRange, granularity
@@ -137,3 +137,18 @@ def test_mapping_checks_within_before_mapping(dev):
             Mapping(reserved.address, physical, "not a range")  # type: ignore[arg-type]
         with Mapping(reserved.address, physical, reserved) as mapping:
             assert mapping.range is reserved
+
+
+# -- error hints -----------------------------------------------------------------------------------
+
+
+@pytest.mark.fake_only("replaces a call of the fake with a broken one")
+@pytest.mark.parametrize("answer", [(0, None), (0, "4"), (0,), None])
+def test_a_broken_device_count_only_shortens_the_invalid_device_hint(fake, dev, monkeypatch,
+                                                                      answer):
+    """The 107001 hint asks aclrtGetDeviceCount for the valid ids; a backend that answers
+    nonsense there must still give the 107001 error (without that part of the hint)."""
+    monkeypatch.setattr(fake, "aclrtGetDeviceCount", lambda *args: answer)
+    error = _hints.error(107001, "aclrtSetDevice(deviceId=99)")
+    assert isinstance(error, acl_mem.InvalidDeviceIdError)
+    assert error.code == 107001
