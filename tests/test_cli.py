@@ -410,3 +410,60 @@ def test_differential_reports_a_divergence_with_exit_one(capsys, tmp_path, monke
     assert out.startswith("DIVERGENCE: ")
     assert "aclrtSetDevice" in out
     assert os.listdir(tmp_path) == ["cache"]
+
+
+# -- run: a pyACL program with acl_mem.pyacl as acl (details in test_pyacl.py) ---------------------
+
+
+def test_run_help_is_plain_text(capsys):
+    text = _help(capsys, "run")
+    assert text.startswith("usage: acl-mem run")
+    assert not _MARKUP.search(text), _MARKUP.search(text)
+    assert "--force" in text and "--backend" in text
+    assert "exit status" in text
+
+
+def test_run_is_listed_in_the_main_help(capsys):
+    assert re.search(r"^\s+run\s", _help(capsys), re.MULTILINE)
+
+
+def test_run_runs_a_pyacl_script_with_its_arguments(tmp_path):
+    """`acl-mem run script.py args`: acl is acl_mem.pyacl, the exit status is the script's."""
+    script = tmp_path / "program.py"
+    script.write_text("import sys\nimport acl\n"
+                      "ptr, ret = acl.rt.malloc(64, 0)\n"
+                      "print(acl.rt.set_device(0), sys.argv[1:])\n"
+                      "sys.exit(int(sys.argv[1]))\n")
+    proc = _cli("run", str(script), "7", "--json", ACL_MEM_BACKEND="fake")
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout.strip() == "0 ['7', '--json']"
+
+
+def test_run_without_a_script_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run"])
+    assert e.value.code == 2
+    assert "script" in capsys.readouterr().err
+
+
+def test_run_of_a_missing_script_exits_two(capsys, tmp_path):
+    assert main(["run", str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("acl-mem run: ")
+    assert "Traceback" not in err
+
+
+def test_run_refuses_to_shadow_a_real_acl(tmp_path):
+    """A real acl importable: exit 2 and a message naming it; --force runs the script."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "acl.py").write_text("")
+    script = tmp_path / "program.py"
+    script.write_text("import acl\nprint(acl.__name__)\n")
+    path = f"{site}{os.pathsep}{ROOT}"
+    refused = _cli("run", str(script), ACL_MEM_BACKEND="fake", PYTHONPATH=path)
+    assert refused.returncode == 2
+    assert str(site / "acl.py") in refused.stderr and refused.stdout == ""
+    forced = _cli("run", "--force", str(script), ACL_MEM_BACKEND="fake", PYTHONPATH=path)
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.strip() == "acl_mem.pyacl"
