@@ -264,8 +264,9 @@ def _adopt(allocate: Callable[[], int], free: Callable[[int], None],
     frees the memory instead of losing it.
     """
     with state.lock:
-        ptr = allocate()
         buffer: _B | None = None
+        ptr = allocate()
+        # Nothing between the allocation and the try: an interrupt there would lose ptr.
         try:
             buffer = wrap(ptr)
             return buffer

@@ -6,9 +6,10 @@ from __future__ import annotations
 import gc
 
 import pytest
+from injection import in_files, interrupted_runs, is_unsignalled
 
 import acl_mem
-from acl_mem import DeviceArray, DeviceBuffer, HostBuffer, _hints
+from acl_mem import DeviceArray, DeviceBuffer, HostBuffer, _hints, buffers, device
 from acl_mem._fake.config import set_check, set_hazard_mode
 from acl_mem.pool import ExpandablePool
 from acl_mem.vmm import Mapping, PhysicalMemory, VirtualRange, granularity
@@ -152,3 +153,25 @@ def test_a_broken_device_count_only_shortens_the_invalid_device_hint(fake, dev, 
     error = _hints.error(107001, "aclrtSetDevice(deviceId=99)")
     assert isinstance(error, acl_mem.InvalidDeviceIdError)
     assert error.code == 107001
+
+
+# -- interrupts ------------------------------------------------------------------------------------
+
+
+@pytest.mark.fake_only("re-runs the allocation once per line; the leak check lists the "
+                       "fake's live blocks")
+@pytest.mark.parametrize("kind", ["device", "host"])
+def test_an_allocation_interrupted_anywhere_leaks_nothing(fake, dev, kind):
+    """Device.malloc / malloc_host interrupted at any line of device.py and buffers.py
+    either returns a buffer or leaves nothing allocated (tests/injection.py)."""
+    where = in_files(device.__file__, buffers.__file__)
+    results: list[object] = []
+
+    def setup():
+        return lambda: results.append(dev.malloc(64) if kind == "device"
+                                      else dev.malloc_host(64))
+
+    for n in interrupted_runs(setup, where=lambda frame: where(frame)
+                              and not is_unsignalled(frame)):
+        results.clear()  # a completed allocation's buffer frees its memory here
+        assert acl_mem.fake.leaks() == [], f"leaked after an interrupt at line {n}"
