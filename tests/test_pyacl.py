@@ -723,3 +723,16 @@ def test_version_queries(device):
     version, ret = pyacl.get_version_str("runtime")
     assert ret == 0 and version.count(".") == 2
     assert pyacl.get_version_str("no-such-package") == ("", 500000)
+
+
+def test_an_acl_module_next_to_the_script_counts(launcher, tmp_path):
+    """`python script.py` would import an acl.py beside the script: that one is not shadowed
+    silently either."""
+    (tmp_path / "acl.py").write_text("")
+    script = tmp_path / "program.py"
+    script.write_text("import acl\nprint(acl.__name__)\n")
+    proc = subprocess.run([sys.executable, *LAUNCHERS[launcher], str(script)],
+                          env=clean_env(ACL_MEM_BACKEND="fake"), capture_output=True,
+                          text=True, timeout=60, cwd="/")
+    assert proc.returncode == 2
+    assert str(tmp_path / "acl.py") in proc.stderr

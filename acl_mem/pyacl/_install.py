@@ -105,31 +105,32 @@ def run_script(script: str, args: Sequence[str], *, prog: str, force: bool = Fal
     if not os.access(path, os.R_OK):
         print(f"{prog}: cannot run {script!r}: not readable", file=sys.stderr)
         return 2
-    existing = real_acl()
-    if existing is not None:
-        if not force:
-            print(f"{prog}: a real acl module (pyACL) is importable: {existing}\n"
-                  f"Running the script with acl_mem.pyacl would shadow it; pass --force "
-                  "to do so anyway, or run the script with python to use pyACL.",
-                  file=sys.stderr)
-            return 2
-        print(f"{prog}: --force: acl_mem.pyacl shadows the acl module at {existing}",
-              file=sys.stderr)
-    if backend is not None:
-        try:
-            _backend.use_backend(backend)
-        except BackendError as exc:
-            print(f"{prog}: {str(exc).rstrip()}", file=sys.stderr)
-            return 2
-    install(force=True)
-    saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
-    sys.argv = [script, *args]
-    # As `python script.py` does: the script's directory comes first on sys.path.
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    # As `python script.py` does: the script's directory comes first on sys.path (and an
+    # acl module there is the one the script would import).
     if sys.path:
         sys.path[0] = os.path.dirname(path)
     else:
         sys.path.insert(0, os.path.dirname(path))
     try:
+        existing = real_acl()
+        if existing is not None:
+            if not force:
+                print(f"{prog}: a real acl module (pyACL) is importable: {existing}\n"
+                      "Running the script with acl_mem.pyacl would shadow it; pass --force "
+                      "to do so anyway, or run the script with python to use pyACL.",
+                      file=sys.stderr)
+                return 2
+            print(f"{prog}: --force: acl_mem.pyacl shadows the acl module at {existing}",
+                  file=sys.stderr)
+        if backend is not None:
+            try:
+                _backend.use_backend(backend)
+            except BackendError as exc:
+                print(f"{prog}: {str(exc).rstrip()}", file=sys.stderr)
+                return 2
+        install(force=True)
+        sys.argv = [script, *args]
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exc:
         return _exit_status(exc.code)
@@ -140,8 +141,7 @@ def run_script(script: str, args: Sequence[str], *, prog: str, force: bool = Fal
         return 1
     finally:
         sys.argv = saved_argv
-        if saved_path0 is not None and sys.path:
-            sys.path[0] = saved_path0
+        sys.path[:] = saved_path
     return 0
 
 

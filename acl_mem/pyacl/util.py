@@ -163,8 +163,8 @@ def _dtypes(np: _Any) -> dict[int, _Any]:
 
 
 def _read_host(call: str, address: int, nbytes: int, *, copy: bool = True) -> bytearray:
-    """The ``nbytes`` at ``address`` (a copy, or an empty bytearray when ``copy`` is
-    False), after making sure they are host memory the process can read."""
+    """The ``nbytes`` at ``address`` (a copy; with ``copy`` False only a scratch buffer),
+    after making sure they are host memory the process can read: ValueError otherwise."""
     try:
         where = _raw.aclrtPointerGetAttributes(address)
     except (_AclError, _FunctionNotAvailableError):
