@@ -736,3 +736,38 @@ def test_an_acl_module_next_to_the_script_counts(launcher, tmp_path):
                           text=True, timeout=60, cwd="/")
     assert proc.returncode == 2
     assert str(tmp_path / "acl.py") in proc.stderr
+
+
+def _cpython_parse(unit: str, value: object) -> int | str | None:
+    """What CPython's own PyArg_ParseTuple makes of ``value`` for one format unit: the C
+    value, or None when it refuses."""
+    import ctypes
+
+    parse = ctypes.pythonapi.PyArg_ParseTuple
+    parse.restype = ctypes.c_int
+    out: ctypes._SimpleCData[int] = {"k": ctypes.c_ulong, "i": ctypes.c_int,
+                                     "s": ctypes.c_char_p}[unit]()  # type: ignore[assignment]
+    parse.argtypes = [ctypes.py_object, ctypes.c_char_p, ctypes.c_void_p]
+    try:
+        parse((value,), unit.encode(), ctypes.addressof(out))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    result = out.value
+    return result.decode() if isinstance(result, bytes) else result
+
+
+@pytest.mark.parametrize("value", [0, 5, -1, 2**64 + 3, 2**70, True, np.int64(5),
+                                   np.uint32(7), 5.0, "5", None, 2**31, -(2**31) - 1,
+                                   "path", "nul\0", "é"])
+def test_argument_rules_match_cpythons_pyarg_parsetuple(value):
+    """The k, i and s rules of acl_mem.pyacl are CPython's (docs/pyacl.md, Conventions)."""
+    from acl_mem.pyacl import _common
+
+    rules = {"k": _common.as_ulong, "i": _common.as_int, "s": _common.as_str}
+    for unit, rule in rules.items():
+        expected = _cpython_parse(unit, value)
+        try:
+            got: int | str | None = rule(value, "acl.test", "value")
+        except TypeError:
+            got = None
+        assert got == expected, (unit, value)
