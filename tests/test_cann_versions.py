@@ -503,3 +503,16 @@ def test_handle_queries_with_null_outputs(release):
     raw.aclrtUnmapMem(base)
     raw.aclrtFreePhysical(handle)
     raw.aclrtReleaseMemAddress(base)
+
+
+@pytest.mark.parametrize(("reported", "played"), [
+    ("8.5.0", "8.5.0"), ("9.0.0", "9.0.1"), ("9.0.1", "9.0.1"), ("9.1.0-beta.1", "9.1.0"),
+    ("9.1.0", "9.1.0"), ("10.0.0", "9.1.0"), ("8.0.RC3", "8.5.0"), ("", "9.1.0"),
+    ("unknown", "9.1.0"),
+])
+def test_the_differential_fake_plays_the_nearest_release_below_the_reported_one(reported,
+                                                                                 played):
+    """What --differential configures the fake to from the native runtime's version string."""
+    from acl_mem._fake.versions import closest_release
+
+    assert closest_release(reported).name == played

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_CANN", "VERSIONS", "CannVersion", "resolve_cann"]
+__all__ = ["DEFAULT_CANN", "VERSIONS", "CannVersion", "closest_release", "resolve_cann"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,29 @@ _V910 = CannVersion(
 
 VERSIONS: dict[str, CannVersion] = {v.name: v for v in (_V850, _V901, _V910)}
 DEFAULT_CANN = "9.1.0"
+
+
+def closest_release(reported: str) -> CannVersion:
+    """The played release nearest below a version string a runtime reports ("9.0.0",
+    "9.1.0-beta.1", "8.5.0.alpha001"); 9.1.0 for anything newer or unreadable."""
+    numbers: list[int] = []
+    for part in reported.replace("-", ".").split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        numbers.append(int(digits))
+    if len(numbers) < 2:
+        return VERSIONS[DEFAULT_CANN]
+    chosen = VERSIONS[DEFAULT_CANN]
+    for version in sorted(VERSIONS.values(), key=lambda v: _key(v.name), reverse=True):
+        chosen = version
+        if tuple(numbers[:2]) >= _key(version.name)[:2]:
+            return version
+    return chosen
+
+
+def _key(name: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in name.split("."))
 
 
 def resolve_cann(name: str) -> CannVersion:

@@ -145,6 +145,7 @@ def make_machine(reference: Backend, subject: Backend) -> Any:
 def _subject_and_reference() -> tuple[Backend, Backend]:
     from .._fake import FakeBackend
     from .._fake.profiles import profile_for_soc
+    from .._fake.versions import closest_release
     from .providers import native_provider
 
     native, source = native_provider().load()
@@ -153,7 +154,13 @@ def _subject_and_reference() -> tuple[Backend, Backend]:
             "--differential compares the fake with the native backend (libascendcl on an "
             f"Atlas host with CANN installed), which could not be loaded:\n{source}\n"
             "Without hardware, 'acl-mem conformance --backend fake' checks the fake alone.")
-    return FakeBackend(profile_for_soc(native.soc_name())), native
+    # The fake plays the release the library reports, so release differences are not
+    # reported as divergences.
+    rc, reported = native.aclsysGetVersionStr("runtime")
+    release = closest_release(reported if rc == 0 else "")
+    print(f"acl-mem conformance: the native runtime reports CANN {reported or '(unknown)'}; "
+          f"the fake plays {release.name}", file=sys.stderr)
+    return FakeBackend(profile_for_soc(native.soc_name()), cann=release), native
 
 
 def run_differential(max_examples: int = 200, steps: int = 30) -> int:
