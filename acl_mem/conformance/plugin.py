@@ -86,8 +86,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     backend, source = native_provider().load()
-    native = (f"native: {source}" if backend is not None
-              else f"native: unavailable ({brief(source)})")
+    native = (f"native (CANN {_release_of(backend) or 'unknown'}): {source}"
+              if backend is not None else f"native: unavailable ({brief(source)})")
     return [f"acl_mem backends: fake (CANN {current_cann().name}), {native}"]
 
 
@@ -282,6 +282,13 @@ def _terminal(config: pytest.Config) -> Any:
     return config.pluginmanager.get_plugin("terminalreporter")
 
 
+def _native_label() -> str:
+    native, _ = native_provider().load()
+    if native is None:
+        return "native (unavailable)"
+    return f"native (CANN {_release_of(native) or 'unknown'})"
+
+
 def _backends_checked(config: pytest.Config) -> list[str]:
     chosen = config.getoption("--acl-backend")
     return ["fake", "native"] if chosen == "all" else [chosen]
@@ -295,8 +302,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     report = config.stash[_REPORT]
     report.total = len(session.items)
     backends = _backends_checked(config)
+    described = [f"fake (CANN {current_cann().name})" if name == "fake" else _native_label()
+                 for name in backends]
     terminal.write_line(f"acl_mem conformance: {report.total} checks on "
-                        f"{' and '.join(backends)}, one line per check file")
+                        f"{' and '.join(described)}, one line per check file")
     if "native" in backends:
         native, source = native_provider().load()
         if native is None:
