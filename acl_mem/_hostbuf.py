@@ -14,7 +14,7 @@ __all__ = ["BufferSlots", "HostSpan", "ffi", "host_span", "vouched", "vouching"]
 
 ffi = cffi.FFI()
 # Parsed now, not on a call path: cffi parses a type string under a lock on first use.
-for _name in ("uintptr_t", "char *", "void *"):
+for _name in ("uintptr_t", "char *", "void *", "void **"):
     ffi.typeof(_name)
 _vouched = threading.local()
 
@@ -141,14 +141,25 @@ else:
 
         get_buffer = _python_api("PyObject_GetBuffer", ctypes.c_int, ctypes.py_object,
                                  ctypes.c_void_p, ctypes.c_int)
+        release_buffer = _python_api("PyBuffer_Release", None, ctypes.c_void_p)
         from_spec = _python_api("PyType_FromSpec", ctypes.py_object, ctypes.POINTER(_Spec))
         as_object, py_object, uintptr = ctypes.cast, ctypes.py_object, ffi.typeof("uintptr_t")
 
         def getbuffer(exporter: Any, view: Any, flags: int) -> int:
             obj = as_object(int(ffi.cast(uintptr, exporter)), py_object).value
             exported = type(obj).__buffer__(obj, flags)
-            # The view's owner becomes ``exported``: releasing the view releases it.
-            return int(get_buffer(exported, int(ffi.cast(uintptr, view)), flags))
+            # view->obj (the second field) is NULL until the view is filled; a failing
+            # slot must leave it so, or the caller never releases what it holds.
+            owner = ffi.cast("void **", view) + 1
+            owner[0] = ffi.NULL
+            try:
+                # The view's owner becomes ``exported``: releasing the view releases it.
+                return int(get_buffer(exported, int(ffi.cast(uintptr, view)), flags))
+            except BaseException:
+                # An interrupt after the view was filled: give it back, then fail.
+                if owner[0] != ffi.NULL:
+                    release_buffer(int(ffi.cast(uintptr, view)))
+                raise
 
         def releasebuffer(exporter: Any, view: Any) -> None:
             return None
