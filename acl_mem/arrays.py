@@ -95,8 +95,11 @@ class DeviceArray:
         numpy = _numpy("DeviceArray")
         from .device import Device
 
-        self._shape = dims = _shape("DeviceArray", shape)
-        self._dtype = chosen = _dtype(numpy, "DeviceArray", dtype)
+        dims = _shape("DeviceArray", shape)
+        chosen = _dtype(numpy, "DeviceArray", dtype)
+        if chosen.subdtype is not None:  # as numpy: a subarray's dimensions join the shape
+            dims, chosen = dims + chosen.shape, chosen.base
+        self._shape, self._dtype = dims, chosen
         self._nbytes = nbytes = math.prod(dims) * chosen.itemsize
         strides, step = [], chosen.itemsize
         for dim in reversed(dims):

@@ -228,3 +228,22 @@ def test_an_export_interrupted_in_the_buffer_slot_is_not_left_held(dev, export):
         if not delivered:
             break
     assert n > 10  # the slot really ran, bytecode by bytecode
+
+
+
+# -- device arrays ---------------------------------------------------------------------------------
+
+
+def test_subarray_dtypes_become_part_of_the_shape_as_in_numpy(dev):
+    """numpy turns a subarray dtype into dimensions (np.empty(3, ('i4', (2, 3))) has shape
+    (3, 2, 3) and dtype int32); a DeviceArray does the same, so its shape and dtype match
+    the arrays it copies from and to."""
+    np = pytest.importorskip("numpy")
+    array = dev.empty(3, ("i4", (2, 3)))
+    assert (array.shape, array.dtype, array.nbytes) == ((3, 2, 3), np.dtype("i4"), 72)
+    assert array.strides == np.empty((3, 2, 3), "i4").strides
+    data = np.arange(18, dtype="i4").reshape(3, 2, 3)
+    array.copy_from_host(data)
+    out = np.empty((3, 2, 3), "i4")
+    assert array.copy_to_host(out=out) is out and np.array_equal(out, data)
+    array.free()
