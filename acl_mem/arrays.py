@@ -100,6 +100,11 @@ class DeviceArray:
         if chosen.subdtype is not None:  # as numpy: a subarray's dimensions join the shape
             dims, chosen = dims + chosen.shape, chosen.base
         self._shape, self._dtype = dims, chosen
+        try:  # a view of one element: checks the shape without allocating
+            numpy.broadcast_to(numpy.empty((), chosen), dims)
+        except ValueError as exc:
+            raise ValueError(f"DeviceArray: no numpy array has shape {dims} of {chosen} "
+                             f"({exc})") from None
         self._nbytes = nbytes = math.prod(dims) * chosen.itemsize
         strides, step = [], chosen.itemsize
         for dim in reversed(dims):

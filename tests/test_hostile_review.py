@@ -247,3 +247,13 @@ def test_subarray_dtypes_become_part_of_the_shape_as_in_numpy(dev):
     out = np.empty((3, 2, 3), "i4")
     assert array.copy_to_host(out=out) is out and np.array_equal(out, data)
     array.free()
+
+
+@pytest.mark.parametrize("shape", [(1 << 62, 1 << 62, 0), ((1 << 63) - 1, 0), (1,) * 65])
+def test_shapes_numpy_cannot_hold_are_refused_up_front(dev, shape):
+    """A shape no numpy array can have (too many dimensions, or a size past the address
+    space even with a 0 in it) is a ValueError when the array is made, not one from numpy
+    at the first copy_to_host."""
+    pytest.importorskip("numpy")
+    with pytest.raises(ValueError):
+        dev.empty(shape, "f8")
