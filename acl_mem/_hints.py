@@ -121,6 +121,11 @@ def _device_id_hint() -> str:
 def _oom_hint(call: str, size: int | None, policy: int) -> str:
     parts = []
     api = _MALLOCS.get(call)
+    if api is AllocApi.MALLOC_HOST:
+        asked = f"Asked for {_human(size)} of" if size is not None else "Out of"
+        return (f"{asked} page-locked host memory, which the host provides (the device's "
+                "page pools play no part): free host buffers you no longer need, or ask "
+                "for less")
     if api is not None and size is not None:
         try:
             backend = _backend.get()

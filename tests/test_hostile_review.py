@@ -257,3 +257,17 @@ def test_shapes_numpy_cannot_hold_are_refused_up_front(dev, shape):
     pytest.importorskip("numpy")
     with pytest.raises(ValueError):
         dev.empty(shape, "f8")
+
+
+@pytest.mark.fake_only("fault injection exists only in the fake")
+def test_pinned_host_out_of_memory_hint_is_about_host_memory(fake, dev):
+    """aclrtMallocHost memory does not come from the device's page pools: its 207001 hint
+    gives the request and says so, instead of device pages and HBM pool figures."""
+    acl_mem.fake.inject_fault("aclrtMallocHost")
+    with pytest.raises(acl_mem.MemoryAllocationError) as caught:
+        dev.malloc_host(3 * MiB)
+    assert caught.value.code == 207001
+    hint = caught.value.hint
+    assert "3 MiB" in hint and "host" in hint
+    assert "huge-page pool" not in hint and "normal-page pool" not in hint
+    assert "from huge" not in hint and "from normal" not in hint
