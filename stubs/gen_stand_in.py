@@ -24,6 +24,9 @@ from acl_mem._native.cdef import DVPP_FUNCTIONS, FUNCTIONS, MPI_FUNCTIONS, TYPES
 OUTPUT = HERE / "stand_in_ascendcl.c"
 #: What an unfilled table entry returns: ACL_ERROR_RT_INTERNAL_ERROR.
 UNSET = "507000"
+#: Functions a CANN release's libascendcl does not export: built with -DSTAND_IN_CANN_8_5_0
+#: the stand-in lacks them too, as a real 8.5.0 library does.
+MISSING_ON_8_5_0 = frozenset({"aclrtMemGetAddressRange"})
 _DECL = re.compile(r"^(?P<ret>[\w\s\*]+?)\s*(?P<star>\**)(?P<name>\w+)\((?P<args>[^)]*)\);", re.M)
 
 
@@ -90,12 +93,15 @@ def generate() -> str:
         for ret, name, args in decls:
             unset = "NULL" if ret.endswith("*") else UNSET
             call = f"stand_in.{name}({_arg_names(args)})"
-            out += [
+            body = [
                 f"{ret} {name}({args})",
                 "{",
                 f"    return stand_in.{name} ? {call} : {unset};",
                 "}",
             ]
+            if name in MISSING_ON_8_5_0:
+                body = ["#ifndef STAND_IN_CANN_8_5_0", *body, "#endif"]
+            out += body
         out.append("#endif")
     return "\n".join(out) + "\n"
 

@@ -238,10 +238,12 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
 {
     return stand_in.aclrtGetMemInfo ? stand_in.aclrtGetMemInfo(attr, free, total) : 507000;
 }
+#ifndef STAND_IN_CANN_8_5_0
 aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
 {
     return stand_in.aclrtMemGetAddressRange ? stand_in.aclrtMemGetAddressRange(ptr, pbase, psize) : 507000;
 }
+#endif
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
 {
     return stand_in.aclrtPointerGetAttributes ? stand_in.aclrtPointerGetAttributes(ptr, attributes) : 507000;

@@ -74,9 +74,14 @@ def build(destination: Path) -> Path:
         raise RuntimeError("no C compiler (cc/gcc) to build the stand-in libascendcl")
     lib64 = destination / "lib64"
     lib64.mkdir(parents=True, exist_ok=True)
+    # The library of the release the fake plays lacks the functions that release lacks.
+    from acl_mem._fake.config import current_cann
+
+    release = [f"-DSTAND_IN_CANN_{current_cann().name.replace('.', '_')}"]
     for number, name in LIBRARIES.items():
         subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror",
-                        f"-DSTAND_IN_LIB={number}", "-o", str(lib64 / name), str(SOURCE)],
+                        f"-DSTAND_IN_LIB={number}", *release, "-o", str(lib64 / name),
+                        str(SOURCE)],
                        check=True, capture_output=True, text=True)
     return destination
 

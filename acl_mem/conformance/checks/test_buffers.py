@@ -719,9 +719,7 @@ def test_address_range_is_page_rounded_spec_4_8(dev):
 
 
 @pytest.mark.cann("8.5.0")
-@pytest.mark.fake_only("the stand-in library exports every function; a real 8.5.0 libascendcl "
-                       "lacks aclrtMemGetAddressRange and the native backend raises the same")
-def test_address_range_does_not_exist_on_8_5_0_spec_4_8(fake, dev):
+def test_address_range_does_not_exist_on_8_5_0_spec_4_8(backend, dev):
     """docs/runtime-model.md §4.8 Releases: CANN 8.5.0 has no aclrtMemGetAddressRange, so
     Buffer.address_range() raises FunctionNotAvailableError naming the call and the release
     (not an AclError); the buffer stays usable."""
