@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from typing_extensions import Self
 
 from ._args import c_uint
-from ._lifecycle import state
+from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer
 from .errors import FreedBufferError
 from .stream import Stream
@@ -223,7 +223,7 @@ class DeviceArray:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.free()
+        close_on_exit(self.free, exc)
 
     def _check_live(self, call: str) -> None:
         if self._freed:

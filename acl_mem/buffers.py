@@ -26,7 +26,7 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vouching
-from ._lifecycle import State, state
+from ._lifecycle import State, close_on_exit, state
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
 from .sizes import AllocApi, _release_before, allocation_size, soc_padding
@@ -272,7 +272,7 @@ class Buffer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.free()
+        close_on_exit(self.free, exc)
 
     def _check_live(self, what: str) -> None:
         if self._ptr == 0:

@@ -112,3 +112,23 @@ def test_access_to_a_freed_pool_segment_is_reported(fake, dev, restore_modes):
         assert len([k for k, _ in acl_mem.check() if k == "use-after-free"]) == 2
         keep.free()
         reused.free()
+
+
+def test_buffer_and_array_blocks_do_not_mask_the_users_exception(fake, restore_modes):
+    """Leaving `with buffer` / `with device_array` while an exception propagates: the free's
+    HazardError (a copy is still queued) must not replace it."""
+    np = pytest.importorskip("numpy")
+    acl_mem.fake.configure(hazards="raise")
+    with pytest.raises(KeyError), acl_mem.Device(0) as dev:
+        host = dev.malloc_host(64)
+        stream = dev.stream()
+        with dev.malloc(64) as buf:
+            buf.copy_from_async(host, stream=stream)
+            raise KeyError("the user's own error")
+    assert acl_mem.fake.hazards()["free-while-queued"] == 1
+    with pytest.raises(KeyError), acl_mem.Device(0) as dev:
+        stream = dev.stream()
+        pinned = dev.malloc_host(64)
+        with dev.empty(16, np.float32) as array:
+            array.buffer.copy_from_async(pinned, stream=stream)
+            raise KeyError("the user's own error")
