@@ -336,8 +336,7 @@ def aclrtPointerGetAttributes(ptr: int) -> PtrAttributes:
     return PtrAttributes(MemLocationType(loc_type) if known else loc_type, loc_id, page)
 
 
-# -- streams and asynchronous copies (docs/runtime-model.md §3.4, §3.10, §3.11)
-# ---------------------------
+# -- streams and asynchronous copies (§3.4, §3.10, §3.11) ------------------------------------------
 
 
 def aclrtCreateStream() -> int:

@@ -17,7 +17,19 @@ from .diagnostics import Diagnostics
 from .hostmem import COPIED, PROVEN, prove_untrusted
 from .state import EngineState
 
-__all__ = ["Copies"]
+__all__ = ["Copies", "acl_copy_checks"]
+
+
+def acl_copy_checks(count_first: bool, dst: int, src: int, count: int, kind: int) -> int | None:
+    """The ACL layer's checks of aclrtMemcpy and aclrtMemcpyAsync (docs/runtime-model.md
+    §3.10): the code they return, or None to go on to the runtime's checks. 9.1.0 checks
+    count 0 first (success), then NULL, then the kind; older releases NULL, then the kind,
+    and leave count 0 to the runtime."""
+    if count_first and count == 0:
+        return codes.SUCCESS
+    if dst == 0 or src == 0 or kind > 5:
+        return codes.INVALID_PARAM
+    return None
 
 
 class Copies:
@@ -36,13 +48,9 @@ class Copies:
         state.copy_codes.add(Copies.aclrtMemcpy.__code__)
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
-        if self._count_first:  # 9.1.0: count 0 first, then NULL, then the kind
-            if count == 0:
-                return codes.SUCCESS
-            if dst == 0 or src == 0 or kind > 5:
-                return codes.INVALID_PARAM
-        elif dst == 0 or src == 0 or kind > 5:  # older: NULL, kind; count 0 -> runtime
-            return codes.INVALID_PARAM
+        rc = acl_copy_checks(self._count_first, dst, src, count, kind)
+        if rc is not None:
+            return rc
         if destMax == 0 or count == 0 or count > destMax:
             return codes.RT_PARAM_INVALID
         if dst == src:

@@ -18,7 +18,7 @@ import ctypes
 from ..enums import MemcpyKind
 from . import codes
 from .addresses import AddressMap, Located
-from .copies import Copies
+from .copies import Copies, acl_copy_checks
 from .diagnostics import Diagnostics
 from .state import EngineState
 from .streams import Op, Stream
@@ -61,8 +61,7 @@ class StreamCalls:
         self._diagnostics = diagnostics
         self._copies = copies
 
-    # -- stream lifetime (docs/runtime-model.md §3.4)
-    # -------------------------------------------------
+    # -- stream lifetime (§3.4) --------------------------------------------------------------------
     def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
@@ -119,18 +118,13 @@ class StreamCalls:
             self._after_synchronize()
             return codes.SUCCESS
 
-    # -- asynchronous copies (docs/runtime-model.md §3.10, §3.11)
-    # -------------------------------------
+    # -- asynchronous copies (§3.10, §3.11) --------------------------------------------------------
     def aclrtMemcpyAsync(self, dst: int, destMax: int, src: int, count: int,
                          kind: int, stream: int) -> int:
         cann = self._state.cann
-        if cann.count_checked_first:  # 9.1.0: count 0 first, then NULL, then the kind
-            if count == 0:
-                return codes.SUCCESS
-            if dst == 0 or src == 0 or kind > 5:
-                return codes.INVALID_PARAM
-        elif dst == 0 or src == 0 or kind > 5:  # older: NULL, kind; count 0 -> runtime
-            return codes.INVALID_PARAM
+        rc = acl_copy_checks(cann.count_checked_first, dst, src, count, kind)
+        if rc is not None:
+            return rc
         with self._state.lock:
             if cann.stream_handle_checked and stream != 0 and not self._handle_valid(stream):
                 return codes.INVALID_HANDLE

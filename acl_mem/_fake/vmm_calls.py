@@ -79,8 +79,7 @@ class VmmCalls:
         self._registry = None
         self._still_shared = []
 
-    # -- reservations (docs/runtime-model.md §4.2)
-    # ------------------------------------------------------
+    # -- reservations (§4.2) -----------------------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
                                null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1 or size == 0 or flags not in (0, 1):
@@ -125,8 +124,7 @@ class VmmCalls:
             self._va_space.release(reservation.base, reservation.span)
             return codes.SUCCESS
 
-    # -- physical memory (docs/runtime-model.md §4.3, §4.5)
-    # --------------------------------------------
+    # -- physical memory (§4.3, §4.5) --------------------------------------------------------------
     def _check_prop(self, prop: aclrtPhysicalMemProp, *, allocating: bool = False) -> int:
         """Steps 7-9 of docs/runtime-model.md §4.3 (ACL layer) then the device id (runtime)."""
         location = prop.location.type
@@ -281,8 +279,7 @@ class VmmCalls:
             return rc, 0
         return codes.SUCCESS, granularity_of(prop.memAttr)
 
-    # -- mappings (docs/runtime-model.md §4.4)
-    # ----------------------------------------------------------
+    # -- mappings (§4.4) ---------------------------------------------------------------------------
     def aclrtMapMem(self, virPtr: int, size: int, offset: int, handle: int, flags: int) -> int:
         if virPtr == 0 or handle == 0 or size == 0 or flags != 0:
             return codes.INVALID_PARAM
@@ -356,8 +353,7 @@ class VmmCalls:
                     self._release_physical(physical)
             return codes.SUCCESS
 
-    # -- access (docs/runtime-model.md §4.7)
-    # -----------------------------------------------------------
+    # -- access (§4.7) -----------------------------------------------------------------------------
     def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,
                           count: int) -> int:
         if virPtr == 0 or desc is None:

@@ -216,8 +216,7 @@ class NativeBackend(NativeVmm):
             return rc, 0, 0, 0
         return rc, int(attrs.location.type), int(attrs.location.id), int(attrs.pageSize)
 
-    # -- streams (docs/runtime-model.md §3.4)
-    # ----------------------------------------------------------
+    # -- streams (§3.4) ----------------------------------------------------------------------------
     def aclrtCreateStream(self, null_outputs: int = 0) -> tuple[int, int]:
         return self._alloc(self.lib.aclrtCreateStream, null_outputs)
 
