@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from . import _backend
+from ._runtime_facts import padding_of
 from .enums import MemAttr
 from .errors import AclError
 from .sizes import (
@@ -21,7 +22,6 @@ from .sizes import (
     allocation_size,
     effective_policy,
     page_kinds,
-    soc_padding,
 )
 
 __all__ = ["check", "describe", "error"]
@@ -129,7 +129,7 @@ def _oom_hint(call: str, size: int | None, policy: int) -> str:
     if api is not None and size is not None:
         try:
             backend = _backend.get()
-            padded = allocation_size(api, size, policy, padding=soc_padding(backend.soc_name()))
+            padded = allocation_size(api, size, policy, padding=padding_of(backend))
             kinds = page_kinds(padded, effective_policy(api, policy))
             pages = " then ".join(kind.name.lower() for kind in kinds)
             parts.append(f"Asked for {_human(size)}, {_human(padded)} after rounding and "
@@ -144,15 +144,23 @@ def _oom_hint(call: str, size: int | None, policy: int) -> str:
     return "; ".join(parts)
 
 
+#: The device-neutral attrs first; CANN 8.5.0 rejects them (docs/runtime-model.md §3.12), so
+#: then the HBM and the DDR ones, whichever the device has.
+_HUGE_ATTRS = (MemAttr.MEM_HUGE, MemAttr.HBM_MEM_HUGE, MemAttr.DDR_MEM_HUGE)
+_NORMAL_ATTRS = (MemAttr.MEM_NORMAL, MemAttr.HBM_MEM_NORMAL, MemAttr.DDR_MEM_NORMAL)
+
+
 def _pool_figures() -> str:
     figures = []
     try:
         backend = _backend.get()
-        for name, attr in (("huge-page pool", MemAttr.MEM_HUGE),
-                           ("normal-page pool", MemAttr.MEM_NORMAL)):
-            rc, free, total = backend.aclrtGetMemInfo(int(attr))
-            if rc == 0 and total:
-                figures.append(f"{name} {_human(free)} of {_human(total)}")
+        for name, attrs in (("huge-page pool", _HUGE_ATTRS), ("normal-page pool", _NORMAL_ATTRS)):
+            for attr in attrs:
+                rc, free, total = backend.aclrtGetMemInfo(int(attr))
+                if rc == 0:
+                    if total:
+                        figures.append(f"{name} {_human(free)} of {_human(total)}")
+                    break
     except Exception:
         return ""
     return ", ".join(figures)

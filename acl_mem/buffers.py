@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import weakref
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -27,9 +26,10 @@ from . import _backend, raw
 from ._args import c_uint
 from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vouching
 from ._lifecycle import State, close_on_exit, state
+from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
-from .sizes import AllocApi, _release_before, allocation_size, soc_padding
+from .sizes import AllocApi, _release_before, allocation_size
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -50,37 +50,6 @@ _FREE_CALL = {
 _RAW_FREE: dict[str, Callable[[int], None]] = {
     name: getattr(raw, name) for name in set(_FREE_CALL.values())
 }
-#: Weak: a cached padding must not keep a replaced backend (and its memory) alive.
-_PADDING: weakref.WeakKeyDictionary[_backend.Backend, int] = weakref.WeakKeyDictionary()
-_RELEASE: weakref.WeakKeyDictionary[_backend.Backend, str] = weakref.WeakKeyDictionary()
-
-
-def _padding(backend: _backend.Backend) -> int:
-    """The padding aclrtMalloc adds on the backend's SoC and CANN release (a fixed 32 before
-    9.1.0, docs/runtime-model.md §3.5), asked once per backend object (once the SoC is known)."""
-    padding = _PADDING.get(backend)
-    if padding is None:
-        soc = backend.soc_name()
-        padding = soc_padding(soc, _release(backend))
-        if soc:
-            _PADDING[backend] = padding
-    return padding
-
-
-def _release(backend: _backend.Backend) -> str:
-    """The backend's CANN release (aclsysGetVersionStr("runtime")), asked once per backend
-    object; "" when it cannot say, which counts as the newest release."""
-    release = _RELEASE.get(backend)
-    if release is None:
-        try:
-            rc, release = backend.aclsysGetVersionStr("runtime")
-        except Exception:  # a library without the call, or one that fails oddly: assume new
-            rc, release = -1, ""
-        release = release if rc == 0 else ""
-        _RELEASE[backend] = release
-    return release
-
-
 def _release_later(
     backend: _backend.Backend, call: str, ptr: int, device_id: int | None,
     token: tuple[int, int], lifecycle: State = state,
@@ -166,7 +135,7 @@ class Buffer:
         §3.5, §7)."""
         # Computed on demand: allocation stays as cheap as possible.
         return allocation_size(self._api, self._size, self._policy,
-                               padding=_padding(self._backend))
+                               padding=padding_of(self._backend))
 
     @property
     def api(self) -> AllocApi:
@@ -623,7 +592,7 @@ def _check_host_range(call: str, address: int, nbytes: int) -> None:
                          "the host cannot view; wrap it with DeviceBuffer.from_ptr")
     if where.type != MemLocationType.HOST:
         return
-    if _release_before(_release(_backend.get()), (9, 0, 1)):
+    if _release_before(release_of(_backend.get()), (9, 0, 1)):
         return  # CANN 8.5.0 has no aclrtMemGetAddressRange: not even asked
     try:
         base, length = raw.aclrtMemGetAddressRange(address)

@@ -13,6 +13,9 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
+from acl_mem._fake import FakeBackend
+from acl_mem._fake.profiles import resolve_profile
+from acl_mem._fake.versions import resolve_cann
 from acl_mem._hints import _human as human
 from acl_mem.enums import MallocPolicy, MemAttr
 from acl_mem.errors import (
@@ -59,15 +62,32 @@ def test_double_free_says_not_a_live_allocation(fake, dev):
 
 
 def test_out_of_memory_carries_the_request_and_the_pools_figures(fake, dev):
-    free, total = dev.mem_info(MemAttr.MEM_NORMAL)
+    # The HBM attrs exist on every release (8.5.0 rejects the device-neutral 12-17).
+    free, total = dev.mem_info(MemAttr.HBM_MEM_NORMAL)
     with pytest.raises(MemoryAllocationError) as e:
         raw.aclrtMalloc(total + 1, MallocPolicy.NORMAL_ONLY)
     assert e.value.code == 207001
     hint = e.value.hint
     assert human(total + 1) in hint
     assert f"normal-page pool {human(free)} of {human(total)}" in hint
-    huge_free, huge_total = dev.mem_info(MemAttr.MEM_HUGE)
+    huge_free, huge_total = dev.mem_info(MemAttr.HBM_MEM_HUGE)
     assert f"huge-page pool {human(huge_free)} of {human(huge_total)}" in hint
+
+
+@pytest.mark.parametrize(("release", "padded"), [("8.5.0", 64), ("9.1.0", 32)])
+def test_out_of_memory_hint_pads_as_the_release_does(release: str, padded: int) -> None:
+    """Ascend950 pads nothing from CANN 9.1.0 and a fixed 32 bytes before it: the padded size
+    in the hint is the one the runtime really asked the pools for."""
+    fake = FakeBackend(resolve_profile("ascend950"), cann=resolve_cann(release))
+    with acl_mem.using_backend(fake, "tests/test_error_hints.py"):
+        raw.aclrtSetDevice(0)
+        free, _ = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)
+        fake.inject_fault("aclrtMalloc")
+        with pytest.raises(MemoryAllocationError) as e:
+            raw.aclrtMalloc(1, MallocPolicy.NORMAL_ONLY)
+        assert f"{human(padded)} after rounding and padding" in e.value.hint
+        assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)[0] == free
+        raw.aclrtResetDevice(0)
 
 
 def test_bad_device_id_names_the_valid_range(fake):

@@ -14,7 +14,7 @@ from typing_extensions import Self
 from .. import _backend
 from .._args import c_uint
 from .._lifecycle import close_on_exit, state
-from ..buffers import _padding
+from .._runtime_facts import padding_of
 from ..device import Device
 from ..errors import FreedBufferError
 from ..sizes import (
@@ -37,7 +37,7 @@ class _PoolBase:
         self._align = align = segment_alignment(self._api, mixed_media=mixed_media)
         self._shift = align.bit_length() - 1
         # The SoC's padding under the backend's CANN release (fixed 32 before 9.1.0, §3.5).
-        self._padding = _padding(_backend.get())
+        self._padding = padding_of(_backend.get())
         #: §3.14: ALIGN_UP(len, 32) + 32; no +32 where the SoC pads nothing (Ascend950).
         self._extra = 32 if self._padding else 0
         self._host = self._api is AllocApi.MALLOC_HOST
