@@ -11,7 +11,8 @@ import pytest
 
 from acl_mem import raw
 from acl_mem.enums import MemAttr
-from acl_mem.errors import AclError
+from acl_mem.errors import AclError, FeatureNotSupportError
+from acl_mem.sizes import soc_padding
 
 #: How long a helper thread may take before the test gives up on it.
 THREAD_TIMEOUT = 30.0
@@ -111,3 +112,68 @@ def address_range(ptr: int, cann: str) -> tuple[int, int] | None:
     """aclrtMemGetAddressRange(ptr), or None on a release without the call (8.5.0,
     docs/runtime-model.md §4.8): for checks that only use it to look at a block."""
     return raw.aclrtMemGetAddressRange(ptr) if since(cann, "9.0.1") else None
+
+
+def padding() -> int:
+    """The padding aclrtMalloc adds on this SoC under the backend's CANN release: the SoC's
+    ``padding_size`` from 9.1.0 (0 on Ascend950), a fixed 32 on every SoC before
+    (docs/runtime-model.md §3.5)."""
+    return soc_padding(raw.aclrtGetSocName(), runtime_release())
+
+
+# -- what the device has (docs/runtime-model.md §3.5, §3.8, §3.13, §4.2) ---------------------------
+# Facts the runtime reports (the SoC name from aclrtGetSocName, the pools from aclrtGetMemInfo),
+# so that one check run on any device (and under every profile of the fake) expects what that
+# device supports. A check of a fact the device does not have skips with a reason naming the
+# SoC; the device's own answer (207000) is checked where the check is about support.
+
+#: SoCs without separate DVPP memory: acldvppMalloc and hi_mpi_dvpp_malloc answer 207000
+#: (docs/runtime-model.md §3.8).
+_NO_DVPP = ("Ascend950",)
+#: SoCs whose aclrtReserveMemAddress takes expectPtr NULL only: any fixed address is 207000
+#: (docs/runtime-model.md §4.2, docs/fidelity.md row 39).
+_NULL_EXPECT_PTR_ONLY = ("Ascend950",)
+
+
+def soc_name() -> str:
+    """What aclrtGetSocName reports for the device under test."""
+    return raw.aclrtGetSocName()
+
+
+def has_dvpp_memory() -> bool:
+    """Whether the SoC has DVPP memory (docs/runtime-model.md §3.8)."""
+    return not soc_name().startswith(_NO_DVPP)
+
+
+def need_dvpp_memory() -> None:
+    """Skip a check of DVPP memory on a SoC that has none (docs/runtime-model.md §3.8)."""
+    if not has_dvpp_memory():
+        pytest.skip(f"{soc_name()} has no separate DVPP memory: acldvppMalloc and "
+                    "hi_mpi_dvpp_malloc answer 207000 there (docs/runtime-model.md §3.8; "
+                    "test_spec_3_8_dvpp_support_follows_the_soc checks that answer)")
+
+
+def takes_fixed_addresses() -> bool:
+    """Whether aclrtReserveMemAddress accepts a non-NULL expectPtr on this SoC
+    (docs/runtime-model.md §4.2)."""
+    return not soc_name().startswith(_NULL_EXPECT_PTR_ONLY)
+
+
+def need_fixed_addresses() -> None:
+    """Skip a check of the fixed-address window on a SoC that takes expectPtr NULL only."""
+    if not takes_fixed_addresses():
+        pytest.skip(f"{soc_name()} accepts only expectPtr NULL: there is no fixed-address "
+                    "window, any expectPtr is 207000 (docs/runtime-model.md §4.2; "
+                    "test_reserve_expect_ptr_returns_that_address checks that answer)")
+
+
+def has_giant_pages() -> bool:
+    """Whether the device has 1 GiB pages (Atlas A2 and A3 with a driver that offers them,
+    docs/runtime-model.md §3.5, §3.13), as aclrtGetMemInfo(ACL_HBM_MEM_HUGE1G) reports it:
+    a chip without them answers exactly 207000 (§3.12 step 4)."""
+    try:
+        raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE1G)
+    except FeatureNotSupportError as exc:
+        assert exc.code == 207000
+        return False
+    return True

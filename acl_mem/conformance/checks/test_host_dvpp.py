@@ -3,7 +3,11 @@ acldvppFree (docs/runtime-model.md §3.8) and hi_mpi_dvpp_malloc / hi_mpi_dvpp_f
 (docs/runtime-model.md §3.9).
 
 DVPP memory is huge-page memory: its use is observed in the huge-page pool
-(aclrtGetMemInfo), with expected numbers worked out here from the runtime model.
+(aclrtGetMemInfo), with expected numbers worked out here from the runtime model. Whether
+the device has DVPP memory follows from its SoC name (aclrtGetSocName): Ascend950 has none
+and answers 207000 (docs/runtime-model.md §3.8), which
+test_spec_3_8_dvpp_support_follows_the_soc checks; the checks of DVPP memory itself skip
+there.
 """
 
 from __future__ import annotations
@@ -25,7 +29,14 @@ from acl_mem.errors import (
 )
 from acl_mem.sizes import AllocApi
 
-from .helpers import address_of, free_pools, raise_from_fresh_thread, taken
+from .helpers import (
+    address_of,
+    free_pools,
+    has_dvpp_memory,
+    need_dvpp_memory,
+    raise_from_fresh_thread,
+    taken,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -185,9 +196,30 @@ def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
 
 
 @pytest.mark.parametrize("api", DVPP_APIS)
+def test_spec_3_8_dvpp_support_follows_the_soc(dev, api):
+    """docs/runtime-model.md §3.8 / §3.9: where the SoC has DVPP memory (Atlas A2, A3,
+    inference) acldvppMalloc and hi_mpi_dvpp_malloc succeed; Ascend950 has none: both calls,
+    and Device.dvpp_malloc, answer 207000 and take nothing."""
+    before = free_pools()
+    if has_dvpp_memory():
+        ptr = dvpp_malloc(api, 64)
+        assert ptr != 0
+        dvpp_free(api, ptr)
+    else:
+        with pytest.raises(FeatureNotSupportError) as e:
+            dvpp_malloc(api, 64)
+        assert e.value.code == 207000
+        with pytest.raises(FeatureNotSupportError) as e2:
+            dev.dvpp_malloc(64, api=api)
+        assert e2.value.code == 207000
+    assert free_pools() == before
+
+
+@pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: DVPP memory is huge-page memory: 1 byte -> one 2 MiB huge
     page, nothing from the normal pool."""
+    need_dvpp_memory()
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, 1))
     assert (normal, huge) == (0, HUGE_PAGE)
     dvpp_free(api, ptr)
@@ -204,6 +236,7 @@ def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
 def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
     """docs/runtime-model.md §3.8 / §3.9: real size ALIGN_UP(size, 32) + 32, rounded to 2 MiB
     pages."""
+    need_dvpp_memory()
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, size))
     assert (normal, huge) == (0, huge_bytes)
     dvpp_free(api, ptr)
@@ -212,6 +245,7 @@ def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: DVPP memory starts 128-byte aligned."""
+    need_dvpp_memory()
     ptrs = [dvpp_malloc(api, size) for size in (1, 33, 100, 4097, 2 * MiB + 1)]
     try:
         for ptr in ptrs:
@@ -226,6 +260,7 @@ def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: freeing DVPP memory returns its huge pages."""
+    need_dvpp_memory()
     before = free_pools()
     ptrs = [dvpp_malloc(api, 1), dvpp_malloc(api, 5 * MiB)]
     assert free_pools() == (before[0], before[1] - 2 * MiB - 6 * MiB)
@@ -238,6 +273,7 @@ def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
 def test_spec_3_8_dvpp_malloc_size_zero_succeeds(dev):
     """docs/runtime-model.md §3.8 / §8.11: acldvppMalloc has no size check: size 0 reserves 32
     bytes (one huge page) and succeeds."""
+    need_dvpp_memory()
     ptr, normal, huge = taken(lambda: raw.acldvppMalloc(0))
     assert ptr != 0
     assert ptr % 128 == 0
@@ -269,6 +305,7 @@ def test_spec_3_8_dvpp_free_null_is_100000(dev):
 @pytest.mark.open_question(1)
 def test_spec_3_8_dvpp_double_free_is_107000(dev):
     """docs/runtime-model.md §3.8 / §8.1: freeing DVPP memory twice -> 107000 (fake's choice)."""
+    need_dvpp_memory()
     ptr = raw.acldvppMalloc(64)
     raw.acldvppFree(ptr)
     with pytest.raises(RtParamInvalidError) as e:
@@ -280,6 +317,7 @@ def test_spec_3_8_dvpp_double_free_is_107000(dev):
 def test_spec_3_8_acl_free_of_dvpp_pointer_is_107000(dev):
     """docs/runtime-model.md §3.6 / §3.8 / §8.1: aclrtFree of a DVPP pointer -> 107000; the DVPP
     block survives and acldvppFree still frees it."""
+    need_dvpp_memory()
     before = free_pools()
     ptr = raw.acldvppMalloc(64)
     during = free_pools()
@@ -310,6 +348,7 @@ def test_spec_3_8_dvpp_free_of_acl_malloc_pointer_is_107000(dev):
 def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
     """docs/runtime-model.md §3.8 / §8.1: acldvppFree of a pointer inside a DVPP block ->
     107000."""
+    need_dvpp_memory()
     ptr = raw.acldvppMalloc(4096)
     with pytest.raises(RtParamInvalidError) as e:
         raw.acldvppFree(ptr + 128)
@@ -320,6 +359,7 @@ def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
 def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
     """docs/runtime-model.md §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes
     from the current device whatever the id."""
+    need_dvpp_memory()
     for dev_id in (0, 7, 12345, 2**32 - 1):
         ptr, normal, huge = taken(partial(raw.hi_mpi_dvpp_malloc, dev_id, 100))
         assert (normal, huge) == (0, HUGE_PAGE)
@@ -333,6 +373,7 @@ def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
     """docs/runtime-model.md §4.9: DVPP memory has location type DEVICE with the user device id."""
+    need_dvpp_memory()
     ptr = dvpp_malloc(api, 100)
     attrs = raw.aclrtPointerGetAttributes(ptr)
     assert attrs.type == MemLocationType.DEVICE
@@ -343,6 +384,7 @@ def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
 def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
     """docs/runtime-model.md §3.8: DVPP failure means the huge pages are insufficient -> 207001,
     even while normal pages are free."""
+    need_dvpp_memory()
     huge0 = free_pools()[1]
     fill = raw.aclrtMallocAlign32(huge0 // HUGE_PAGE * HUGE_PAGE, MallocPolicy.HUGE_ONLY)
     try:
@@ -369,6 +411,7 @@ def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
 def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
     """docs/runtime-model.md §3.8 / §3.9 / §7: Device.dvpp_malloc: ALIGN_UP(size,32)+32 bytes (100
     -> 160, 1 -> 64, 33 -> 96), 128-byte aligned, data round trip, pages back after free."""
+    need_dvpp_memory()
     before = free_pools()
     for size, allocated in ((100, 160), (1, 64), (33, 96), (64, 96)):
         with dev.dvpp_malloc(size, api=api) as buf:
@@ -386,6 +429,7 @@ def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
 def test_spec_3_8_device_dvpp_malloc_default_api_and_free(dev):
     """docs/runtime-model.md §3.8: Device.dvpp_malloc defaults to acldvppMalloc; free() returns the
     page."""
+    need_dvpp_memory()
     before = free_pools()
     buf = dev.dvpp_malloc(1)
     assert buf.api is AllocApi.DVPP_MALLOC
@@ -431,6 +475,7 @@ def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
     GiB) fits, then even 1 byte -> 207001 while the huge pool still has room; other device
     memory is unaffected; freeing makes room again."""
     with acl_mem.Device(0):
+        need_dvpp_memory()
         assert free_pools()[1] > DVPP_WINDOW + 8 * MiB
         with pytest.raises(MemoryAllocationError) as e0:
             raw.acldvppMalloc(DVPP_WINDOW - 31)      # 16 GiB + 32 > window
@@ -451,6 +496,7 @@ def test_spec_3_9_dvpp_window_is_shared_by_both_dvpp_apis(fake):
     """docs/runtime-model.md §3.8 / §3.9: acldvppMalloc and hi_mpi_dvpp_malloc draw on one 16 GiB
     window."""
     with acl_mem.Device(0):
+        need_dvpp_memory()
         half = raw.acldvppMalloc(8 * GiB - 32)          # exactly 8 GiB
         other = raw.hi_mpi_dvpp_malloc(0, 8 * GiB - 32)  # the other 8 GiB
         with pytest.raises(MemoryAllocationError) as e:
