@@ -3,7 +3,13 @@
 Segment sizes ``ALIGN_UP(len, 32) + 32``, starts on 64 bytes for the aclrtMalloc family
 and aclrtMallocHost, 128 for DVPP memory or with ``mixed_media``; best fit, coalescing,
 limits, statistics, segments used as buffers, a Hypothesis state machine and threads.
-Expected numbers are written out by hand from the runtime model's formulas.
+Expected numbers are written out by hand from the runtime model's formulas, for a SoC
+that pads aclrtMalloc and for one that does not: the padding comes from the SoC name and
+the CANN release (Ascend950 from 9.1.0 pads nothing, so its segments have no +32,
+docs/runtime-model.md §3.5, §3.14). §3.14 names only "the aclrtMalloc rule" for Ascend950;
+aclrtMallocHost pools are expected to drop the +32 there too, as acl_mem.pool documents
+(and as this file's state machine always assumed). DVPP parent kinds skip on a SoC without
+DVPP memory (Ascend950, §3.8).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import random
 import threading
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -29,7 +35,14 @@ import acl_mem
 from acl_mem import AllocApi, FreedBufferError, MemAttr, MemoryAllocationError, raw
 from acl_mem.pool import ExpandablePool, HostSegment, PoolOutOfMemoryError, Segment, SegmentPool
 
-from .helpers import THREAD_TIMEOUT, address_range, free_pools, runtime_release
+from .helpers import (
+    THREAD_TIMEOUT,
+    address_range,
+    free_pools,
+    has_dvpp_memory,
+    need_dvpp_memory,
+    padding,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -44,12 +57,26 @@ TABLE_ALIGNMENT = {AllocApi.MALLOC: 64, AllocApi.MALLOC_ALIGN32: 64,
                    AllocApi.HI_MPI_DVPP_MALLOC: 128, AllocApi.MALLOC_HOST: 64}
 #: len -> m = ALIGN_UP(len, 32) + 32 (docs/runtime-model.md §3.14), written out.
 SEGMENT_SIZE = {1: 64, 31: 64, 32: 64, 33: 96, 100: 160, 1000: 1056, 4096: 4128}
+#: len -> m = ALIGN_UP(len, 32) where aclrtMalloc pads nothing (Ascend950 from 9.1.0, §3.14).
+SEGMENT_SIZE_UNPADDED = {1: 32, 31: 32, 32: 32, 33: 64, 100: 128, 1000: 1024, 4096: 4096}
+#: Segments of 1, 100, 1000 and 33 bytes: (padded?, start alignment) -> offsets from the first
+#: (ALIGN_UP(m, A) apart) and their m, written out (docs/runtime-model.md §3.14).
+OFFSETS = {(True, 64): [0, 64, 256, 1344], (True, 128): [0, 128, 384, 1536],
+           (False, 64): [0, 64, 192, 1216], (False, 128): [0, 128, 256, 1280]}
+SIZES = {True: [64, 160, 1056, 96], False: [32, 128, 1024, 64]}
 
 
 def padded() -> bool:
-    """Whether aclrtMalloc pads here: on every SoC before CANN 9.1.0 (docs/runtime-model.md
-    §3.5)."""
-    return acl_mem.sizes.soc_padding(raw.aclrtGetSocName(), runtime_release()) != 0
+    """Whether aclrtMalloc pads here: on every SoC before CANN 9.1.0, from 9.1.0 on every SoC
+    but Ascend950 / 350 (docs/runtime-model.md §3.5)."""
+    return padding() != 0
+
+
+def usable(block: int) -> int:
+    """Bytes a SegmentPool block of ``block`` bytes serves: the pool asks aclrtMalloc for
+    ``block - pad`` bytes, so that the runtime reserves exactly ``block`` (ALIGN_UP(n + pad, 32),
+    docs/runtime-model.md §3.5), and uses them from a 64-byte boundary to the last one."""
+    return (block - padding()) // 64 * 64
 
 
 def rule_size(length: int) -> int:
@@ -70,18 +97,18 @@ def spaced(length: int, alignment: int) -> int:
 def test_spec_3_14_segment_size_and_alignment_for_every_parent_kind(dev, api):
     """docs/runtime-model.md §3.14: m = ALIGN_UP(len,32)+32; starts on 64 B (aclrtMalloc family,
     host) or 128 B (acldvppMalloc, hi_mpi_dvpp_malloc), consecutive segments ALIGN_UP(m, A)
-    apart."""
-    assert padded()  # the default profile pads 32 bytes (docs/runtime-model.md §3.5)
+    apart; without the SoC's padding (Ascend950 from 9.1.0) m = ALIGN_UP(len, 32)."""
+    if api in DVPP:
+        need_dvpp_memory()
     alignment = TABLE_ALIGNMENT[api]
     with SegmentPool(dev, api=api, block_size=1 * MiB) as pool:
         assert pool.alignment == alignment
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
         base = segments[0].ptr
         assert base % alignment == 0
-        # Offsets written out: A=64 -> 0, 64, 256, 1344; A=128 -> 0, 128, 384, 1536.
-        expected = [0, 64, 256, 1344] if alignment == 64 else [0, 128, 384, 1536]
-        assert [s.ptr - base for s in segments] == expected
-        for length, size in SEGMENT_SIZE.items():
+        assert [s.ptr - base for s in segments] == OFFSETS[padded(), alignment]
+        table = SEGMENT_SIZE if padded() else SEGMENT_SIZE_UNPADDED
+        for length, size in table.items():
             seg = pool.allocate(length)
             assert seg.allocated_size == size
             assert seg.size == length
@@ -103,19 +130,20 @@ def test_spec_3_14_mixed_media_aligns_every_kind_to_128(dev, api):
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
         base = segments[0].ptr
         assert base % 128 == 0
-        assert [s.ptr - base for s in segments] == [0, 128, 384, 1536]
-        assert [s.allocated_size for s in segments] == [64, 160, 1056, 96]
+        assert [s.ptr - base for s in segments] == OFFSETS[padded(), 128]
+        assert [s.allocated_size for s in segments] == SIZES[padded()]
 
 
 def test_spec_3_14_expandable_pool_follows_the_rules(dev):
-    """docs/runtime-model.md §3.14 in a virtual range: aclrtMalloc rules, 128 B with mixed_media."""
+    """docs/runtime-model.md §3.14 in a virtual range: aclrtMalloc rules (no +32 where the SoC
+    pads nothing), 128 B with mixed_media."""
     with ExpandablePool(dev, 16 * MiB) as pool:
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
-        assert [s.ptr - pool.address for s in segments] == [0, 64, 256, 1344]
-        assert [s.allocated_size for s in segments] == [64, 160, 1056, 96]
+        assert [s.ptr - pool.address for s in segments] == OFFSETS[padded(), 64]
+        assert [s.allocated_size for s in segments] == SIZES[padded()]
     with ExpandablePool(dev, 16 * MiB, mixed_media=True) as pool:
         segments = [pool.allocate(n) for n in (1, 100, 1000, 33)]
-        assert [s.ptr - pool.address for s in segments] == [0, 128, 384, 1536]
+        assert [s.ptr - pool.address for s in segments] == OFFSETS[padded(), 128]
 
 
 @pytest.mark.cann("9.1.0")
@@ -208,20 +236,22 @@ def test_best_fit_picks_the_smallest_extent_that_fits(dev):
 
 
 def test_coalescing_three_free_neighbours_become_one_extent(dev):
-    """Coalescing: three freed neighbours of 1088 bytes serve a 3072-byte request."""
+    """Coalescing: three freed neighbours of 1088 bytes (1024 without the SoC's padding) serve
+    a 3000-byte request (3072 bytes; 3008)."""
+    apart = 1088 if padded() else 1024
     with SegmentPool(dev, block_size=1 * MiB) as pool:
         x, y, z = (pool.allocate(1000) for _ in range(3))
         fence = pool.allocate(1)
-        assert (y.ptr - x.ptr, z.ptr - y.ptr, fence.ptr - z.ptr) == (1088, 1088, 1088)
+        assert (y.ptr - x.ptr, z.ptr - y.ptr, fence.ptr - z.ptr) == (apart, apart, apart)
         first = x.ptr
         x.free()
         z.free()
         tail = fence.ptr + 64
-        probe = pool.allocate(2000)  # 2048: neither 1088 hole fits, the tail does
+        probe = pool.allocate(2000)  # 2048: neither hole fits, the tail does
         assert probe.ptr == tail
         probe.free()
-        y.free()  # x, y, z merge into 3264 bytes
-        merged = pool.allocate(3000)  # m = 3072
+        y.free()  # x, y, z merge into 3 * apart bytes
+        merged = pool.allocate(3000)
         assert merged.ptr == first
         merged.free()
         fence.free()
@@ -241,12 +271,15 @@ def test_limit_raises_pool_out_of_memory_with_code_207001(dev):
             pool.allocate(40 * KiB)
         assert e.value.code == 207001
         assert isinstance(e.value, MemoryAllocationError)
-        # Blocks: aclrtMalloc(64 KiB - 64) -> 65472 usable bytes each (docs/runtime-model.md §3.5).
-        # Segments: 40960 + 32 -> 41024 bytes apart. Hand-computed figures:
+        # Blocks: 65472 usable bytes each with padding 32, 65536 without (usable()).
+        # Segments: 40960 + 32 -> 41024 bytes apart; 40960 without the padding.
+        block = 65472 if padded() else 65536
+        assert block == usable(64 * KiB)
+        apart = 41024 if padded() else 40960
         assert e.value.requested == 40 * KiB
-        assert e.value.reserved == 2 * 65472
-        assert e.value.cached == 2 * 65472 - 2 * 41024
-        assert e.value.free == 65472 - 41024
+        assert e.value.reserved == 2 * block
+        assert e.value.cached == 2 * block - 2 * apart
+        assert e.value.free == block - apart
         assert e.value.limit == 128 * KiB
         with pytest.raises(PoolOutOfMemoryError) as big:
             pool.allocate(200 * KiB)  # larger than the whole limit
@@ -293,11 +326,13 @@ def test_release_unused_gives_free_blocks_back_to_the_device(dev):
     assert pool.release_unused() == 0
     segments[0].free()
     segments[2].free()
-    # Usable bytes per block: aclrtMalloc(4 MiB - 64) pads to exactly 4 MiB.
-    assert pool.release_unused() == 2 * (4 * MiB - 64)
+    # Usable bytes per block: 4 MiB - 64 with padding 32, 4 MiB without (usable()).
+    block = 4 * MiB - 64 if padded() else 4 * MiB
+    assert block == usable(4 * MiB)
+    assert pool.release_unused() == 2 * block
     assert dev.mem_info(MemAttr.HBM_MEM).free == before - 4 * MiB
     stats = pool.stats()
-    assert (stats.reserved, stats.blocks_allocated, stats.blocks_freed) == (4 * MiB - 64, 3, 2)
+    assert (stats.reserved, stats.blocks_allocated, stats.blocks_freed) == (block, 3, 2)
     pool.close()
     assert dev.mem_info(MemAttr.HBM_MEM).free == before
     assert segments[1].freed
@@ -305,26 +340,29 @@ def test_release_unused_gives_free_blocks_back_to_the_device(dev):
 
 def test_expandable_pool_grows_and_shrinks_by_granularity_chunks(dev):
     """docs/runtime-model.md §4.5: the range grows by 2 MiB chunks (HBM huge granularity) and
-    release_unused unmaps the free chunks at its end."""
+    release_unused unmaps the free chunks at its end. With padding 32 the segments take 1 MiB +
+    64 and 3 MiB + 64 bytes (three chunks); without the SoC's padding exactly 1 MiB and 3 MiB
+    (two chunks)."""
     before = dev.mem_info(MemAttr.HBM_MEM_HUGE).free
     pool = ExpandablePool(dev, 64 * MiB)
     assert pool.chunk == 2 * MiB
-    a = pool.allocate(1 * MiB)      # 1 MiB + 64 -> one chunk
+    extra, chunks = (64, 3) if padded() else (0, 2)
+    a = pool.allocate(1 * MiB)      # 1 MiB (+ 64) -> one chunk
     assert pool.mapped == 2 * MiB
-    b = pool.allocate(3 * MiB)      # needs 3 MiB + 64 more bytes -> 6 MiB mapped
-    assert pool.mapped == 6 * MiB
-    assert b.ptr == a.ptr + 1 * MiB + 64  # contiguous across the chunk boundary
-    assert dev.mem_info(MemAttr.HBM_MEM_HUGE).free == before - 6 * MiB
+    b = pool.allocate(3 * MiB)      # ends at 4 MiB (+ 128) -> 6 MiB mapped (4 MiB)
+    assert pool.mapped == chunks * 2 * MiB
+    assert b.ptr == a.ptr + 1 * MiB + extra  # contiguous across the chunk boundary
+    assert dev.mem_info(MemAttr.HBM_MEM_HUGE).free == before - chunks * 2 * MiB
     data = bytes(range(256)) * (3 * MiB // 256)
     b.copy_from(data)
     assert b.read() == data
     b.free()
-    assert pool.release_unused() == 4 * MiB
+    assert pool.release_unused() == (chunks - 1) * 2 * MiB
     assert pool.mapped == 2 * MiB
     assert dev.mem_info(MemAttr.HBM_MEM_HUGE).free == before - 2 * MiB
     stats = pool.stats()
     assert stats.reserved == 2 * MiB
-    assert (stats.blocks_allocated, stats.blocks_freed) == (3, 2)
+    assert (stats.blocks_allocated, stats.blocks_freed) == (chunks, chunks - 1)
     assert stats.in_use + stats.cached == stats.reserved
     with pytest.raises(PoolOutOfMemoryError) as e:
         pool.allocate(64 * MiB)
@@ -339,27 +377,33 @@ def test_expandable_pool_grows_and_shrinks_by_granularity_chunks(dev):
 
 def test_stats_are_consistent_and_kept_apart(dev):
     """Statistics: in use (segment sizes at 64 B spacing), requested, cached, reserved,
-    peaks, counts, largest free extent and fragmentation, all hand-computed."""
+    peaks, counts, largest free extent and fragmentation, all hand-computed (with padding 32
+    and without)."""
     with SegmentPool(dev, block_size=1 * MiB) as pool:
-        reserved = 1 * MiB - 64  # aclrtMalloc(1 MiB - 64) reserves exactly 1 MiB
+        # 1 MiB - 64 usable bytes with padding 32, the whole MiB without (usable()).
+        reserved = 1 * MiB - 64 if padded() else 1 * MiB
+        assert reserved == usable(1 * MiB)
+        # 100, 1000 and 33 bytes take 192 + 1088 + 128 bytes (128 + 1024 + 64 unpadded).
+        sa, sb, sc = (192, 1088, 128) if padded() else (128, 1024, 64)
         a, b, c = pool.allocate(100), pool.allocate(1000), pool.allocate(33)
         stats = pool.stats()
-        assert stats.in_use == 192 + 1088 + 128
+        total = sa + sb + sc
+        assert stats.in_use == total
         assert stats.requested == 1133
         assert stats.reserved == reserved
-        assert stats.cached == reserved - 1408
-        assert stats.largest_free_extent == reserved - 1408
+        assert stats.cached == reserved - total
+        assert stats.largest_free_extent == reserved - total
         assert stats.fragmentation == 0.0
         assert (stats.segments, stats.allocations, stats.frees) == (3, 3, 0)
         assert (stats.blocks_allocated, stats.blocks_freed) == (1, 0)
         b.free()
         stats = pool.stats()
-        assert stats.in_use == 320
+        assert stats.in_use == sa + sc
         assert stats.requested == 133
-        assert stats.cached == reserved - 320
-        assert stats.largest_free_extent == reserved - 1408
-        assert stats.fragmentation == pytest.approx(1 - (reserved - 1408) / (reserved - 320))
-        assert stats.peak_in_use == 1408 and stats.peak_reserved == reserved
+        assert stats.cached == reserved - sa - sc
+        assert stats.largest_free_extent == reserved - total
+        assert stats.fragmentation == pytest.approx(1 - (reserved - total) / (reserved - sa - sc))
+        assert stats.peak_in_use == total and stats.peak_reserved == reserved
         assert (stats.segments, stats.allocations, stats.frees) == (2, 3, 1)
         a.free()
         c.free()
@@ -468,7 +512,7 @@ def test_a_forgotten_host_segment_waits_for_its_last_view(dev):
         view = seg.view()
         del seg
         gc.collect()
-        assert pool.stats().in_use == 192
+        assert pool.stats().in_use == (192 if padded() else 128)  # spaced(100, 64)
         view[0] = 1  # still valid memory
         del view
         gc.collect()
@@ -506,7 +550,8 @@ def test_pool_tells_the_checker_about_segments(fake, dev, cann, monkeypatch):
         parent = a.ptr
         block = address_range(a.ptr, cann)
         assert block is None or block[0] == parent
-        assert carved == [(parent, a.ptr, 100, 160), (parent, b.ptr, 1000, 1056)]
+        sizes = (160, 1056) if padded() else (128, 1024)
+        assert carved == [(parent, a.ptr, 100, sizes[0]), (parent, b.ptr, 1000, sizes[1])]
         b_ptr = b.ptr
         a.free()
         del b
@@ -531,6 +576,8 @@ class PoolMachine(RuleBasedStateMachine):
                 mixed=st.booleans(), block=st.sampled_from([16 * KiB, 64 * KiB]),
                 limit=st.sampled_from([None, 256 * KiB]))
     def make_pool(self, api: AllocApi, mixed: bool, block: int, limit: int | None) -> None:
+        # No DVPP parent on a SoC without DVPP memory (Ascend950, docs/runtime-model.md §3.8).
+        assume(api not in DVPP or has_dvpp_memory())
         self.start = free_pools()
         self.alignment = 128 if mixed or api in DVPP else 64
         self.limit = limit
