@@ -221,8 +221,10 @@ def test_allocation_reduces_free_of_the_right_pool(dev, size, policy, pool):
 def test_allocation_deltas_by_hand_on_padding_32(dev):
     """docs/runtime-model.md §3.5/§3.12, padding 32: 4096 -> 8 KiB; 3 MiB NORMAL_ONLY -> 3 MiB + 4
     KiB."""
-    if soc_padding(raw.aclrtGetSocName()) != 32:
-        pytest.skip("numbers below are for padding 32")
+    soc, release = raw.aclrtGetSocName(), runtime_release()
+    if soc_padding(soc, release) != 32:
+        pytest.skip(f"numbers below are for padding 32; {soc} pads {soc_padding(soc, release)} "
+                    f"on CANN {release or 'this release'} (docs/runtime-model.md §3.5)")
     normal = dev.mem_info(MemAttr.HBM_MEM_NORMAL).free
     raw.aclrtMalloc(4096, MallocPolicy.NORMAL_ONLY)
     assert normal - dev.mem_info(MemAttr.HBM_MEM_NORMAL).free == 8 * KiB
