@@ -177,3 +177,17 @@ def has_giant_pages() -> bool:
         assert exc.code == 207000
         return False
     return True
+
+
+def need_giant_pages() -> None:
+    """Skip a check of 1 GiB pages on a device without them (docs/runtime-model.md §3.13)."""
+    if not has_giant_pages():
+        pytest.skip(f"{soc_name()} has no 1 GiB pages: aclrtGetMemInfo(ACL_HBM_MEM_HUGE1G) "
+                    "answers 207000 (Atlas A2 and A3 only, docs/runtime-model.md §3.13)")
+
+
+def padding_reason(what: str) -> str:
+    """Why a check worked out for one padding skips: ``what``, the SoC and the release."""
+    release = runtime_release()
+    return (f"{what}; {soc_name()} pads {padding()} bytes on CANN {release or 'this release'} "
+            "(docs/runtime-model.md §3.5)")

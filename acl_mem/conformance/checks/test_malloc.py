@@ -30,7 +30,8 @@ from acl_mem.sizes import soc_padding
 from .helpers import (
     address_of,
     free_pools,
-    has_giant_pages,
+    need_giant_pages,
+    padding_reason,
     raise_from_fresh_thread,
     runtime_release,
     since,
@@ -140,7 +141,7 @@ def test_spec_3_5_size_overflow_is_100000_without_context(backend, api):
 def test_spec_3_5_padded_size_overflow_is_100000(dev, api):
     """docs/runtime-model.md §3.5: with the +32 append, 2**64 - 32 already wraps -> 100000."""
     if padding() == 0:
-        pytest.skip("no padding on this SoC")
+        pytest.skip(padding_reason("no +32 append to wrap"))
     with pytest.raises(InvalidParamError) as e:
         alloc(api, 2**64 - 32)
     assert e.value.code == 100000
@@ -248,7 +249,7 @@ def test_spec_3_5_huge_first_examples_a2(dev):
     pages; 1 MiB - 31 -> 1 MiB + 32 -> one huge page; 3 MiB -> 3 MiB + 32 -> 4 MiB; Align32 4 MiB
     -> exactly 4 MiB; aclrtMalloc 4 MiB -> 4 MiB + 32 -> 6 MiB."""
     if padding() != 32:
-        pytest.skip("numbers worked out for padding 32 (A2/A3/910/310P/310B)")
+        pytest.skip(padding_reason("numbers worked out for padding 32 (A2/A3/910/310P/310B)"))
     cases = [
         ("aclrtMalloc", 1 * MiB - 32, (1 * MiB, 0)),
         ("aclrtMalloc", 1 * MiB - 31, (0, 2 * MiB)),
@@ -322,7 +323,8 @@ def test_spec_3_5_p2p_policies_use_the_same_pages(dev, api):
     """docs/runtime-model.md §3.5 / §3.13: the P2P policies take the same page kinds as their base
     policy."""
     if no_p2p_soc():
-        pytest.skip("P2P policies are not offered on this product")
+        pytest.skip(f"{soc_name()}: P2P policies are not offered on this product "
+                    "(docs/runtime-model.md §3.5, §3.13)")
     ptr, normal, huge = taken(lambda: alloc(api, 1, MallocPolicy.HUGE_ONLY_P2P))
     assert (normal, huge) == (0, HUGE_PAGE)
     raw.aclrtFree(ptr)
@@ -365,8 +367,7 @@ def test_spec_3_13_huge1g_rounds_1_9gib_to_2gib(dev, api):
 @pytest.mark.open_question(15)
 def test_spec_4_8_huge1g_address_range_is_whole_giant_pages(dev):
     """docs/runtime-model.md §4.8 / §8.15: a 1.9 GiB HUGE1G_ONLY block spans 2 GiB."""
-    if giant_free() is None:
-        pytest.skip("no 1 GiB pages on this device")
+    need_giant_pages()
     ptr = raw.aclrtMalloc(int(1.9 * GiB), MallocPolicy.HUGE1G_ONLY)
     assert raw.aclrtMemGetAddressRange(ptr) == (ptr, 2 * GiB)
     raw.aclrtFree(ptr)
@@ -780,9 +781,7 @@ def test_spec_3_13_atlas_a2_1g_pool_takes_1_9gib_as_2gib(fake):
     normal pages; aclrtMalloc(1 GiB, HUGE1G_ONLY) -> 1 GiB (no +32). Other SoCs have no 1 GiB
     pages (test_spec_3_13_huge1g_rounds_1_9gib_to_2gib checks their 207000)."""
     with acl_mem.Device(0):
-        if not has_giant_pages():
-            pytest.skip(f"{soc_name()} has no 1 GiB pages (aclrtGetMemInfo(ACL_HBM_MEM_HUGE1G) "
-                        "answers 207000): an Atlas A2 fact (docs/runtime-model.md §3.13)")
+        need_giant_pages()
         giant0 = giant_free()
         assert giant0 is not None
         normal0 = free_pools()[0]

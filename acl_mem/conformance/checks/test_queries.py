@@ -27,7 +27,14 @@ from acl_mem.errors import (
 )
 from acl_mem.sizes import soc_padding
 
-from .helpers import in_fresh_thread, need_two_devices, runtime_release, since
+from .helpers import (
+    in_fresh_thread,
+    need_giant_pages,
+    need_two_devices,
+    padding_reason,
+    runtime_release,
+    since,
+)
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -221,10 +228,8 @@ def test_allocation_reduces_free_of_the_right_pool(dev, size, policy, pool):
 def test_allocation_deltas_by_hand_on_padding_32(dev):
     """docs/runtime-model.md §3.5/§3.12, padding 32: 4096 -> 8 KiB; 3 MiB NORMAL_ONLY -> 3 MiB + 4
     KiB."""
-    soc, release = raw.aclrtGetSocName(), runtime_release()
-    if soc_padding(soc, release) != 32:
-        pytest.skip(f"numbers below are for padding 32; {soc} pads {soc_padding(soc, release)} "
-                    f"on CANN {release or 'this release'} (docs/runtime-model.md §3.5)")
+    if soc_padding(raw.aclrtGetSocName(), runtime_release()) != 32:
+        pytest.skip(padding_reason("numbers below are for padding 32"))
     normal = dev.mem_info(MemAttr.HBM_MEM_NORMAL).free
     raw.aclrtMalloc(4096, MallocPolicy.NORMAL_ONLY)
     assert normal - dev.mem_info(MemAttr.HBM_MEM_NORMAL).free == 8 * KiB
@@ -539,10 +544,8 @@ def test_pointer_attributes_device_memory(dev, size, policy, page):
 @pytest.mark.open_question(15)
 def test_pointer_attributes_giant_page_block(dev):
     """docs/runtime-model.md §4.9 / open question 15: a HUGE1G_ONLY block reports pageSize 1 GiB."""
-    try:
-        ptr = raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY)
-    except FeatureNotSupportError:
-        pytest.skip("this chip has no 1 GiB pages")
+    need_giant_pages()
+    ptr = raw.aclrtMalloc(1, MallocPolicy.HUGE1G_ONLY)
     attrs = raw.aclrtPointerGetAttributes(ptr)
     assert (attrs.type, attrs.id, attrs.pageSize) == (MemLocationType.DEVICE, 0, GiB)
 

@@ -69,6 +69,7 @@ from .helpers import (
     address_range,
     in_fresh_thread,
     need_fixed_addresses,
+    need_giant_pages,
     need_two_devices,
     since,
     takes_fixed_addresses,
@@ -151,13 +152,6 @@ def normal_free() -> int:
 def pools() -> tuple[int, int]:
     """(free normal-page bytes, free huge-page bytes) of the current device."""
     return normal_free(), huge_free()
-
-
-def need_giant_pages() -> None:
-    try:
-        raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE1G)
-    except FeatureNotSupportError:
-        pytest.skip("the device has no 1 GiB pages")
 
 
 def access(location: int = DEVICE, device: int = 0,
