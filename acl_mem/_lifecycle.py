@@ -46,6 +46,8 @@ class State:
         self.global_epoch = 0
         self._device_epoch: Counter[int] = Counter()
         self._set_count: Counter[int] = Counter()
+        #: Contexts created through the raw layer: handle -> device.
+        self._contexts: dict[int, int] = {}
         # A forked child shares no runtime with its parent: nothing allocated before the
         # fork may be freed from the child, so every token goes stale there.
         if hasattr(os, "register_at_fork"):
@@ -70,6 +72,7 @@ class State:
             self._set_count[device] += 1
             epoch = self._device_epoch[device]
         self._local.current = (device, epoch)
+        self._local.context = None
 
     def device_reset(self, device: int) -> None:
         with self._lock:
@@ -79,6 +82,35 @@ class State:
                 del self._set_count[device]
                 # Every thread that had the device current has none now (current_device).
                 self._device_epoch[device] += 1
+
+    def context_created(self, handle: int, device: int) -> None:
+        """aclrtCreateContext: the context holds ``device`` open and is now current."""
+        with self._lock:
+            self._set_count[device] += 1
+            epoch = self._device_epoch[device]
+            self._contexts[handle] = device
+        self._local.current = (device, epoch)
+        self._local.context = handle
+
+    def context_destroyed(self, handle: int) -> None:
+        """aclrtDestroyContext: its hold on the device ends; a thread whose current context
+        it was has none."""
+        with self._lock:
+            device = self._contexts.pop(handle, None)
+        if getattr(self._local, "context", None) == handle:
+            self._local.current = None
+            self._local.context = None
+        if device is not None:
+            self.device_reset(device)
+
+    def context_set(self, handle: int) -> None:
+        """aclrtSetCurrentContext: this thread's device is the context's (unknown for a
+        context this process's raw layer did not create: then none is assumed)."""
+        with self._lock:
+            device = self._contexts.get(handle)
+            epoch = self._device_epoch[device] if device is not None else 0
+        self._local.current = None if device is None else (device, epoch)
+        self._local.context = handle
 
     def kept(self, device: int) -> bool:
         """True when this thread holds the reference :meth:`keep` recorded for ``device``
@@ -107,6 +139,7 @@ class State:
         """aclFinalize or a new fake configuration: every device released at once."""
         with self._lock:
             self._set_count.clear()
+            self._contexts.clear()
             self.global_epoch += 1
         self._local = threading.local()
 

@@ -18,6 +18,7 @@ __all__ = [
     "DestroyedStreamError",
     "DeviceNotCurrentError",
     "DrvInternalError",
+    "EventTimestampInvalidError",
     "FeatureNotSupportError",
     "FreedBufferError",
     "FunctionNotAvailableError",
@@ -144,6 +145,14 @@ class StreamContextError(AclError):
 
     CODE = 107003
     NAME = "ACL_ERROR_RT_STREAM_CONTEXT"
+
+
+class EventTimestampInvalidError(AclError):
+    """107006: an event's record has not completed yet, so it has no timestamp (elapsed
+    time before synchronising, docs/runtime-model.md §3.15)."""
+
+    CODE = 107006
+    NAME = "ACL_ERROR_RT_EVENT_TIMESTAMP_INVALID"
 
 
 class InvalidMemoryTypeError(AclError, ValueError):

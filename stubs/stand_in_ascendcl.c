@@ -6,6 +6,18 @@
 typedef int aclError;
 typedef void *aclrtStream;
 typedef void *aclrtContext;
+typedef void *aclrtEvent;
+
+typedef enum aclrtEventRecordedStatus {
+    ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+    ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
+
+typedef enum aclrtEventStatus {
+    ACL_EVENT_STATUS_COMPLETE  = 0,
+    ACL_EVENT_STATUS_NOT_READY = 1,
+    ACL_EVENT_STATUS_RESERVED  = 2,
+} aclrtEventStatus;
 
 typedef enum aclrtMemMallocPolicy {
     ACL_MEM_MALLOC_HUGE_FIRST,
@@ -139,6 +151,21 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtSynchronizeDevice)(void);
     aclError (*aclrtMemcpyAsync)(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
     aclError (*aclrtMemsetAsync)(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream);
+    aclError (*aclrtCreateContext)(aclrtContext *context, int32_t deviceId);
+    aclError (*aclrtDestroyContext)(aclrtContext context);
+    aclError (*aclrtSetCurrentContext)(aclrtContext context);
+    aclError (*aclrtGetCurrentContext)(aclrtContext *context);
+    aclError (*aclrtCreateEvent)(aclrtEvent *event);
+    aclError (*aclrtCreateEventWithFlag)(aclrtEvent *event, uint32_t flag);
+    aclError (*aclrtCreateEventExWithFlag)(aclrtEvent *event, uint32_t flag);
+    aclError (*aclrtDestroyEvent)(aclrtEvent event);
+    aclError (*aclrtRecordEvent)(aclrtEvent event, aclrtStream stream);
+    aclError (*aclrtResetEvent)(aclrtEvent event, aclrtStream stream);
+    aclError (*aclrtStreamWaitEvent)(aclrtStream stream, aclrtEvent event);
+    aclError (*aclrtSynchronizeEvent)(aclrtEvent event);
+    aclError (*aclrtQueryEventStatus)(aclrtEvent event, aclrtEventRecordedStatus *status);
+    aclError (*aclrtQueryEvent)(aclrtEvent event, aclrtEventStatus *status);
+    aclError (*aclrtEventElapsedTime)(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
     aclError (*aclrtReserveMemAddress)(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags);
     aclError (*aclrtReleaseMemAddress)(void *virPtr);
     aclError (*aclrtMallocPhysical)(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags);
@@ -271,6 +298,66 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
 aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream)
 {
     return stand_in.aclrtMemsetAsync ? stand_in.aclrtMemsetAsync(devPtr, maxCount, value, count, stream) : 507000;
+}
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
+{
+    return stand_in.aclrtCreateContext ? stand_in.aclrtCreateContext(context, deviceId) : 507000;
+}
+aclError aclrtDestroyContext(aclrtContext context)
+{
+    return stand_in.aclrtDestroyContext ? stand_in.aclrtDestroyContext(context) : 507000;
+}
+aclError aclrtSetCurrentContext(aclrtContext context)
+{
+    return stand_in.aclrtSetCurrentContext ? stand_in.aclrtSetCurrentContext(context) : 507000;
+}
+aclError aclrtGetCurrentContext(aclrtContext *context)
+{
+    return stand_in.aclrtGetCurrentContext ? stand_in.aclrtGetCurrentContext(context) : 507000;
+}
+aclError aclrtCreateEvent(aclrtEvent *event)
+{
+    return stand_in.aclrtCreateEvent ? stand_in.aclrtCreateEvent(event) : 507000;
+}
+aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    return stand_in.aclrtCreateEventWithFlag ? stand_in.aclrtCreateEventWithFlag(event, flag) : 507000;
+}
+aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
+{
+    return stand_in.aclrtCreateEventExWithFlag ? stand_in.aclrtCreateEventExWithFlag(event, flag) : 507000;
+}
+aclError aclrtDestroyEvent(aclrtEvent event)
+{
+    return stand_in.aclrtDestroyEvent ? stand_in.aclrtDestroyEvent(event) : 507000;
+}
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
+{
+    return stand_in.aclrtRecordEvent ? stand_in.aclrtRecordEvent(event, stream) : 507000;
+}
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)
+{
+    return stand_in.aclrtResetEvent ? stand_in.aclrtResetEvent(event, stream) : 507000;
+}
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
+{
+    return stand_in.aclrtStreamWaitEvent ? stand_in.aclrtStreamWaitEvent(stream, event) : 507000;
+}
+aclError aclrtSynchronizeEvent(aclrtEvent event)
+{
+    return stand_in.aclrtSynchronizeEvent ? stand_in.aclrtSynchronizeEvent(event) : 507000;
+}
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
+{
+    return stand_in.aclrtQueryEventStatus ? stand_in.aclrtQueryEventStatus(event, status) : 507000;
+}
+aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
+{
+    return stand_in.aclrtQueryEvent ? stand_in.aclrtQueryEvent(event, status) : 507000;
+}
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent)
+{
+    return stand_in.aclrtEventElapsedTime ? stand_in.aclrtEventElapsedTime(ms, startEvent, endEvent) : 507000;
 }
 aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags)
 {

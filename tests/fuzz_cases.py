@@ -20,6 +20,7 @@ file, so the parent can name the call a crash or hang happened in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import faulthandler
 import json
@@ -359,6 +360,21 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclrtMemSetPidToShareableHandle": ("shareable", "pids", "count"),
     "aclrtMemRetainAllocationHandle": ("ptr",),
     "aclrtMemGetAllocationPropertiesFromHandle": ("handle",),
+    "aclrtCreateContext": ("device",),
+    "aclrtDestroyContext": ("context",),
+    "aclrtSetCurrentContext": ("context",),
+    "aclrtGetCurrentContext": (),
+    "aclrtCreateEvent": (),
+    "aclrtCreateEventWithFlag": ("flag",),
+    "aclrtCreateEventExWithFlag": ("flag",),
+    "aclrtDestroyEvent": ("event",),
+    "aclrtRecordEvent": ("event", "stream"),
+    "aclrtResetEvent": ("event", "stream"),
+    "aclrtStreamWaitEvent": ("stream", "event"),
+    "aclrtSynchronizeEvent": ("event",),
+    "aclrtQueryEventStatus": ("event",),
+    "aclrtQueryEvent": ("event",),
+    "aclrtEventElapsedTime": ("event", "event"),
     # The structs and the result tuple: built from wild field values, then used above.
     "aclrtMemLocation": ("u32", "u32"),
     "aclrtPhysicalMemProp": ("u32", "u32", "attr", "location", "u64"),
@@ -387,6 +403,13 @@ FAMILIES: dict[str, tuple[str, ...]] = {
             "aclrtMemGetAllocationPropertiesFromHandle", "aclrtMemGetAddressRange",
             "aclrtPointerGetAttributes", "aclrtMemLocation", "aclrtPhysicalMemProp",
             "aclrtMemAccessDesc", "PtrAttributes"),
+    "events": ("aclrtCreateContext", "aclrtDestroyContext", "aclrtSetCurrentContext",
+               "aclrtGetCurrentContext", "aclrtCreateEvent", "aclrtCreateEventWithFlag",
+               "aclrtCreateEventExWithFlag", "aclrtDestroyEvent", "aclrtRecordEvent",
+               "aclrtResetEvent", "aclrtStreamWaitEvent", "aclrtSynchronizeEvent",
+               "aclrtQueryEventStatus", "aclrtQueryEvent", "aclrtEventElapsedTime",
+               "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream",
+               "aclrtMemsetAsync", "aclrtSetDevice", "aclrtSynchronizeDevice"),
 }
 #: The copy family again, with the fake's memory checker on and hazards raised.
 FAMILIES["copy-checked"] = FAMILIES["copy"]
@@ -775,8 +798,67 @@ class VmmFamily(Family):
         must("aclrtResetDevice", 0)
 
 
+class EventsFamily(Family):
+    """Contexts, events and streams mixed, with queued memsets between them."""
+
+    name = "events"
+
+    def setup(self) -> None:
+        super().setup()
+        must, add = self.runner.must, self.pools.add
+        block = must("aclrtMalloc", 1 << 20, 0)
+        assert isinstance(block, int)
+        add("ptr", *_pointer_args("aclrtMalloc(1MiB)", block, 1 << 20, room_after=None))
+        stream = must("aclrtCreateStream")
+        dead = must("aclrtCreateStream")
+        must("aclrtDestroyStream", dead)
+        add("stream", Arg("stream", stream), Arg("stream:default", 0),
+            Arg("stream:destroyed", dead), Arg("stream:wild", 0xDEADBEEF))
+        event = must("aclrtCreateEvent")
+        dead_event = must("aclrtCreateEvent")
+        must("aclrtDestroyEvent", dead_event)
+        add("event", Arg("event", event), Arg("event:null", 0),
+            Arg("event:destroyed", dead_event), Arg("event:stream-handle", stream))
+        add("flag", *_ints("flag", [0, 1, 2, 4, 8, 9, 0x0E, 0x10, 0x20, 0x21, 0x40, 0x41,
+                                    0x4F, 0x50, 2 ** 32 - 1]))
+        self.contexts: list[int] = []
+        add("context", Arg("context:null", 0), Arg("context:wild", 0xDEADBEEF),
+            Arg("context:stream-handle", stream))
+
+    def after(self, name: str, args: list[Arg], ok: bool, result: object) -> None:
+        if not ok:
+            return
+        if name == "aclrtCreateContext":
+            assert isinstance(result, int)
+            self.contexts.append(result)
+            self.pools.add("context", Arg("context:new", result))
+        elif name == "aclrtGetCurrentContext":
+            self.pools.add("context", Arg("context:current", result))
+        elif name.startswith("aclrtCreateEvent"):
+            self.pools.add("event", Arg("event:new", result))
+        elif name == "aclrtCreateStream":
+            self.pools.add("stream", Arg("stream:new", result))
+
+    def teardown(self) -> None:
+        for context in self.contexts:
+            with contextlib.suppress(acl_mem.AclError):
+                raw.aclrtDestroyContext(context)
+        self.runner.must("aclrtSetDevice", 0)
+        while True:
+            try:
+                raw.aclrtResetDevice(0)
+            except acl_mem.AclError:
+                break
+        try:
+            raw.aclrtGetDevice()
+            self.runner.summary.invariants["context released"] = False
+        except acl_mem.ContextNullError:
+            self.runner.summary.invariants["context released"] = True
+
+
 FAMILY_CLASSES: dict[str, type[Family]] = {
     "runtime": RuntimeFamily, "alloc": AllocFamily, "copy": CopyFamily, "vmm": VmmFamily,
+    "events": EventsFamily,
 }
 
 

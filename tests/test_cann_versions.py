@@ -143,6 +143,7 @@ COVERED = {
     "has_address_range": "test_address_range",
     "physical_rejects_managed": "test_managed_physical_memory",
     "host_location_id_zero": "test_host_location_id",
+    "contexts_checked": "test_dead_and_missing_contexts",
 }
 
 
@@ -460,6 +461,35 @@ def test_host_location_id(release):
     raw.aclrtSetDevice(0)
     assert raw.aclrtPointerGetAttributes(host).id == 0
     raw.aclrtFreeHost(host)
+
+
+# -- contexts (§3.3) -------------------------------------------------------------------------------
+def test_dead_and_missing_contexts(release):
+    """aclrtSetCurrentContext with a destroyed context: 107000 from 9.0.1; 8.5.0 takes it and
+    later calls find no context (107002). aclrtGetCurrentContext without a context: 107002
+    from 9.0.1; 8.5.0 reports success and NULL."""
+    context = raw.aclrtCreateContext(0)
+    raw.aclrtDestroyContext(context)
+    if newer(release, "9.0.1"):
+        raises(RtParamInvalidError, 107000, lambda: raw.aclrtSetCurrentContext(context))
+        raises(ContextNullError, 107002, raw.aclrtGetCurrentContext)
+    else:
+        raw.aclrtSetCurrentContext(context)
+        raises(ContextNullError, 107002, raw.aclrtCreateStream)
+        assert raw.aclrtGetCurrentContext() == context  # not checked: the dead handle
+    found: list[object] = []
+
+    def fresh_thread() -> None:
+        try:
+            found.append(raw.aclrtGetCurrentContext())
+        except AclError as exc:
+            found.append(exc.code)
+
+    worker = threading.Thread(target=fresh_thread)
+    worker.start()
+    worker.join()
+    assert found == [107002 if newer(release, "9.0.1") else 0]
+    raw.aclrtSetDevice(0)
 
 
 # -- VMM (§4, §4.3) --------------------------------------------------------------------------------

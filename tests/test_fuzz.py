@@ -116,7 +116,8 @@ def test_the_fuzz_tells_argument_checks_from_accidents() -> None:
     assert fuzz_cases.classify(MemoryError()) == ("MemoryError", False)
 
 
-@pytest.mark.parametrize("family", ["runtime", "alloc", "copy", "vmm", "copy-checked"])
+@pytest.mark.parametrize("family", ["runtime", "alloc", "copy", "vmm", "copy-checked",
+                                    "events"])
 def test_fuzz_family(family: str, tmp_path: Path) -> None:
     args = [family, "--calls", str(CALLS)]
     if SEED is not None:

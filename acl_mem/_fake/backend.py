@@ -18,6 +18,7 @@ that act on it, each built with the state and the parts it uses:
   copies;
 - :class:`~.vmm_calls.VmmCalls` (``vmm_calls.py``): reservations, physical memory,
   mappings, sharing;
+- :class:`~.events.EventCalls` (``events.py``): events, cross-stream order;
 - :class:`~.memory.DeviceMemory` (``memory.py``): the aclrtMalloc family, DVPP, pinned
   host memory, memory queries.
 
@@ -25,7 +26,7 @@ A part's call is bound onto each backend at construction, so ``backend.aclrtMall
 the part's own method (no extra call); the class-level :class:`_Call` entries keep the
 signatures visible to mypy (checked against :class:`acl_mem._backend.Backend`), to
 ``dir(FakeBackend)`` and to subclasses that override a call and use ``super()``. The
-runtime calls (aclInit ... aclrtGetDeviceCount) and fault injection are answered here.
+runtime calls (aclInit ... aclrtGetDeviceCount, contexts) and fault injection are answered here.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from .config import current_cann
 from .copies import Copies
 from .device import DEVICE_SPACE_BASE
 from .diagnostics import Diagnostics
+from .events import EventCalls
 from .extents import BlockIndex
 from .hostmem import HOST_PAGE, reserve_address_space
 from .memory import DeviceMemory
@@ -160,6 +162,18 @@ class FakeBackend:
     aclrtMemGetAllocationPropertiesFromHandle = _Call(
         "_vmm", VmmCalls.aclrtMemGetAllocationPropertiesFromHandle)
 
+    aclrtCreateEvent = _Call("_events", EventCalls.aclrtCreateEvent)
+    aclrtCreateEventWithFlag = _Call("_events", EventCalls.aclrtCreateEventWithFlag)
+    aclrtCreateEventExWithFlag = _Call("_events", EventCalls.aclrtCreateEventExWithFlag)
+    aclrtDestroyEvent = _Call("_events", EventCalls.aclrtDestroyEvent)
+    aclrtRecordEvent = _Call("_events", EventCalls.aclrtRecordEvent)
+    aclrtResetEvent = _Call("_events", EventCalls.aclrtResetEvent)
+    aclrtStreamWaitEvent = _Call("_events", EventCalls.aclrtStreamWaitEvent)
+    aclrtSynchronizeEvent = _Call("_events", EventCalls.aclrtSynchronizeEvent)
+    aclrtQueryEventStatus = _Call("_events", EventCalls.aclrtQueryEventStatus)
+    aclrtQueryEvent = _Call("_events", EventCalls.aclrtQueryEvent)
+    aclrtEventElapsedTime = _Call("_events", EventCalls.aclrtEventElapsedTime)
+
     # Checker, hazard and leak services (acl_mem.check, pools, HostBuffer.view, tests).
     checker_verify = _Call("_diagnostics", Diagnostics.checker_verify)
     checker_segment_allocated = _Call("_diagnostics", Diagnostics.checker_segment_allocated)
@@ -178,6 +192,7 @@ class FakeBackend:
         self._streams = StreamCalls(state, self._addresses, self._diagnostics,
                                     self._copies_part)
         self._vmm = VmmCalls(state, self._diagnostics)
+        self._events = EventCalls(state, self._streams)
         self._memory = DeviceMemory(state, self._addresses, self._diagnostics, self._vmm)
         self._bind_calls()
         _backends.add(self)
@@ -200,6 +215,7 @@ class FakeBackend:
         memory stays mapped (views of it may exist) but is no longer registered.
         """
         self._vmm.after_fork()
+        self._events.after_fork()
         self._state.after_fork()
 
     # -- the shared state and the parts' tables, for tests and tools -------------------------------
@@ -316,6 +332,34 @@ class FakeBackend:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
         return codes.SUCCESS, len(self._state.runtime.devices)
+
+    # -- contexts (§3.3) -------------------------------------------------------------------------
+    def aclrtCreateContext(self, deviceId: int, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        return self._state.runtime.create_context(deviceId)
+
+    def aclrtDestroyContext(self, context: int) -> int:
+        if context == 0:
+            return codes.INVALID_PARAM
+        # Queued work of the context's streams is dropped before a HazardError propagates.
+        with self._state.lock, self._state.hazards.held():
+            return self._state.runtime.destroy_context(context)
+
+    def aclrtSetCurrentContext(self, context: int) -> int:
+        if context == 0:
+            return codes.INVALID_PARAM
+        return self._state.runtime.set_current_context(
+            context, validated=self._state.cann.contexts_checked)
+
+    def aclrtGetCurrentContext(self, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        handle = self._state.runtime.current_handle()
+        if handle is None:
+            checked = self._state.cann.contexts_checked
+            return (codes.CONTEXT_NULL if checked else codes.SUCCESS), 0
+        return codes.SUCCESS, handle
 
     # -- versions (docs/runtime-model.md §0.1) --------------------------------------------------
     def aclrtGetVersion(self, null_outputs: int = 0) -> tuple[int, int, int, int]:

@@ -23,8 +23,8 @@ from .checker import Checker
 from .device import FakeDevice
 from .extents import BlockIndex
 from .profiles import Profile
-from .runtime import FakeRuntime
-from .streams import Hazards, Op, StreamTable
+from .runtime import Context, FakeRuntime
+from .streams import Hazards, Marker, Op, StreamTable
 from .versions import CannVersion
 from .vmm_space import ReservationIndex
 
@@ -46,7 +46,7 @@ class EngineState:
         self.cann = cann
         self.streams = StreamTable()
         self.hazards = Hazards(hazards)
-        self.runtime = FakeRuntime(profile, self.release_device)
+        self.runtime = FakeRuntime(profile, self.release_device, self.end_context)
         #: The runtime's lock: every part takes it around its checks and changes.
         self.lock: threading.RLock = self.runtime.lock
         self.checker: Checker | None = Checker(hazards) if check else None
@@ -176,17 +176,30 @@ class EngineState:
             self.copies_done.wait(0.01)
 
     def release_device(self, device: FakeDevice) -> None:
-        """The runtime dropped the device's last reference (reset or finalize)."""
+        """The device closed: its default context lost its last reference (reset or
+        finalize) and no created context holds it open."""
         self.wait_for_copies()
-        lost = self.streams.drop_device(device.id)
         if self.checker is not None:
             self.checker.forget_device(device)
         device.release_all()
+
+    def end_context(self, context: Context) -> None:
+        """A context ended (reset, destroy, finalize): its streams go, with their work."""
+        dropped = self.streams.drop_context(context)
+        lost = [op for op in dropped if isinstance(op, Op)]
+        for marker in dropped:
+            if isinstance(marker, Marker):
+                marker.finish()  # events recorded there complete: nobody waits for ever
         if lost:
-            # After the release: in raise mode the HazardError comes with the effect done.
-            self.hazards.report("reset-with-pending-work",
-                                f"device {device.id} released with {len(lost)} queued "
-                                "operation(s) never synchronised; they never ran")
+            # Reported after the effect: in raise mode the HazardError comes with it done.
+            if context.primary:
+                self.hazards.report("reset-with-pending-work",
+                                    f"device {context.device} released with {len(lost)} "
+                                    "queued operation(s) never synchronised; they never ran")
+            else:
+                self.hazards.report("destroy-context-with-pending-work",
+                                    f"context {context.handle:#x} destroyed with {len(lost)} "
+                                    "queued operation(s) never synchronised; they never ran")
 
 
 #: The host bytes one copy moves: ``(dst, src, count)``.

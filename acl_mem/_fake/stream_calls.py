@@ -21,7 +21,7 @@ from .addresses import AddressMap, Located
 from .copies import Copies, acl_copy_checks
 from .diagnostics import Diagnostics
 from .state import EngineState
-from .streams import Op, Stream
+from .streams import Marker, Op, Stream
 
 __all__ = ["StreamCalls", "corrected_kind"]
 
@@ -69,9 +69,9 @@ class StreamCalls:
             context = self._state.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL, 0
-            if self._state.streams.count_on(*context) >= self._state.profile.max_streams:
+            if self._state.streams.count_on(context) >= self._state.profile.max_streams:
                 return codes.NO_STREAM_RESOURCE, 0
-            return codes.SUCCESS, self._state.streams.create(*context).handle
+            return codes.SUCCESS, self._state.streams.create(context).handle
 
     def aclrtDestroyStream(self, stream: int) -> int:
         if stream == 0:
@@ -81,13 +81,14 @@ class StreamCalls:
             if found is None or not self._stream_alive(found):
                 return codes.INVALID_HANDLE
             context = self._state.runtime.current_context()
-            if context is not None and context != (found.device, found.generation):
+            if context is not None and context is not found.context:
                 return codes.STREAM_CONTEXT
-            with self._state.hazards.held(), self._checker_held():
-                if found.pending:
+            with self._state.hazards.held(), self.checker_held():
+                work = sum(isinstance(op, Op) for op in found.pending)
+                if work:
                     self._state.hazards.report("destroy-with-pending-work",
                                                f"stream {stream:#x} destroyed with "
-                                               f"{len(found.pending)} queued operation(s); "
+                                               f"{work} queued operation(s); "
                                                "the runtime waits for them")
                 self._drain(found)
                 self._state.streams.forget(found)
@@ -95,10 +96,10 @@ class StreamCalls:
 
     def aclrtSynchronizeStream(self, stream: int) -> int:
         with self._state.lock:
-            found, rc = self._resolve_stream(stream)
+            found, rc = self.resolve_stream(stream)
             if found is None:
                 return rc
-            with self._state.hazards.held(), self._checker_held():
+            with self._state.hazards.held(), self.checker_held():
                 self._drain(found)
             self._after_synchronize()
             return codes.SUCCESS
@@ -112,8 +113,8 @@ class StreamCalls:
             context = self._state.runtime.current_context()
             if context is None:
                 return codes.CONTEXT_NULL
-            with self._state.hazards.held(), self._checker_held():
-                for stream in self._state.streams.of_context(*context):
+            with self._state.hazards.held(), self.checker_held():
+                for stream in self._state.streams.of_context(context):
                     self._drain(stream)
             self._after_synchronize()
             return codes.SUCCESS
@@ -126,7 +127,7 @@ class StreamCalls:
         if rc is not None:
             return rc
         with self._state.lock:
-            if cann.stream_handle_checked and stream != 0 and not self._handle_valid(stream):
+            if cann.stream_handle_checked and stream != 0 and not self.handle_valid(stream):
                 return codes.INVALID_HANDLE
             if count == 0 or count > destMax:
                 return codes.RT_PARAM_INVALID
@@ -147,7 +148,7 @@ class StreamCalls:
                 return codes.FEATURE_NOT_SUPPORT
             if dst == src:
                 return codes.SUCCESS
-            found, rc = self._resolve_stream(stream)
+            found, rc = self.resolve_stream(stream)
             if found is None:
                 return rc
             if "unreg" in (_where(source), _where(target)):
@@ -166,11 +167,11 @@ class StreamCalls:
         if devPtr == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
-            if cann.stream_handle_checked and stream != 0 and not self._handle_valid(stream):
+            if cann.stream_handle_checked and stream != 0 and not self.handle_valid(stream):
                 return codes.INVALID_HANDLE
             if count == 0 or count > maxCount:
                 return codes.RT_PARAM_INVALID
-            found, rc = self._resolve_stream(stream)
+            found, rc = self.resolve_stream(stream)
             if found is None:
                 return rc
             target = self._addresses.resolve(devPtr, count)
@@ -180,37 +181,36 @@ class StreamCalls:
             return codes.SUCCESS
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _checker_held(self) -> contextlib.AbstractContextManager[None]:
+    def checker_held(self) -> contextlib.AbstractContextManager[None]:
         """Checker findings of queued work raise after every op of the drain ran."""
         checker = self._state.checker
         return checker.held() if checker is not None else contextlib.nullcontext()
 
     def _stream_alive(self, stream: Stream) -> bool:
-        return self._state.runtime.references(stream.device) > 0 and \
-            self._state.runtime.generation(stream.device) == stream.generation
+        return stream.context.alive
 
-    def _handle_valid(self, handle: int) -> bool:
+    def handle_valid(self, handle: int) -> bool:
         found = self._state.streams.streams.get(handle)
         return found is not None and self._stream_alive(found)
 
-    def _resolve_stream(self, handle: int) -> tuple[Stream | None, int]:
+    def resolve_stream(self, handle: int) -> tuple[Stream | None, int]:
         """The stream for ``handle`` (0 = default of the current context), or an error code.
 
         From 9.1.0 the C API validates the handle before anything else (107017); older
         releases look the context up first (107002) and only then use the handle, which the
         fake still checks (docs/fidelity.md row 66)."""
         checked_first = self._state.cann.stream_handle_checked
-        if checked_first and handle != 0 and not self._handle_valid(handle):
+        if checked_first and handle != 0 and not self.handle_valid(handle):
             return None, codes.INVALID_HANDLE
         context = self._state.runtime.current_context()
         if context is None:
             return None, codes.CONTEXT_NULL
-        if not checked_first and handle != 0 and not self._handle_valid(handle):
+        if not checked_first and handle != 0 and not self.handle_valid(handle):
             return None, codes.INVALID_HANDLE
         if handle == 0:
-            return self._state.streams.default(*context), codes.SUCCESS
+            return self._state.streams.default(context), codes.SUCCESS
         found = self._state.streams.streams[handle]
-        if (found.device, found.generation) != context:
+        if found.context is not context:
             return None, codes.STREAM_CONTEXT
         return found, codes.SUCCESS
 
@@ -223,16 +223,34 @@ class StreamCalls:
             self._state.streams.pending.remove(op)
             raise
 
-    def _drain(self, stream: Stream) -> None:
+    def _drain(self, stream: Stream, until: Marker | None = None) -> None:
+        """Run the stream's queued work in order, all of it or up to ``until``. A wait runs
+        the other stream's work up to the record point first (docs/runtime-model.md §3.15);
+        waits only name record points queued before them, so this always ends."""
         pending = stream.pending
         index = self._state.streams.pending
         while pending:
             op = pending[0]
+            if isinstance(op, Marker):
+                if op.waits_for is not None:
+                    self.reach(op.waits_for)
+                # Finished before it leaves the queue: finishing is idempotent.
+                op.finish()
+                pending.popleft()
+                if op is until:
+                    return
+                continue
             # Unindexed before it leaves the queue: an interrupt in between leaves it at
             # the head, and the next drain removes it again (idempotent) and runs it.
             index.remove(op)
             pending.popleft()
             self._run(op)
+
+    def reach(self, marker: Marker) -> None:
+        """Run ``marker``'s stream up to it, unless it ran or its stream is gone."""
+        if not marker.ran and marker.stream.alive:
+            self._drain(marker.stream, until=marker)
+        marker.finish()  # its stream ended without it: nothing waits for ever
 
     def _run(self, op: Op) -> None:
         """Run one queued op, unless memory it touches was freed since it was queued."""

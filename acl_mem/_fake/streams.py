@@ -4,8 +4,10 @@ Each context has a default stream (the NULL handle) and any number of created
 streams up to the profile's limit (docs/runtime-model.md §3.4). An asynchronous copy or memset is
 queued on its stream and executed at aclrtSynchronizeStream / aclrtSynchronizeDevice
 (or when the stream is destroyed, which waits, docs/runtime-model.md §3.4). Streams are unordered
-with respect to each other. Handles are never reused, so a destroyed handle stays
-recognisable (107017).
+with respect to each other except through events: a :class:`Marker` records an event or
+waits for another stream's record point, and running a wait first runs the other
+stream's work up to that point (docs/runtime-model.md §3.15). Handles are never reused,
+so a destroyed handle stays recognisable (107017).
 
 Queued work is indexed by the allocation it touches (a block or a VMM mapping), so
 "does queued work race with this free / copy" costs O(work on that allocation), not
@@ -14,14 +16,19 @@ O(all queued work) or O(streams).
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import HazardError, HazardWarning
 from .postponed import Postponable, user_stacklevel
 
-__all__ = ["Hazards", "Op", "PendingIndex", "Stream", "StreamTable"]
+if TYPE_CHECKING:
+    from .runtime import Context
+
+__all__ = ["Hazards", "Marker", "Op", "PendingIndex", "Stream", "StreamTable"]
 
 #: Where the fake's stream handles start: far from device and host memory.
 _HANDLE_BASE = 0x5A00_0000_0000
@@ -101,14 +108,49 @@ class PendingIndex:
         self.ops.clear()
 
 
-class Stream:
-    __slots__ = ("device", "generation", "handle", "pending")
+class Marker:
+    """A point in a stream's queue that other work refers to: an event's record
+    (``event`` set), a wait for another stream's marker, or an event's reset.
 
-    def __init__(self, handle: int, device: int, generation: int) -> None:
+    ``ran`` turns true when the stream's work reaches it; ``time`` is then the host's
+    clock in seconds (the record's timestamp)."""
+
+    __slots__ = ("kind", "on_run", "ran", "stream", "time", "waits_for")
+
+    def __init__(self, kind: str, stream: Stream, *, waits_for: Marker | None = None,
+                 on_run: Callable[[Marker], None] | None = None) -> None:
+        self.kind = kind
+        self.stream = stream
+        self.waits_for = waits_for
+        self.on_run = on_run
+        self.ran = False
+        self.time = 0.0
+
+    def finish(self) -> None:
+        """The stream's work reached this point (idempotent: an interrupted drain that
+        finished it but left it queued finishes nothing twice)."""
+        if not self.ran:
+            self.time = time.perf_counter()
+            self.ran = True
+            if self.on_run is not None:
+                self.on_run(self)
+
+
+class Stream:
+    __slots__ = ("context", "handle", "pending")
+
+    def __init__(self, handle: int, context: Context) -> None:
         self.handle = handle
-        self.device = device
-        self.generation = generation
-        self.pending: deque[Op] = deque()
+        self.context = context
+        self.pending: deque[Op | Marker] = deque()
+
+    @property
+    def device(self) -> int:
+        return self.context.device
+
+    @property
+    def alive(self) -> bool:
+        return self.context.alive
 
 
 class Hazards(Postponable):
@@ -142,61 +184,59 @@ class Hazards(Postponable):
 
 
 class StreamTable:
-    """Every stream of the process, by handle; default streams by (device, generation)."""
+    """Every created stream of the process, by handle; default streams by context."""
 
     def __init__(self) -> None:
         self._next = _HANDLE_BASE
         self.streams: dict[int, Stream] = {}
-        self.defaults: dict[tuple[int, int], Stream] = {}
+        self.defaults: dict[Context, Stream] = {}
         #: Created streams per context, default stream not included.
-        self._per_context: dict[tuple[int, int], int] = {}
+        self._per_context: dict[Context, int] = {}
         self.pending = PendingIndex()
 
-    def create(self, device: int, generation: int) -> Stream:
+    def create(self, context: Context) -> Stream:
         handle = self._next + _HANDLE_STEP
-        stream = Stream(handle, device, generation)
+        stream = Stream(handle, context)
         self._next = handle
-        key = (device, generation)
         # Counted from the table itself, so an interrupt between these lines cannot
         # leave a count that disagrees with the streams that exist.
         self.streams[handle] = stream
-        self._per_context[key] = self._per_context.get(key, 0) + 1
+        self._per_context[context] = self._per_context.get(context, 0) + 1
         return stream
 
     def forget(self, stream: Stream) -> None:
         if self.streams.pop(stream.handle, None) is not None:
-            key = (stream.device, stream.generation)
+            key = stream.context
             self._per_context[key] = self._per_context.get(key, 1) - 1
 
-    def default(self, device: int, generation: int) -> Stream:
-        key = (device, generation)
-        stream = self.defaults.get(key)
+    def default(self, context: Context) -> Stream:
+        stream = self.defaults.get(context)
         if stream is None:
-            stream = self.defaults.setdefault(key, Stream(0, device, generation))
+            stream = self.defaults.setdefault(context, Stream(0, context))
         return stream
 
-    def count_on(self, device: int, generation: int) -> int:
+    def count_on(self, context: Context) -> int:
         """Streams of one context, the default stream included."""
-        return 1 + self._per_context.get((device, generation), 0)
+        return 1 + self._per_context.get(context, 0)
 
-    def of_context(self, device: int, generation: int) -> list[Stream]:
+    def of_context(self, context: Context) -> list[Stream]:
         """Default stream first, then created streams in creation order."""
-        found = [self.default(device, generation)]
-        return found + [s for s in self.streams.values()
-                        if s.device == device and s.generation == generation]
+        found = [self.default(context)]
+        return found + [s for s in self.streams.values() if s.context is context]
 
-    def drop_device(self, device: int) -> list[Op]:
-        """Forget every stream of ``device`` (its context died); returns their pending ops."""
-        lost: list[Op] = []
-        for stream in [s for s in self.streams.values() if s.device == device]:
+    def drop_context(self, context: Context) -> list[Op | Marker]:
+        """Forget every stream of ``context`` (it ended); returns their queued work."""
+        lost: list[Op | Marker] = []
+        for stream in [s for s in self.streams.values() if s.context is context]:
             lost += stream.pending
             self.forget(stream)
-        for key in [k for k in self.defaults if k[0] == device]:
-            lost += self.defaults.pop(key).pending
-        for key in [k for k in self._per_context if k[0] == device]:
-            del self._per_context[key]
+        default = self.defaults.pop(context, None)
+        if default is not None:
+            lost += default.pending
+        self._per_context.pop(context, None)
         for op in lost:
-            self.pending.remove(op)
+            if isinstance(op, Op):
+                self.pending.remove(op)
         return lost
 
     def any_pending(self) -> bool:

@@ -56,6 +56,10 @@ class CannVersion:
     #: aclrtPointerGetAttributes reports id 0 for host memory (from 9.0.1; before, the
     #: current device's id; §4.9).
     host_location_id_zero: bool
+    #: aclrtSetCurrentContext rejects a context that is not alive with 107000 and
+    #: aclrtGetCurrentContext without a context fails with 107002 (from 9.0.1; 8.5.0 takes
+    #: the dead context, and reports no context as success with NULL; §3.3).
+    contexts_checked: bool = True
 
     @property
     def version_str(self) -> str:
@@ -68,7 +72,7 @@ _V850 = CannVersion(
     count_checked_first=False, async_context_first=False, stream_handle_checked=False,
     meminfo_max_attr=11, granularity_all_attrs=False, retain_checks_output=False,
     properties_v2=False, has_address_range=False, physical_rejects_managed=False,
-    host_location_id_zero=False)
+    host_location_id_zero=False, contexts_checked=False)
 _V901 = CannVersion(
     name="9.0.1", acl_version=(1, 17, 0), soc_padding=False, zero_count_succeeds=False,
     count_checked_first=False, async_context_first=False, stream_handle_checked=False,

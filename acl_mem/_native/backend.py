@@ -12,13 +12,14 @@ import threading
 from typing import Any
 
 from ..errors import FunctionNotAvailableError
+from .events import NativeEvents
 from .loader import load_library, make_ffi
 from .vmm import NativeVmm
 
 __all__ = ["NativeBackend"]
 
 
-class NativeBackend(NativeVmm):
+class NativeBackend(NativeEvents, NativeVmm):
     """Implements :class:`acl_mem._backend.Backend` with the real library."""
 
     name = "native"

@@ -89,6 +89,22 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
                                         ("pidNum", SIZE, 0)],
     "aclrtMemRetainAllocationHandle": [("virPtr", PTR, 0)],
     "aclrtMemGetAllocationPropertiesFromHandle": [("handle", PTR, 0)],
+    # Contexts and events (docs/runtime-model.md §3.3, §3.15): NULL handles fail cleanly.
+    "aclrtCreateContext": [("deviceId", I32, -1)],
+    "aclrtDestroyContext": [("context", PTR, 0)],
+    "aclrtSetCurrentContext": [("context", PTR, 0)],
+    "aclrtGetCurrentContext": [],
+    "aclrtCreateEvent": [],
+    "aclrtCreateEventWithFlag": [("flag", U32, 0)],
+    "aclrtCreateEventExWithFlag": [("flag", U32, 0)],
+    "aclrtDestroyEvent": [("event", PTR, 0)],
+    "aclrtRecordEvent": [("event", PTR, 0), ("stream", PTR, 0)],
+    "aclrtResetEvent": [("event", PTR, 0), ("stream", PTR, 0)],
+    "aclrtStreamWaitEvent": [("stream", PTR, 0), ("event", PTR, 0)],
+    "aclrtSynchronizeEvent": [("event", PTR, 0)],
+    "aclrtQueryEventStatus": [("event", PTR, 0)],
+    "aclrtQueryEvent": [("event", PTR, 0)],
+    "aclrtEventElapsedTime": [("startEvent", PTR, 0), ("endEvent", PTR, 0)],
 }
 #: The struct classes themselves, not calls.
 _STRUCTS = {"aclrtPhysicalMemProp", "aclrtMemLocation", "aclrtMemAccessDesc"}
