@@ -43,6 +43,7 @@ from .errors import (
     StreamContextError,
     UninitializeError,
 )
+from .events import Context, Event
 from .pool import (
     ExpandablePool,
     HostSegment,
@@ -104,6 +105,7 @@ __all__ = [
     "AllocApi",
     "BackendError",
     "Buffer",
+    "Context",
     "ContextNullError",
     "ContextReleaseError",
     "DestroyedStreamError",
@@ -112,6 +114,7 @@ __all__ = [
     "DeviceBuffer",
     "DeviceNotCurrentError",
     "DrvInternalError",
+    "Event",
     "EventTimestampInvalidError",
     "ExpandablePool",
     "ExpandableSegment",

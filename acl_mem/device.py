@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from .arrays import DeviceArray
+    from .events import Context
 
 __all__ = ["Device", "MemInfo", "device_id"]
 
@@ -211,6 +212,13 @@ class Device:
         """aclrtCreateStream in this device's context (docs/runtime-model.md §3.4)."""
         self._require_current("stream")
         return Stream(raw.aclrtCreateStream(), self)
+
+    def context(self) -> Context:
+        """aclrtCreateContext on this device: a new context, current for the calling thread,
+        that holds the device open until destroyed (docs/runtime-model.md §3.3)."""
+        from .events import Context
+
+        return Context(self)
 
     @property
     def default_stream(self) -> Stream:

@@ -1,7 +1,8 @@
 """``Stream``: an ordered queue of device work (docs/runtime-model.md §3.4).
 
 Work queued on one stream runs in order; streams are unordered with respect to each
-other; nothing queued is guaranteed done before :meth:`Stream.synchronize`. On the
+other unless one waits for an event another recorded (:meth:`Stream.wait`); nothing
+queued is guaranteed done before :meth:`Stream.synchronize`. On the
 fake this is literal: queued copies run only at synchronisation, so a missing
 synchronise shows up as stale data (and as a hazard warning).
 """
@@ -17,6 +18,7 @@ from .errors import DestroyedStreamError
 
 if TYPE_CHECKING:
     from .device import Device
+    from .events import Event
 
 __all__ = ["Stream"]
 
@@ -59,6 +61,20 @@ class Stream:
     def synchronize(self) -> None:
         """Wait until everything queued on this stream ran (docs/runtime-model.md §3.4)."""
         raw.aclrtSynchronizeStream(self.handle)
+
+    def record(self, event: Event | None = None) -> Event:
+        """aclrtRecordEvent: mark this point of the queue; returns the event (a new one
+        unless given). Other streams :meth:`wait` for it; the host synchronises on it."""
+        from .events import Event
+
+        event = Event() if event is None else event
+        raw.aclrtRecordEvent(event.handle, self.handle)
+        return event
+
+    def wait(self, event: Event) -> None:
+        """aclrtStreamWaitEvent: work queued here from now on waits until ``event``'s
+        latest record point completed (docs/runtime-model.md §3.15)."""
+        raw.aclrtStreamWaitEvent(self.handle, event.handle)
 
     def destroy(self) -> None:
         """aclrtDestroyStream; a second call (or the default stream) does nothing."""
