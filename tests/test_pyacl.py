@@ -295,7 +295,7 @@ RESULTS["util_names"] = sorted(n for n in ("bytes_to_ptr", "ptr_to_bytes", "nump
 RESULTS["no_constants"] = [hasattr(acl, n) for n in ("ACL_HOST", "ACL_SUCCESS",
                                                      "ACL_MEMCPY_HOST_TO_DEVICE")]
 RESULTS["no_rt_soc_name"] = hasattr(acl.rt, "get_soc_name")
-RESULTS["stubs_exist"] = [callable(acl.rt.create_context), callable(acl.mdl.execute),
+RESULTS["stubs_exist"] = [callable(acl.rt.get_event_id), callable(acl.mdl.execute),
                           callable(acl.op.execute), callable(acl.prof.init)]
 RESULTS["soc"] = isinstance(acl.get_soc_name(), str)
 RESULTS["argv"] = sys.argv[1:]
@@ -602,7 +602,8 @@ def test_argumentless_calls_ignore_arguments(device):
 
 
 def test_unsupported_names_raise():
-    for function in (pyacl.rt.create_context, pyacl.rt.create_event, pyacl.mdl.load_from_file,
+    for function in (pyacl.rt.ctx_get_current_default_stream, pyacl.rt.get_event_id,
+                     pyacl.rt.synchronize_event_with_timeout, pyacl.mdl.load_from_file,
                      pyacl.op.execute, pyacl.media.dvpp_vpc_resize_async, pyacl.prof.init,
                      pyacl.himpi.vpc_resize, pyacl.util.start_thread, pyacl.create_tensor_desc,
                      pyacl.rt.reserve_mem_address, pyacl.blas.gemm_ex, pyacl.fv.search):
@@ -746,6 +747,7 @@ def _cpython_parse(unit: str, value: object) -> int | str | None:
     parse = ctypes.pythonapi.PyArg_ParseTuple
     parse.restype = ctypes.c_int
     out: ctypes._SimpleCData[int] = {"k": ctypes.c_ulong, "i": ctypes.c_int,
+                                     "I": ctypes.c_uint,
                                      "s": ctypes.c_char_p}[unit]()  # type: ignore[assignment]
     parse.argtypes = [ctypes.py_object, ctypes.c_char_p, ctypes.c_void_p]
     try:
@@ -760,10 +762,11 @@ def _cpython_parse(unit: str, value: object) -> int | str | None:
                                    np.uint32(7), 5.0, "5", None, 2**31, -(2**31) - 1,
                                    "path", "nul\0", "é"])
 def test_argument_rules_match_cpythons_pyarg_parsetuple(value):
-    """The k, i and s rules of acl_mem.pyacl are CPython's (docs/pyacl.md, Conventions)."""
+    """The k, i, I and s rules of acl_mem.pyacl are CPython's (docs/pyacl.md, Conventions)."""
     from acl_mem.pyacl import _common
 
-    rules = {"k": _common.as_ulong, "i": _common.as_int, "s": _common.as_str}
+    rules = {"k": _common.as_ulong, "i": _common.as_int, "I": _common.as_uint32,
+             "s": _common.as_str}
     for unit, rule in rules.items():
         expected = _cpython_parse(unit, value)
         try:

@@ -1,5 +1,5 @@
-"""acl_mem.pyacl: pyACL (Huawei's ``acl`` module) for memory, devices, streams and data
-buffers, on acl_mem's backends (docs/pyacl.md).
+"""acl_mem.pyacl: pyACL (Huawei's ``acl`` module) for memory, devices, contexts, streams,
+events and data buffers, on acl_mem's backends (docs/pyacl.md).
 
 Existing pyACL programs run unchanged: ``python -m acl_mem.pyacl script.py`` or
 ``acl-mem run script.py`` runs a script with ``import acl`` giving this module, and

@@ -134,9 +134,9 @@ def with_code(action: Callable[[], T], failed: T) -> tuple[T, int]:
 
 
 #: Why a name of pyACL is not implemented, by kind.
-MEMORY_ONLY = ("acl_mem covers memory only (pyACL's memory, device, stream and data "
-               "buffer calls); {what} are not available, so acl_mem.pyacl stops the "
-               "program here")
+MEMORY_ONLY = ("acl_mem covers memory only (pyACL's memory, device, context, stream, event "
+               "and data buffer calls); {what} are not available, so acl_mem.pyacl stops "
+               "the program here")
 NOT_YET = ("not yet supported by acl_mem.pyacl ({what} come in a later release); "
            "acl_mem.pyacl stops the program here")
 

@@ -166,9 +166,9 @@ def _print_exception(exc: BaseException) -> None:
 RUN_DESCRIPTION = """\
 Run a pyACL program unchanged on acl_mem: the script runs as 'python script.py
 args...' would, with 'import acl' (and 'import acl.rt' ...) giving acl_mem.pyacl,
-which implements pyACL's memory, device, stream and data buffer calls on acl_mem's
-backend (chosen by --backend, else by ACL_MEM_BACKEND: native, fake or auto). Other
-pyACL calls (models, operators, media processing, contexts, events ...) raise
+which implements pyACL's memory, device, context, stream, event and data buffer
+calls on acl_mem's backend (chosen by --backend, else by ACL_MEM_BACKEND: native,
+fake or auto). Other pyACL calls (models, operators, media processing ...) raise
 acl_mem.pyacl.UnsupportedError. See docs/pyacl.md.
 
 A real pyACL is never shadowed silently: when a module named acl is importable,

@@ -1,4 +1,5 @@
-"""``acl.rt``: pyACL's runtime calls for devices, streams and memory (docs/pyacl.md).
+"""``acl.rt``: pyACL's runtime calls for devices, contexts, streams, events and memory
+(docs/pyacl.md).
 
 Each function takes its arguments positionally as pyACL does, returns its outputs
 first and the aclError code last (``ptr, ret = acl.rt.malloc(size, policy)``), or the
@@ -7,9 +8,29 @@ code alone, and never raises for a runtime error. The other names of pyACL's
 """
 
 from .. import raw as _raw
-from . import _common
+from . import _common, _events
+from ._events import create_context as create_context
+from ._events import create_event as create_event
+from ._events import create_event_ex_with_flag as create_event_ex_with_flag
+from ._events import create_event_with_flag as create_event_with_flag
+from ._events import destroy_context as destroy_context
+from ._events import destroy_event as destroy_event
+from ._events import event_elapsed_time as event_elapsed_time
+from ._events import get_context as get_context
+from ._events import query_event as query_event
+from ._events import query_event_status as query_event_status
+from ._events import record_event as record_event
+from ._events import reset_event as reset_event
+from ._events import set_context as set_context
+from ._events import stream_wait_event as stream_wait_event
+from ._events import synchronize_event as synchronize_event
 
 _MODULE = "acl.rt"
+
+# Contexts and events live in _events.py (to keep files small) but belong to acl.rt.
+for _name in _events.__all__:
+    globals()[_name].__module__ = __name__
+del _name
 
 
 # -- devices --------------------------------------------------------------------------------------
@@ -175,13 +196,10 @@ def get_mem_info(attr: int, /) -> tuple[int, int, int]:
 # -- the rest of pyACL's acl.rt -------------------------------------------------------------------
 
 _common.define_stubs(globals(), _MODULE, """
-    create_context destroy_context set_context get_context ctx_get_current_default_stream
-    get_primary_ctx_state ctx_set_sys_param_opt ctx_get_sys_param_opt
-    create_event create_event_with_flag create_event_ex_with_flag destroy_event record_event
-    reset_event query_event query_event_status query_event_wait_status synchronize_event
-    synchronize_event_with_timeout event_elapsed_time event_get_timestamp get_event_id
-    get_event_avail_num stream_wait_event
-""", _common.NOT_YET.format(what="contexts and events"))
+    ctx_get_current_default_stream get_primary_ctx_state ctx_set_sys_param_opt
+    ctx_get_sys_param_opt query_event_wait_status synchronize_event_with_timeout
+    event_get_timestamp get_event_id get_event_avail_num
+""", _common.NOT_YET.format(what="these context and event calls"))
 
 _common.define_stubs(globals(), _MODULE, """
     reserve_mem_address release_mem_address malloc_physical free_physical map_mem unmap_mem
