@@ -45,6 +45,9 @@ class StandInProvider:
             return None, f"no C compiler to build the stand-in; {why}"
         root = stand_in.build_temporary()
         self._stand_in = stand_in.StandIn(root)
+        # A fake from the start: the report header asks the library its release before
+        # the first test attaches a fresh one.
+        self._stand_in.target = FakeBackend(current_profile())
         os.environ[stand_in.ROOT_VARIABLE] = str(root)
         self.subprocess_prelude = stand_in.SUBPROCESS_PRELUDE
         saved = os.environ.get("ASCEND_HOME_PATH")
