@@ -73,6 +73,7 @@ __all__ = [
     "aclrtGetDevice",
     "aclrtGetDeviceCount",
     "aclrtGetMemInfo",
+    "aclrtGetRunMode",
     "aclrtGetSocName",
     "aclrtGetVersion",
     "aclrtMalloc",
@@ -193,6 +194,14 @@ def aclrtGetDeviceCount() -> int:
     rc, count = _backend.get().aclrtGetDeviceCount()
     check(rc, "aclrtGetDeviceCount")
     return count
+
+
+def aclrtGetRunMode() -> int:
+    """0 ``ACL_DEVICE`` (RC: running on the board's control CPU) or 1 ``ACL_HOST`` (EP);
+    works before aclInit (docs/runtime-model.md §3.16)."""
+    rc, mode = _backend.get().aclrtGetRunMode()
+    check(rc, "aclrtGetRunMode")
+    return mode
 
 
 def aclrtGetVersion() -> tuple[int, int, int]:

@@ -8,6 +8,11 @@ typedef void *aclrtStream;
 typedef void *aclrtContext;
 typedef void *aclrtEvent;
 
+typedef enum aclrtRunMode {
+    ACL_DEVICE,
+    ACL_HOST,
+} aclrtRunMode;
+
 typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
@@ -131,6 +136,7 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtResetDevice)(int32_t deviceId);
     aclError (*aclrtGetDevice)(int32_t *deviceId);
     aclError (*aclrtGetDeviceCount)(uint32_t *count);
+    aclError (*aclrtGetRunMode)(aclrtRunMode *runMode);
     const char * (*aclrtGetSocName)(void);
     aclError (*aclrtGetVersion)(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
     aclError (*aclsysGetVersionStr)(char *pkgName, char *versionStr);
@@ -216,6 +222,10 @@ aclError aclrtGetDevice(int32_t *deviceId)
 aclError aclrtGetDeviceCount(uint32_t *count)
 {
     return stand_in.aclrtGetDeviceCount ? stand_in.aclrtGetDeviceCount(count) : 507000;
+}
+aclError aclrtGetRunMode(aclrtRunMode *runMode)
+{
+    return stand_in.aclrtGetRunMode ? stand_in.aclrtGetRunMode(runMode) : 507000;
 }
 const char * aclrtGetSocName(void)
 {

@@ -323,6 +323,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclrtResetDevice": ("device",),
     "aclrtGetDevice": (),
     "aclrtGetDeviceCount": (),
+    "aclrtGetRunMode": (),
     "aclrtGetSocName": (),
     "aclrtGetVersion": (),
     "aclsysGetVersionStr": ("path",),
@@ -384,7 +385,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "runtime": ("aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice",
-                "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetSocName",
+                "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetRunMode", "aclrtGetSocName",
                 "aclrtGetVersion", "aclsysGetVersionStr",
                 "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream",
                 "aclrtSynchronizeDevice", "aclrtGetMemInfo"),

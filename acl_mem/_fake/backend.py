@@ -328,6 +328,22 @@ class FakeBackend:
         device = self._state.runtime.current()
         return (codes.CONTEXT_NULL, 0) if device is None else (codes.SUCCESS, device.id)
 
+    def aclrtGetRunMode(self, null_outputs: int = 0) -> tuple[int, int]:
+        if null_outputs & 1:
+            return codes.INVALID_PARAM, 0
+        return codes.SUCCESS, self._state.profile.run_mode
+
+    def control_cpu_address(self, ptr: int, size: int) -> int:
+        """Where the control CPU reads ``[ptr, ptr+size)`` of device memory in RC mode (the
+        fake's backing bytes), or 0: EP mode, or not inside live device memory."""
+        if self._state.profile.run_mode != 0:
+            return 0
+        with self._state.lock:
+            located = self._addresses.resolve(ptr, size)
+            if located is None or located[1] is None:
+                return 0
+            return located[0]
+
     def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0

@@ -78,15 +78,14 @@ class EventCalls:
             return codes.INVALID_PARAM, 0
         if flag & 0x3F == 0 or flag > 0x3F:
             return codes.RT_PARAM_INVALID, 0  # 0 and ACL_EVENT_IPC included
-        if flag & (DEVICE_USE_ONLY | EXTERNAL) and flag & ~(DEVICE_USE_ONLY | EXTERNAL):
+        if _combined(flag, DEVICE_USE_ONLY | EXTERNAL):
             return codes.RT_PARAM_INVALID, 0
         return self._create(flag, new_mode=False)
 
     def aclrtCreateEventExWithFlag(self, flag: int, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0
-        alone = DEVICE_USE_ONLY | EXTERNAL | IPC
-        if flag & alone and flag & ~alone:
+        if _combined(flag, DEVICE_USE_ONLY | EXTERNAL | IPC):
             return codes.RT_PARAM_INVALID, 0
         if flag & 0x4F == 0 or flag > 0x4F:
             return codes.RT_PARAM_INVALID, 0
@@ -269,3 +268,9 @@ class EventCalls:
                 self._streams.reach(record)
             return False
         return True
+
+
+def _combined(flag: int, alone: int) -> bool:
+    """Whether ``flag`` holds one of the ``alone`` bits together with any other bit (each
+    of those must be the whole flag)."""
+    return any(flag & bit and flag != bit for bit in (1 << n for n in range(7)) if bit & alone)

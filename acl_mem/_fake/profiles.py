@@ -36,6 +36,10 @@ class Profile:
     device_count: int
     #: Streams per device, the default stream included (docs/runtime-model.md §3.4).
     max_streams: int = 1984
+    #: aclrtGetRunMode: 1 ACL_HOST (EP, a host drives the device over PCIe) or 0
+    #: ACL_DEVICE (RC, the program runs on the board's control CPU, docs/runtime-model.md
+    #: §3.16).
+    run_mode: int = 1
 
     def with_overrides(self, *, device_count: int | None, capacity: int | None) -> Profile:
         return replace(
@@ -69,9 +73,19 @@ PROFILES: dict[str, Profile] = {
             padding=0, memory="HBM", capacity=128 * GiB, normal_fraction=1 / 16,
             giant_pages=False, p2p_policies=True, dvpp=False, device_count=8,
         ),
+        Profile(
+            name="atlas-200dk",
+            soc_name="Ascend310",
+            description="Atlas 200 DK (Ascend310) in RC mode: the program runs on the board's "
+                        "control CPU, 4 GiB DDR, aclrtGetRunMode is ACL_DEVICE",
+            padding=32, memory="DDR", capacity=4 * GiB, normal_fraction=1 / 16,
+            giant_pages=False, p2p_policies=False, dvpp=True, device_count=1,
+            max_streams=1024, run_mode=0,
+        ),
     )
 }
-_ALIASES = {"ascend910b": "atlas-a2", "ascend310p": "atlas-inference", "950": "ascend950"}
+_ALIASES = {"ascend910b": "atlas-a2", "ascend310p": "atlas-inference", "950": "ascend950",
+            "ascend310": "atlas-200dk", "200dk": "atlas-200dk"}
 DEFAULT_PROFILE = "atlas-a2"
 
 

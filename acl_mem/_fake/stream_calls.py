@@ -144,8 +144,8 @@ class StreamCalls:
                 return codes.RT_PARAM_INVALID
             if not cann.async_context_first and self._state.runtime.current_context() is None:
                 return codes.CONTEXT_NULL
-            if real_kind == _H2H:
-                return codes.FEATURE_NOT_SUPPORT
+            if real_kind == _H2H and self._state.profile.run_mode == 1:
+                return codes.FEATURE_NOT_SUPPORT  # RC mode runs host kinds as D2D
             if dst == src:
                 return codes.SUCCESS
             found, rc = self.resolve_stream(stream)

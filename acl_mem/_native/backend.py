@@ -128,6 +128,16 @@ class NativeBackend(NativeEvents, NativeVmm):
             return rc, ""
         return rc, self.ffi.string(out).decode(errors="replace")
 
+    def aclrtGetRunMode(self, null_outputs: int = 0) -> tuple[int, int]:
+        out = self._out("aclrtRunMode *", bool(null_outputs & 1))
+        rc = int(self.lib.aclrtGetRunMode(out))
+        return rc, int(out[0]) if rc == 0 and out != self._null else 0
+
+    def control_cpu_address(self, ptr: int, size: int) -> int:
+        # On the board (RC) device memory is the control CPU's own memory.
+        rc, mode = self.aclrtGetRunMode()
+        return ptr if rc == 0 and mode == 0 else 0
+
     def aclrtGetDeviceCount(self, null_outputs: int = 0) -> tuple[int, int]:
         out = self._out("uint32_t *", bool(null_outputs & 1))
         rc = int(self.lib.aclrtGetDeviceCount(out))

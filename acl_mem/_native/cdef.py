@@ -16,6 +16,11 @@ typedef void *aclrtStream;
 typedef void *aclrtContext;
 typedef void *aclrtEvent;
 
+typedef enum aclrtRunMode {
+    ACL_DEVICE,
+    ACL_HOST,
+} aclrtRunMode;
+
 typedef enum aclrtEventRecordedStatus {
     ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
     ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
@@ -136,6 +141,7 @@ aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
+aclError aclrtGetRunMode(aclrtRunMode *runMode);
 const char *aclrtGetSocName();
 aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
 aclError aclsysGetVersionStr(char *pkgName, char *versionStr);

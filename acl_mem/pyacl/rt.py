@@ -59,11 +59,10 @@ def get_device_count(*_ignored: object) -> tuple[int, int]:
 
 
 def get_run_mode(*_ignored: object) -> tuple[int, int]:
-    """``run_mode, ret = acl.rt.get_run_mode()``: always ``(ACL_HOST, 0)`` = ``(1, 0)``.
-
-    acl_mem drives the device from the host (EP mode), before or after acl.init.
-    """
-    return _common.ACL_HOST, 0
+    """``run_mode, ret = acl.rt.get_run_mode()``: aclrtGetRunMode, before or after acl.init:
+    ``(1, 0)`` (ACL_HOST, EP mode) on a host driving the device, ``(0, 0)`` (ACL_DEVICE, RC
+    mode) on a board's control CPU (the fake's ``atlas-200dk`` profile)."""
+    return _common.with_code(_raw.aclrtGetRunMode, 0)
 
 
 def synchronize_device(*_ignored: object) -> int:

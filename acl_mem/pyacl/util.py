@@ -57,7 +57,7 @@ def ptr_to_bytes(ptr: int, size: int, /) -> bytes:
                          "negative as a Py_ssize_t")
     if address == 0 or nbytes == 0:
         return bytes(nbytes)
-    return bytes(_read_host(call, address, nbytes))
+    return bytes(_read_host(call, address, nbytes)[0])
 
 
 def numpy_to_ptr(array: _Any, /) -> int:
@@ -130,7 +130,7 @@ def ptr_to_numpy(ptr: int, shape: tuple[int, ...], np_type: int, /) -> _Any:
     if address == 0:
         return np.zeros(tuple(dims), dtype=dtype)
     if nbytes:
-        _read_host(call, address, nbytes, copy=False)  # checks only
+        address = _read_host(call, address, nbytes, copy=False)[1]  # checks; RC: where
     memory = (_ctypes.c_char * nbytes).from_address(address)
     return np.frombuffer(memory, dtype=dtype, count=count).reshape(tuple(dims))
 
@@ -162,14 +162,21 @@ def _dtypes(np: _Any) -> dict[int, _Any]:
     return _DTYPES
 
 
-def _read_host(call: str, address: int, nbytes: int, *, copy: bool = True) -> bytearray:
-    """The ``nbytes`` at ``address`` (a copy; with ``copy`` False only a scratch buffer),
-    after making sure they are host memory the process can read: ValueError otherwise."""
+def _read_host(call: str, address: int, nbytes: int, *,
+               copy: bool = True) -> tuple[bytearray, int]:
+    """The ``nbytes`` at ``address`` (a copy; with ``copy`` False only a scratch buffer) and
+    the address this process reads them at, after making sure they are memory the process
+    can read: ValueError otherwise. Device memory is readable in RC mode only."""
     try:
         where = _raw.aclrtPointerGetAttributes(address)
     except (_AclError, _FunctionNotAvailableError):
         where = None  # not known to the runtime: the kernel decides below
     if where is not None and where.type == _MemLocationType.DEVICE:
+        # RC mode: the control CPU reads device memory itself (the fake: its backing bytes).
+        mapped = _backend.get().control_cpu_address(address, nbytes)
+        if mapped:
+            address = mapped
+    if where is not None and where.type == _MemLocationType.DEVICE and not mapped:
         raise ValueError(
             f"{call}: {address:#x} is device memory (device {where.id}), which the host "
             "cannot read: acl.rt.get_run_mode() is ACL_HOST (EP mode). Copy it to host "
@@ -190,4 +197,4 @@ def _read_host(call: str, address: int, nbytes: int, *, copy: bool = True) -> by
                          "host memory (unmapped, protected, freed or device memory)")
     if found == PROVEN and copy:
         _ctypes.memmove(address_of(out), address, nbytes)
-    return out
+    return out, address

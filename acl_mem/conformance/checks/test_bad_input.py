@@ -41,6 +41,7 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclrtResetDevice": [("deviceId", I32, 0)],
     "aclrtGetDevice": [],
     "aclrtGetDeviceCount": [],
+    "aclrtGetRunMode": [],
     "aclrtGetSocName": [],
     "aclrtGetVersion": [],
     "aclsysGetVersionStr": [],  # pkgName is a string, tested on its own
