@@ -601,17 +601,9 @@ def test_spec_3_15_create_with_flag_refuses(dev, flag):
     assert e.value.code == 107000
 
 
-#: Why DEVICE_USE_ONLY | EXTERNAL is checked on the fake only, as an expected failure.
-_PAIR = ("the fake accepts DEVICE_USE_ONLY | EXTERNAL (0x30) in aclrtCreateEventWithFlag, "
-         "docs/runtime-model.md §3.15 refuses it (107000); until one of them changes, the "
-         "flag stays out of the checks every backend runs")
-
-
-@pytest.mark.fake_only(_PAIR)
-@pytest.mark.xfail(strict=True, reason=_PAIR)
-def test_spec_3_15_create_with_flag_refuses_device_use_only_with_external(fake, dev):
+def test_spec_3_15_create_with_flag_refuses_device_use_only_with_external(dev):
     """docs/runtime-model.md §3.15: DEVICE_USE_ONLY or EXTERNAL combined with other bits -> 107000,
-    so DEVICE_USE_ONLY | EXTERNAL too (the fake takes it: an expected failure)."""
+    so DEVICE_USE_ONLY | EXTERNAL too."""
     with pytest.raises(RtParamInvalidError) as e:
         event = raw.aclrtCreateEventWithFlag(DEVICE_USE_ONLY | EXTERNAL)
         raw.aclrtDestroyEvent(event)
