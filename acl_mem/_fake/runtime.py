@@ -111,6 +111,7 @@ class FakeRuntime:
             # The default context becomes current, replacing a context set explicitly.
             self._local.ref = primary
             self._local.ctx = None
+            self._local.cur = primary
         return codes.SUCCESS
 
     def reset_device(self, device_id: int) -> int:
@@ -126,6 +127,7 @@ class FakeRuntime:
                 current: Context | None = getattr(self._local, "ref", None)
                 if current is primary:
                     self._local.ref = None
+                    self._local.cur = getattr(self._local, "ctx", None)
                 if primary is not None:
                     self._end_context(primary)
                 if self._created[device_id] == 0:
@@ -141,6 +143,7 @@ class FakeRuntime:
             self._created[device_id] += 1
             self._local.ctx = context
             self._local.ref = None
+            self._local.cur = context
             return codes.SUCCESS, context.handle
 
     def destroy_context(self, handle: int) -> int:
@@ -151,6 +154,7 @@ class FakeRuntime:
             current: Context | None = getattr(self._local, "ctx", None)
             if current is context:
                 self._local.ctx = None
+                self._local.cur = getattr(self._local, "ref", None)
             self._end_context(context)
             self._created[context.device] -= 1
             device = context.device
@@ -170,6 +174,7 @@ class FakeRuntime:
                 context.alive = False
             self._local.ctx = context
             self._local.ref = None
+            self._local.cur = context
             return codes.SUCCESS
 
     def current_handle(self) -> int | None:
@@ -181,13 +186,15 @@ class FakeRuntime:
 
     def current(self) -> FakeDevice | None:
         """The calling thread's device, or None (107002) if its context is gone or unset."""
-        context = self.current_context()
-        return None if context is None else self.devices[context.device]
+        # One thread-local lookup: this runs on every allocation and copy.
+        context: Context | None = getattr(self._local, "cur", None)
+        if context is None or not context.alive:
+            return None
+        return self.devices[context.device]
 
     def current_context(self) -> Context | None:
         """The calling thread's live context, or None."""
-        context: Context | None = getattr(self._local, "ctx", None) or \
-            getattr(self._local, "ref", None)
+        context: Context | None = getattr(self._local, "cur", None)
         if context is None or not context.alive:
             return None
         return context
