@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,6 +76,37 @@ def taken(fn: Callable[[], int]) -> tuple[int, int, int]:
     ptr = fn()
     normal1, huge1 = free_pools()
     return ptr, normal0 - normal1, huge0 - huge1
+
+
+# -- run mode (docs/runtime-model.md §3.16) --------------------------------------------------------
+#: aclrtGetRunMode's answers: the program runs on the board's control CPU (RC) or on a host
+#: driving the device over PCIe (EP).
+ACL_DEVICE = 0
+ACL_HOST = 1
+
+
+def rc_mode() -> bool:
+    """Whether aclrtGetRunMode reports ACL_DEVICE (RC mode, docs/runtime-model.md §3.16): host
+    and device share one memory, the control CPU reads device memory, and copies with a host
+    kind run as device-to-device, so an asynchronous HOST_TO_HOST copy is accepted instead of
+    207000 (§3.10)."""
+    return raw.aclrtGetRunMode() == ACL_DEVICE
+
+
+#: tests/stand_in.py sets this to the directory of the stand-in libascendcl it built.
+_STAND_IN_ROOT = "ACL_MEM_STAND_IN_ROOT"
+
+
+def native_over_stand_in(backend: object) -> bool:
+    """Whether ``backend`` is the native backend over the project's stand-in libascendcl
+    (tests/stand_in.py: the C entry points forward to a fake), not over a device's library.
+    Only for what the stand-in cannot play: the fake's device memory is not mapped at its
+    device address, as it is on a board's control CPU in RC mode."""
+    root = os.environ.get(_STAND_IN_ROOT)
+    path = getattr(backend, "path", None)
+    if not root or not isinstance(path, str):
+        return False
+    return Path(path).resolve().is_relative_to(Path(root).resolve())
 
 
 # -- CANN releases (docs/runtime-model.md §0.1) ----------------------------------------------------

@@ -2,8 +2,9 @@
 
 What a pyACL program sees must not depend on the backend: the return shapes, the codes
 of the runtime passed back as ``ret``, copies through ``bytes_to_ptr`` memory,
-``ptr_to_bytes`` / ``ptr_to_numpy`` refusing device memory instead of crashing, and
-contexts and events (the outputs on failure, streams ordered by an event).
+``ptr_to_bytes`` / ``ptr_to_numpy`` refusing device memory instead of crashing (EP mode) or
+reading it (RC mode, docs/runtime-model.md §3.16), and contexts and events (the outputs on
+failure, streams ordered by an event).
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ import numpy as np
 import pytest
 
 from acl_mem import pyacl as acl
+from acl_mem import raw
 
-from .helpers import has_dvpp_memory, raise_from_fresh_thread, since
+from .helpers import (
+    ACL_DEVICE,
+    ACL_HOST,
+    has_dvpp_memory,
+    native_over_stand_in,
+    raise_from_fresh_thread,
+    rc_mode,
+    since,
+)
 
 ACL_MEM_MALLOC_HUGE_FIRST = 0
 ACL_MEM_MALLOC_NORMAL_ONLY = 2
@@ -54,11 +64,14 @@ def test_pyacl_get_mem_info_counts_an_allocation(dev):
 
 
 def test_pyacl_get_device_without_a_device(backend):
-    """docs/runtime-model.md §3.2: in a thread that set no device, ``acl.rt.get_device()``
-    and ``acl.rt.create_stream()`` return ``(0, 107002)``; get_run_mode is ACL_HOST."""
+    """docs/runtime-model.md §3.2 / §3.16: in a thread that set no device, ``acl.rt.get_device()``
+    and ``acl.rt.create_stream()`` return ``(0, 107002)``; get_run_mode needs no device and
+    gives the runtime's run mode (ACL_HOST in EP mode, ACL_DEVICE in RC mode) with 0."""
     assert raise_from_fresh_thread(acl.rt.get_device) == (0, 107002)
     assert raise_from_fresh_thread(acl.rt.create_stream) == (0, 107002)
-    assert raise_from_fresh_thread(acl.rt.get_run_mode) == (1, 0)
+    mode = raw.aclrtGetRunMode()
+    assert mode in (ACL_DEVICE, ACL_HOST)
+    assert raise_from_fresh_thread(acl.rt.get_run_mode) == (mode, 0)
 
 
 def test_pyacl_round_trip_through_bytes_and_pinned_memory(dev):
@@ -104,21 +117,36 @@ def test_pyacl_memset_of_pinned_host_memory(dev):
     assert acl.rt.free_host(host) == 0
 
 
-def test_pyacl_reading_device_memory_raises_value_error(dev):
-    """docs/runtime-model.md §4.9: the host cannot read device memory in EP mode;
+def test_pyacl_reading_device_memory_follows_the_run_mode(dev, backend):
+    """docs/runtime-model.md §4.9 / §3.16: the host cannot read device memory in EP mode;
     ``ptr_to_bytes`` and ``ptr_to_numpy`` raise ValueError instead of crashing, for device
-    and DVPP memory alike."""
+    and DVPP memory alike. In RC mode the control CPU reads device memory itself: both give
+    the device's bytes (docs/pyacl.md, "Reading memory: EP and RC mode")."""
+    rc = rc_mode()
+    if rc and native_over_stand_in(backend):
+        pytest.skip("RC mode on the native backend over the stand-in libascendcl: the fake's "
+                    "device memory is not mapped at its device address, as it is on a "
+                    "board's control CPU (the fake backend checks RC reads)")
     ptr, ret = acl.rt.malloc(4096, ACL_MEM_MALLOC_HUGE_FIRST)
     assert ret == 0
     dvpp, ret = acl.media.dvpp_malloc(4096)
     # A SoC without DVPP memory (Ascend950, docs/runtime-model.md §3.8) answers 207000.
     assert ret == (0 if has_dvpp_memory() else 207000)
-    for address in (ptr, dvpp) if dvpp else (ptr,):
-        with pytest.raises(ValueError):
-            acl.util.ptr_to_bytes(address, 16)
-        with pytest.raises(ValueError), warnings.catch_warnings():
-            warnings.simplefilter("ignore", Warning)
-            acl.util.ptr_to_numpy(address, (16,), NPY_UINT8)
+    for value, address in enumerate((ptr, dvpp) if dvpp else (ptr,), start=0x5A):
+        assert acl.rt.memset(address, 4096, value, 4096) == 0
+        if rc:
+            assert acl.util.ptr_to_bytes(address, 16) == bytes([value]) * 16
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", Warning)
+                view = acl.util.ptr_to_numpy(address, (16,), NPY_UINT8)
+            assert view.tobytes() == bytes([value]) * 16
+            del view
+        else:
+            with pytest.raises(ValueError):
+                acl.util.ptr_to_bytes(address, 16)
+            with pytest.raises(ValueError), warnings.catch_warnings():
+                warnings.simplefilter("ignore", Warning)
+                acl.util.ptr_to_numpy(address, (16,), NPY_UINT8)
     assert acl.rt.free(ptr) == 0
     assert not dvpp or acl.media.dvpp_free(dvpp) == 0
 
