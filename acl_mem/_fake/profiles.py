@@ -90,11 +90,17 @@ DEFAULT_PROFILE = "atlas-a2"
 
 
 def profile_for_soc(soc_name: str) -> Profile:
-    """The profile closest to a real SoC (for comparing the fake with that device)."""
+    """The profile closest to a real SoC (for comparing the fake with that device): the one
+    whose SoC name shares the longest prefix with it (at least the family, e.g.
+    "Ascend310"), so Ascend310 is the Atlas 200 DK and Ascend310P1 the inference card."""
+    best, shared = PROFILES[DEFAULT_PROFILE], 8
     for profile in PROFILES.values():
-        if soc_name.startswith(profile.soc_name[:9]):
+        if profile.soc_name == soc_name:
             return profile
-    return PROFILES[DEFAULT_PROFILE]
+        length = _shared_prefix(soc_name, profile.soc_name)
+        if length > shared:
+            best, shared = profile, length
+    return best
 
 
 def resolve_profile(name: str) -> Profile:
@@ -105,3 +111,13 @@ def resolve_profile(name: str) -> Profile:
         known = ", ".join(sorted(PROFILES) + sorted(_ALIASES))
         raise ValueError(f"fake profile {name!r} is unknown; known: {known}")
     return PROFILES[key]
+
+
+def _shared_prefix(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` have in common."""
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
