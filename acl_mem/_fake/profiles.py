@@ -116,7 +116,7 @@ def resolve_profile(name: str) -> Profile:
 def _shared_prefix(a: str, b: str) -> int:
     """How many leading characters ``a`` and ``b`` have in common."""
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1
