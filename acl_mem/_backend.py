@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
@@ -189,6 +189,17 @@ if hasattr(os, "register_at_fork"):
 _active: Backend | None = None
 _reason = "not chosen yet (chosen on first use)"
 _requested: str | None = None
+#: Called with each backend that becomes the active one (acl_mem.trace records its calls).
+#: A hook must not call back into this module's locked functions; its errors are ignored.
+_activation_hooks: list[Callable[[Backend], None]] = []
+
+
+def _activated(backend: Backend | None) -> None:
+    if backend is None:
+        return
+    for hook in tuple(_activation_hooks):
+        with contextlib.suppress(Exception):
+            hook(backend)
 
 
 def _load(name: str) -> Backend:
@@ -230,9 +241,13 @@ def get() -> Backend:
     if backend is not None:
         return backend
     with _lock:
-        if _active is None:
-            _active, _reason = _choose(_requested)
-        return _active
+        if _active is not None:
+            return _active
+        chosen, reason = _choose(_requested)
+        _active, _reason = chosen, reason
+        if _activation_hooks:
+            _activated(chosen)
+        return chosen
 
 
 def use_backend(name: str) -> None:
@@ -255,6 +270,8 @@ def use_backend(name: str) -> None:
         # Nothing is remembered when the requested backend fails to load.
         _active, _reason = _choose(name)
         _requested = name
+        if _activation_hooks:
+            _activated(_active)
 
 
 def backend_name() -> str:
@@ -302,4 +319,6 @@ def _install(backend: Backend | None, reason: str = "installed by tests") -> Bac
     with _lock:
         previous = _active
         _active, _reason = backend, reason if backend is not None else _reason
+        if _activation_hooks and backend is not previous:
+            _activated(backend)
         return previous

@@ -60,10 +60,10 @@ class _PoolBase:
         self._in_use = self._requested = self._reserved = 0
         self._peak_in_use = self._peak_reserved = 0
         self._allocations = self._frees = self._blocks_allocated = self._blocks_freed = 0
-        backend = _backend.get()
-        # The fake's memory checker watches segments; the native backend's hooks do nothing.
-        self._on_allocated = backend.checker_segment_allocated
-        self._on_freed = backend.checker_segment_freed
+        # The fake's memory checker watches segments (the native backend's hooks do
+        # nothing), and acl_mem.trace records them: looked up on the backend at each call,
+        # so that a recording started after the pool sees them too.
+        self._backend = _backend.get()
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -166,7 +166,8 @@ class _PoolBase:
                     self._allocations -= 1
                 self._rebuild(growing=True)
                 raise
-            self._on_allocated(self._parent_of(start), start, nbytes, extent)
+            self._backend.checker_segment_allocated(self._parent_of(start), start, nbytes,
+                                                    extent)
         return segment
 
     def release_unused(self) -> int:
@@ -361,7 +362,7 @@ class _PoolBase:
         # Not after the runtime released the parent (reset): that memory is someone
         # else's now.
         if state.is_live(self._owner, self._token):
-            self._on_freed(start)
+            self._backend.checker_segment_freed(start)
 
     def _rebuild(self, growing: bool) -> None:
         """Recompute the free extents and the figures from the parents and the live
