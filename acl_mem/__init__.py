@@ -4,6 +4,7 @@
 Pythonic layer. Importing touches no driver: the backend is chosen on first use.
 """
 
+import os as _os
 from typing import TYPE_CHECKING
 
 from . import _backend, arrays, raw, sizes
@@ -77,6 +78,19 @@ from .vmm import (
 
 if TYPE_CHECKING:
     from . import fake as fake
+    from . import trace as trace
+
+
+def memory_summary(device: object = None, *, top: int = 10) -> str:
+    """The memory held now, per device and page pool, with the largest live allocations
+    (like ``torch.cuda.memory_summary``; ``print()`` it). ``device`` is a Device, an id, or
+    None for every device holding memory. Complete while a recording runs
+    (``acl_mem.trace.record`` or ``ACL_MEM_TRACE``); otherwise the fake's live blocks, or
+    on the native backend only the runtime's own figures (docs/trace-format.md).
+    """
+    from .trace._live import memory_summary as summary
+
+    return summary(device, top=top)
 
 
 def check() -> list[tuple[str, str]]:
@@ -94,10 +108,10 @@ __version__ = "0.1.0.dev0"
 def __getattr__(name: str) -> object:
     # ``acl_mem.fake`` loads the device model only when asked for, so that importing
     # acl_mem stays free of backend code.
-    if name == "fake":
+    if name in ("fake", "trace"):
         import importlib
 
-        return importlib.import_module(".fake", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'acl_mem' has no attribute {name!r}")
 
 __all__ = [
@@ -167,6 +181,7 @@ __all__ = [
     "backend_reason",
     "check",
     "granularity",
+    "memory_summary",
     "raw",
     "reserve_and_map",
     "runtime_version",
@@ -176,3 +191,9 @@ __all__ = [
     "use_backend",
     "using_backend",
 ]
+
+# ACL_MEM_TRACE=FILE records the whole process from here on (docs/trace-format.md).
+if _os.environ.get("ACL_MEM_TRACE"):
+    from .trace._recorder import start_from_environment as _start_trace
+
+    _start_trace()

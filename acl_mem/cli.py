@@ -2,7 +2,8 @@
 
 acl-mem info shows the backend, why it was chosen and the memory of every device;
 acl-mem conformance runs the shipped conformance checks; acl-mem run runs a pyACL
-program with acl_mem.pyacl as its acl module.
+program with acl_mem.pyacl as its acl module; acl-mem trace summary summarises an
+allocation trace (acl_mem/trace/_cli.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .conformance.providers import brief
 from .device import Device
 from .errors import AclError, BackendError, FunctionNotAvailableError
 from .pyacl._install import RUN_DESCRIPTION, RUN_EPILOG, add_run_arguments, run_script
+from .trace._cli import add_trace_parser, run_trace
 from .versions import runtime_version
 
 __all__ = ["collect_info", "format_size", "main"]
@@ -279,6 +281,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                          "its acl module", description=RUN_DESCRIPTION, epilog=RUN_EPILOG,
                          formatter_class=formatter)
     add_run_arguments(run)
+    add_trace_parser(sub, formatter)
     return parser, check
 
 
@@ -361,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return run_script(args.script, args.args, prog="acl-mem run", force=args.force,
                               backend=args.backend)
+        if args.command == "trace":
+            return run_trace(args)
         return _run_info(args)
     except KeyboardInterrupt:
         print("acl-mem: interrupted", file=sys.stderr)

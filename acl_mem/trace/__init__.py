@@ -1,0 +1,29 @@
+"""Allocation traces: record every memory call of a run, then summarise it.
+
+``with acl_mem.trace.record("run.jsonl"):`` (or ``ACL_MEM_TRACE=run.jsonl`` for the whole
+process) writes every allocation, free, host and DVPP allocation, VMM call, pool segment,
+stream and device call of the active backend, with its time, thread, current device,
+arguments, return code and outputs, to a JSON Lines file (docs/trace-format.md).
+Recording works the same on the fake and the native backend, and never changes what a
+call returns. ``acl-mem trace summary run.jsonl`` (or :func:`summarize`) reports peaks per
+device and page pool, what was live at the peak, what was never freed and what failed.
+"""
+
+from __future__ import annotations
+
+from ._format import FORMAT_NAME, FORMAT_VERSION, Trace, TraceFormatError, read_trace
+from ._recorder import Recorder, active, flush, record
+from ._summary import (
+    Allocation,
+    DeviceFigures,
+    FailedCalls,
+    PoolFigures,
+    TraceSummary,
+    format_summary,
+    summarize,
+    summarize_trace,
+)
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Allocation", "DeviceFigures", "FailedCalls",
+           "PoolFigures", "Recorder", "Trace", "TraceFormatError", "TraceSummary", "active",
+           "flush", "format_summary", "read_trace", "record", "summarize", "summarize_trace"]

@@ -1,0 +1,491 @@
+"""Writing trace files, version 1 (docs/trace-format.md): which calls are recorded, how the
+recorder keeps them, and how each becomes one JSON line.
+
+Standard library only: besides its use inside acl_mem, this file runs as the recorder's
+writer process (``python -I -S _lines.py FILE``), which reads batches of recorded calls
+from its standard input and writes the file, so that turning calls into text takes
+another core instead of the recording program's time.
+
+A batch is one flat list. A call in its common shape is stored as consecutive plain
+values, ``code, t_ns, thread_ident[, current], *arguments, *result`` (``code`` indexes
+:data:`CALL_ORDER`; ``current`` is the raw layer's ``(device, epoch)`` pair or None;
+``arguments`` are the backend method's positional parameters, ``null_outputs`` included
+where it has one; ``result`` is the return code and outputs, nothing for the pools'
+notifications): no object per call stays alive for the garbage collector to visit.
+Anything else is *boxed*: ``BOXED, item``, where ``item`` is either a call
+``(t_ns, ident, current, name, args, kwargs, result, stack)`` (``result`` is
+``(RAISED, class name, message)`` when the call raised; ``stack`` None or
+``((file, line, function), ...)``, innermost first) or a control item ``(kind, t_ns,
+payload)`` with ``kind`` one of ``#process``, ``#backend``, ``#threads``, ``#sync``,
+``#end``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import marshal
+import os
+import pickle
+import struct
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+FORMAT_NAME = "acl_mem.trace"
+FORMAT_VERSION = 1
+#: The first element of a recorded result when the call raised.
+RAISED = "!raised"
+#: The code of a boxed item in a batch.
+BOXED = -1
+#: Frames of the writer process's input: an 8-byte little-endian length, then a tag byte
+#: and the batch, marshalled (``M``) or pickled (``P``).
+FRAME = struct.Struct("<Q")
+MARSHAL = b"M"
+PICKLE = b"P"
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """How one traced backend call is written.
+
+    ``fields`` names the positional arguments in the file and ``params`` the same
+    arguments in the Backend protocol; calls with ``outputs`` also take ``null_outputs``
+    last. ``release``: the call gives something back, so its time is taken before the
+    call (an allocation's after): a free always sorts before the allocation that reuses
+    its address. ``device``: the record carries the thread's current device.
+    """
+
+    name: str
+    written: str
+    fields: tuple[str, ...]
+    params: tuple[str, ...]
+    outputs: tuple[str, ...] = ()
+    release: bool = False
+    device: bool = False
+    returns_code: bool = True
+
+    @property
+    def takes_null_outputs(self) -> bool:
+        """Whether the backend method has a ``null_outputs`` parameter (last)."""
+        return bool(self.outputs)
+
+
+def _spec(name: str, arguments: str = "", outputs: str = "", *, release: bool = False,
+          device: bool = False, written: str = "", returns_code: bool = True) -> CallSpec:
+    """``arguments`` is ``"file_name:protocolName ..."`` (``name`` alone when both agree)."""
+    pairs = [a.split(":") if ":" in a else (a, a) for a in arguments.split()]
+    return CallSpec(name, written or name, tuple(p[0] for p in pairs),
+                    tuple(p[1] for p in pairs), tuple(outputs.split()), release, device,
+                    returns_code)
+
+
+_MALLOC = ("size policy", "ptr")
+#: Every traced backend call, by its name on the backend (docs/trace-format.md lists them).
+CALLS: dict[str, CallSpec] = {spec.name: spec for spec in (
+    _spec("aclInit", "config:config_path"),
+    _spec("aclFinalize", release=True),
+    _spec("aclrtSetDevice", "device:deviceId"),
+    _spec("aclrtResetDevice", "device:deviceId", release=True),
+    _spec("aclrtCreateContext", "device:deviceId", "context"),
+    _spec("aclrtDestroyContext", "context", release=True),
+    _spec("aclrtSetCurrentContext", "context"),
+    _spec("aclrtMalloc", *_MALLOC, device=True),
+    _spec("aclrtMallocAlign32", *_MALLOC, device=True),
+    _spec("aclrtMallocCached", *_MALLOC, device=True),
+    _spec("aclrtFree", "ptr:devPtr", release=True),
+    _spec("aclrtMallocHost", "size", "ptr"),
+    _spec("aclrtFreeHost", "ptr:hostPtr", release=True),
+    _spec("acldvppMalloc", "size", "ptr", device=True),
+    _spec("acldvppFree", "ptr:devPtr", release=True),
+    _spec("hi_mpi_dvpp_malloc", "device_id:dev_id size", "ptr", device=True),
+    _spec("hi_mpi_dvpp_free", "ptr:dev_ptr", release=True),
+    _spec("aclrtGetMemInfo", "attr", "free total", device=True),
+    _spec("aclrtCreateStream", "", "stream", device=True),
+    _spec("aclrtDestroyStream", "stream", release=True),
+    _spec("aclrtSynchronizeStream", "stream"),
+    _spec("aclrtSynchronizeDevice", device=True),
+    _spec("aclrtReserveMemAddress", "size alignment expect:expectPtr flags", "ptr"),
+    _spec("aclrtReleaseMemAddress", "ptr:virPtr", release=True),
+    _spec("aclrtMallocPhysical", "size prop flags", "handle", device=True),
+    _spec("aclrtFreePhysical", "handle", release=True),
+    _spec("aclrtMapMem", "ptr:virPtr size offset handle flags"),
+    _spec("aclrtUnmapMem", "ptr:virPtr", release=True),
+    _spec("aclrtMemExportToShareableHandle", "handle handle_type:handleType flags",
+          "shareable"),
+    _spec("aclrtMemImportFromShareableHandle", "shareable:shareableHandle device:deviceId",
+          "handle"),
+    _spec("aclrtMemRetainAllocationHandle", "ptr:virPtr", "handle"),
+    # The pools' notifications (the Backend protocol's checker hooks), made after the
+    # pool's own change, under its lock.
+    _spec("checker_segment_allocated", "parent ptr:start size:requested extent:size",
+          written="pool.segment_allocated", device=True, returns_code=False),
+    _spec("checker_segment_freed", "ptr:start", written="pool.segment_freed",
+          returns_code=False),
+)}
+#: Call codes of the flat shape: the position in this tuple.
+CALL_ORDER: tuple[str, ...] = tuple(CALLS)
+#: The calls by the name the file gives them.
+BY_WRITTEN: dict[str, CallSpec] = {spec.written: spec for spec in CALLS.values()}
+
+
+def _value(value: object) -> str:
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(int(value))
+    try:
+        return json.dumps(value, default=repr, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return json.dumps(repr(value))
+
+
+def meta_line(kind: str, t: int | None, body: Mapping[str, object]) -> str:
+    """A line of another kind than a call (header, thread, stack, backend, end)."""
+    data: dict[str, object] = {"type": kind}
+    if t is not None:
+        data["t"] = t
+    data.update(body)
+    return json.dumps(data, default=repr, separators=(",", ":")) + "\n"
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A call's flat shape and its %-templates (the common case costs one format)."""
+
+    spec: CallSpec
+    #: Values after code: t, ident, [current], arguments, result.
+    size: int
+    arguments: int
+    result: int
+    done: str
+    failed: str
+
+
+def _layout(spec: CallSpec) -> _Layout:
+    head = '{"t":%d,"th":%d' + (',"dev":%s' if spec.device else "") + \
+        f',"call":"{spec.written}"' + "".join(f',"{k}":%d' for k in spec.fields)
+    arguments = len(spec.fields) + spec.takes_null_outputs
+    if not spec.returns_code:
+        result, done, failed = 0, head + "}\n", head + "}\n"
+    else:
+        result = 1 + len(spec.outputs)
+        done = head + ',"rc":%d' + "".join(f',"{k}":%d' for k in spec.outputs) + "}\n"
+        failed = head + ',"rc":%d}\n'
+    return _Layout(spec, 2 + spec.device + arguments + result, arguments, result, done,
+                   failed)
+
+
+LAYOUTS: tuple[_Layout, ...] = tuple(_layout(CALLS[name]) for name in CALL_ORDER)
+#: Per code: (values after the code, with device, index of null_outputs among them or 0,
+#: outputs after the return code, returns a code, template of a success, of a failure).
+_FAST: tuple[tuple[int, bool, int, int, bool, str, str], ...] = tuple(
+    (lay.size, lay.spec.device,
+     (2 + lay.spec.device + len(lay.spec.fields)) if lay.spec.takes_null_outputs else 0,
+     len(lay.spec.outputs), lay.spec.returns_code, lay.done, lay.failed) for lay in LAYOUTS)
+
+Stack = tuple[tuple[str, int, str], ...]
+
+
+class LineWriter:
+    """Turns recorded calls into lines. Threads and stacks get their own line the first
+    time a call uses them; calls refer to them by number."""
+
+    def __init__(self, t0: int, stack_depth: int) -> None:
+        self.t0 = t0
+        self.stack_depth = stack_depth
+        self.thread_names: dict[int, str] = {}
+        self.calls = 0
+        self._threads: dict[int, int] = {}
+        self._stacks: dict[Stack, int] = {}
+        self._keywords = {name: dict(zip(spec.params, spec.fields, strict=True))
+                          for name, spec in CALLS.items()}
+
+    def _thread(self, ident: int, out: list[str]) -> int:
+        number = self._threads[ident] = len(self._threads) + 1
+        out.append(meta_line("thread", None, {"th": number, "ident": ident,
+                                              "name": self.thread_names.get(ident, "")}))
+        return number
+
+    def _stack(self, frames: Stack, out: list[str]) -> int:
+        frames = tuple(tuple(f) for f in frames[:self.stack_depth])  # type: ignore[misc]
+        number = self._stacks.get(frames)
+        if number is None:
+            number = self._stacks[frames] = len(self._stacks) + 1
+            out.append(meta_line("stack", None, {"id": number, "frames": [
+                list(f) for f in frames]}))
+        return number
+
+    def flat(self, code: int, values: list[Any], out: list[str]) -> None:
+        """One call stored flat: ``values`` is what follows its code."""
+        layout = LAYOUTS[code]
+        spec = layout.spec
+        t, ident = values[0], values[1]
+        th = self._threads.get(ident) or self._thread(ident, out)
+        self.calls += 1
+        start = 3 if spec.device else 2
+        current = values[2] if spec.device else None
+        end = start + layout.arguments
+        arguments = values[start:end]
+        result = values[end:]
+        if not spec.takes_null_outputs or arguments[-1] == 0:
+            shown = arguments[:-1] if spec.takes_null_outputs else arguments
+            head = (t - self.t0, th, "null" if current is None else current[0]) \
+                if spec.device else (t - self.t0, th)
+            try:
+                if not result:
+                    out.append(layout.done % (*head, *shown))
+                elif result[0] == 0:
+                    out.append(layout.done % (*head, *shown, *result))
+                else:
+                    out.append(layout.failed % (*head, *shown, result[0]))
+                return
+            except TypeError:
+                pass  # not plain numbers: the general path below
+        rc: Any = (result[0] if len(result) == 1 else tuple(result)) if result else None
+        self._general(t, th, current, spec.name, tuple(arguments), None, rc, None, out)
+
+    def boxed(self, record: tuple[Any, ...], out: list[str]) -> None:
+        """A call in the general shape."""
+        t, ident, current, name, args, kwargs, result, stack = record
+        if not self.stack_depth:
+            stack = None  # another recorder of the process wanted stacks
+        th = self._threads.get(ident) or self._thread(ident, out)
+        self.calls += 1
+        self._general(t, th, current, name, args, kwargs, result, stack, out)
+
+    def _general(self, t: int, th: int, current: Any, name: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None, result: Any, stack: Stack | None,
+                 out: list[str]) -> None:
+        spec = CALLS[name]
+        parts = ['{"t":', str(t - self.t0), ',"th":', str(th)]
+        if spec.device:
+            parts += [',"dev":', "null" if current is None else _value(current[0])]
+        parts.append(f',"call":"{spec.written}"')
+        for key, value in zip(spec.fields, args, strict=False):
+            parts += [',"', key, '":', _value(value)]
+        null_outputs = args[len(spec.fields)] if len(args) > len(spec.fields) else 0
+        if kwargs:
+            renamed = self._keywords[name]
+            for key, value in kwargs.items():
+                if key == "null_outputs":
+                    null_outputs = value
+                else:
+                    parts += [',"', renamed.get(key, key), '":', _value(value)]
+        if null_outputs:
+            parts += [',"null_outputs":', _value(null_outputs)]
+        if type(result) is tuple and result and result[0] == RAISED:
+            parts += [',"raised":', json.dumps(str(result[1])), ',"message":',
+                      json.dumps(str(result[2]))]
+        elif spec.returns_code:
+            rc = result[0] if type(result) is tuple and result else result
+            parts += [',"rc":', _value(rc)]
+            if rc == 0 and type(result) is tuple:
+                for key, value in zip(spec.outputs, result[1:], strict=False):
+                    parts += [',"', key, '":', _value(value)]
+        if stack:
+            parts += [',"stack":', str(self._stack(stack, out))]
+        parts.append("}\n")
+        out.append("".join(parts))
+
+
+def has_calls(batch: list[Any]) -> bool:
+    """Whether a batch holds at least one call."""
+    i, n = 0, len(batch)
+    while i < n:
+        code = batch[i]
+        if code != BOXED:
+            return True
+        if type(batch[i + 1][0]) is int:
+            return True
+        i += 2
+    return False
+
+
+class Consumer:
+    """Turns batches into the file: in the writer process, or in the recording process
+    itself when no writer process could be started."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._process: dict[str, object] = {}
+        self._lines = LineWriter(0, 0)
+        self._header_written = False
+        self._info: dict[str, object] | None = None
+        self.lost = 0
+        #: Called once a batch with a ``#sync`` item is written (the writer process
+        #: answers its recorder).
+        self.on_sync: Any = None
+
+    def _header(self, info: Mapping[str, object] | None) -> str:
+        header: dict[str, object] = {"format": FORMAT_NAME, "version": FORMAT_VERSION}
+        header.update(self._process)
+        header.update(info or {"backend": None})
+        self._header_written = True
+        return meta_line("header", None, header)
+
+    def feed(self, batch: list[Any]) -> None:
+        """Format and write one batch."""
+        out: list[str] = []
+        end: int | None = None
+        synced = False
+        lines = self._lines
+        threads = lines._threads
+        i, n = 0, len(batch)
+        while i < n:
+            code = batch[i]
+            if code != BOXED:
+                # The common shape, written out here: this loop is the writer's hot path.
+                size, device, null_at, outputs, returns_code, done, failed = _FAST[code]
+                j = i + 1
+                i = j + size
+                if not self._header_written:
+                    out.append(self._header(self._info))
+                try:
+                    values = batch[j:i]
+                    ident = values[1]
+                    th = threads.get(ident) or lines._thread(ident, out)
+                    values[0] -= lines.t0
+                    values[1] = th
+                    if device:
+                        current = values[2]
+                        values[2] = "null" if current is None else current[0]
+                    if null_at:
+                        if values[null_at]:
+                            raise ValueError  # NULL outputs asked for: the general path
+                        del values[null_at]
+                    if not returns_code:
+                        out.append(done % tuple(values))
+                    elif values[-1 - outputs]:
+                        if outputs:
+                            del values[-outputs:]
+                        out.append(failed % tuple(values))
+                    else:
+                        out.append(done % tuple(values))
+                    lines.calls += 1
+                except (TypeError, ValueError, IndexError):
+                    try:
+                        lines.flat(code, batch[j:i], out)
+                    except Exception:
+                        self.lost += 1
+                continue
+            try:
+                item = batch[i + 1]
+                i += 2
+                if type(item[0]) is int:
+                    lines.boxed(item, out)
+                elif item[0] == "#end":
+                    end = int(item[1])
+                    self.lost += int(item[2])
+                elif item[0] == "#sync":
+                    synced = True
+                else:
+                    self._control(item, out)
+                    if lines is not self._lines:
+                        lines = self._lines
+                        threads = lines._threads
+            except Exception:
+                self.lost += 1
+        if out:
+            self._write("".join(out))
+        if end is not None:
+            self.close(end)
+        if synced and self.on_sync is not None:
+            self.on_sync()
+
+    def _control(self, item: tuple[Any, ...], out: list[str]) -> None:
+        kind, t, payload = item
+        if kind == "#process":
+            self._process = dict(payload)
+            t0: Any = self._process.pop("t0")
+            depth: Any = self._process.get("stack_depth") or 0
+            names = self._lines.thread_names
+            self._lines = LineWriter(int(t0), int(depth))
+            self._lines.thread_names.update(names)
+        elif kind == "#threads":
+            self._lines.thread_names.update(payload)
+        elif kind == "#backend":
+            self._info = dict(payload)
+            if not self._header_written:
+                out.append(self._header(self._info))
+            else:
+                out.append(meta_line("backend", t - self._lines.t0, payload))
+
+    def close(self, t: int | None = None) -> None:
+        """Write the ``end`` line (when ``t`` is given) and close the file."""
+        if self._fd is None and self._header_written and t is None:
+            return
+        out = [] if self._header_written else [self._header(self._info)]
+        if t is not None:
+            out.append(meta_line("end", t - self._lines.t0,
+                                 {"calls": self._lines.calls, "lost": self.lost}))
+        self._write("".join(out))
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND |
+                                   getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError:
+                self.lost += text.count("\n")
+                return
+        data = text.encode("utf-8")
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            self.lost += text.count("\n")
+
+
+def decode(payload: bytes | memoryview) -> list[Any]:
+    """A batch from its tagged bytes."""
+    body = memoryview(payload)[1:]
+    loaded: list[Any] = marshal.loads(body) if bytes(payload[:1]) == MARSHAL \
+        else pickle.loads(body)
+    return loaded
+
+
+def _read_exactly(stream: BinaryIO, count: int) -> bytes | None:
+    chunks: list[bytes] = []
+    while count:
+        chunk = stream.read(count)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)
+
+
+def writer_main(path: str, stream: BinaryIO) -> int:
+    """The writer process: batches from ``stream`` until it ends (the recorder stopped,
+    or its process died: then the file has no end line)."""
+    consumer = Consumer(path)
+    answers = sys.stdout.buffer
+
+    def answer() -> None:
+        answers.write(b"\x01")
+        answers.flush()
+
+    consumer.on_sync = answer
+    while True:
+        size = _read_exactly(stream, FRAME.size)
+        if size is None:
+            break
+        payload = _read_exactly(stream, FRAME.unpack(size)[0])
+        if payload is None:
+            break
+        consumer.feed(decode(payload))
+    consumer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(writer_main(sys.argv[1], sys.stdin.buffer))

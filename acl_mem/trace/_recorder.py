@@ -1,0 +1,502 @@
+"""Recorders: the queue the wrappers append to, a thread that ships it in batches to a
+writer process, and what happens at fork and at exit (docs/trace-format.md).
+
+The recording program pays for one tuple per call and, every 0.1 s, for pickling the
+queued tuples onto a pipe; the writer process (``_lines.py``, standard library only)
+turns them into JSON lines on another core. Where no writer process can be started the
+same work is done by the shipping thread itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import io
+import marshal
+import os
+import pickle
+import select
+import subprocess
+import sys
+import threading
+import weakref
+from time import perf_counter_ns
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Self
+
+from .. import __version__, _backend
+from .._lifecycle import state
+from ..enums import MemAttr
+from ..sizes import soc_padding
+from . import _tap
+from ._lines import BOXED, FRAME, MARSHAL, PICKLE, Consumer, has_calls
+
+__all__ = ["ENV_OWNER", "ENV_PATH", "ENV_STACK", "Recorder", "active", "flush", "record",
+           "start_from_environment"]
+
+ENV_PATH = "ACL_MEM_TRACE"
+ENV_STACK = "ACL_MEM_TRACE_STACK"
+#: Set by the process that records ``ACL_MEM_TRACE`` itself; any other process that
+#: inherits both variables (a forked, spawned or executed child) records to ``<path>.<pid>``.
+ENV_OWNER = "ACL_MEM_TRACE_OWNER"
+#: Seconds between two shipments of the queue.
+SHIP_INTERVAL = 0.1
+#: Items pickled per frame (bounds the memory one shipment takes).
+_BATCH = 8192
+#: Seconds stop() waits for the writer process to finish the file.
+_WRITER_WAIT = 60.0
+_WRITER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lines.py")
+#: Set to False to format in the recording process (tests, or where processes cannot be
+#: started).
+use_writer_process = True
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles only what the writer process can rebuild without acl_mem: int, float and
+    str subclasses (IntEnum members) as their plain values, anything else as its repr."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type):
+            return NotImplemented
+        plain: Any
+        for plain in (int, float, str, tuple, list, dict):
+            if isinstance(obj, plain) and not isinstance(obj, bool):
+                return plain, (plain(obj),)
+        return str, (repr(obj),)
+
+
+def _dumps(items: list[Any]) -> bytes:
+    """A batch as the writer process reads it: marshal (fast) when everything in it is a
+    plain value, else pickle restricted to plain values (``_Pickler``)."""
+    try:
+        return MARSHAL + marshal.dumps(items)
+    except ValueError:
+        buffer = io.BytesIO()
+        buffer.write(PICKLE)
+        _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(items)
+        return buffer.getvalue()
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _query(call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except Exception:
+        return None
+
+
+def describe_backend(backend: _backend.Backend) -> dict[str, object]:
+    """What the header (or a backend line) says about ``backend``: asked with calls that
+    change nothing, none of them recorded."""
+    soc = _query(backend.soc_name) or ""
+    release = _query(backend.aclsysGetVersionStr, "runtime")
+    cann = release[1] if isinstance(release, tuple) and release[0] == 0 else ""
+    version = _query(backend.aclrtGetVersion)
+    acl = ".".join(map(str, version[1:])) if isinstance(version, tuple) and version[0] == 0 \
+        else None
+    count = _query(backend.aclrtGetDeviceCount)
+    device_count = count[1] if isinstance(count, tuple) and count[0] == 0 else None
+    details = _query(backend.describe)
+    details = details if isinstance(details, dict) else {}
+    memory: str | None = None
+    capacity = details.get("capacity_per_device")
+    current = state.current_device()
+    if current is not None:
+        # Asked only where this thread has a device: the query needs a context.
+        info = _tap.original(backend, "aclrtGetMemInfo")
+        for attr, kind in ((MemAttr.HBM_MEM, "HBM"), (MemAttr.DDR_MEM, "DDR")):
+            answer = _query(info, int(attr))
+            if isinstance(answer, tuple) and answer[0] == 0 and answer[2]:
+                memory, capacity = kind, answer[2]
+                break
+    counts = {str(d): state.set_count(d) for d in range(min(device_count or 0, 64))
+              if state.set_count(d) > 0}
+    return {
+        "backend": backend.name, "soc": soc, "cann": cann, "acl": acl,
+        "padding": soc_padding(soc, cann), "device_count": device_count,
+        "memory": memory, "capacity": capacity if isinstance(capacity, int) else None,
+        "set_counts": counts, "current_device": current, "details": details,
+    }
+
+
+class Recorder:
+    """One trace file being written; made by :func:`record`, and a context manager.
+
+    ``stop()`` (or the end of the ``with`` block, or the end of the process) writes what
+    is queued and the ``end`` line, and closes the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, stack_depth: int = 0) -> None:
+        if type(stack_depth) is not int or stack_depth < 0:
+            raise ValueError(f"acl_mem.trace.record: stack_depth must be an int >= 0, got "
+                             f"{stack_depth!r}")
+        self._base_path = os.path.abspath(os.fspath(path))
+        self._path = self._base_path
+        self.stack_depth = stack_depth
+        #: The recorded values, flat (see _lines.py); the list object never changes, so a
+        #: wrapper can never add to a list already shipped.
+        self._buffer: list[Any] = []
+        #: What the wrappers call: the list's own extend, nothing else on the hot path.
+        self.extend = self._buffer.extend
+        self._ship_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._shipper: threading.Thread | None = None
+        self._active = False
+        #: Values held back until the first call (a forked child makes no file before).
+        self._pending: list[Any] = []
+        self._names: dict[int, str] = {}
+        self._backends: list[weakref.ref[Any]] = []
+        self._backend_info: dict[str, object] | None = None
+        # Where batches go: a writer process (its pipe), or a Consumer in this process.
+        self._writer: subprocess.Popen[bytes] | None = None
+        self._pipe: int | None = None
+        #: The writer process's answers to #sync (its standard output).
+        self._answers: int | None = None
+        self._consumer: Consumer | None = None
+        self._broken = False
+        self._lost = 0
+        self._pid = os.getpid()
+        self._parent_pid: int | None = None
+
+    # -- public ------------------------------------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The file being written (``<path>.<pid>`` in a forked child)."""
+        return self._path
+
+    @property
+    def active(self) -> bool:
+        """True until stop()."""
+        return self._active
+
+    @property
+    def lost(self) -> int:
+        """Batches or calls that could not be recorded (the calls themselves were not
+        affected); the ``end`` line reports the final count."""
+        return self._lost + _tap.lost()
+
+    def flush(self) -> None:
+        """Ship everything recorded so far to the writer (done every 0.1 s anyway); the
+        file has it once the writer gets to it: see :meth:`sync`."""
+        self._ship()
+
+    def sync(self, timeout: float = 30.0) -> bool:
+        """Ship everything recorded so far and wait until the file has it; False if the
+        writer did not confirm within ``timeout`` seconds."""
+        with self._sync_lock:
+            answers = self._answers
+            if answers is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    while select.select([answers], [], [], 0)[0]:  # late answers of a
+                        if not os.read(answers, 64):                # sync that timed out
+                            break
+            self._ship(sync=True)
+            if answers is None:  # written in this process: already done
+                return True
+            try:
+                ready, _, _ = select.select([answers], [], [], timeout)
+                return bool(ready) and os.read(answers, 1) == b"\x01"
+            except (OSError, ValueError):
+                return False
+
+    def stop(self) -> None:
+        """Stop recording, write the rest and the ``end`` line, close the file. A second
+        call does nothing."""
+        if not self._active:
+            return
+        self._active = False
+        _tap.detach(self)
+        _recorders.discard(self)
+        self._wake.set()
+        shipper = self._shipper
+        if shipper is not None and shipper is not threading.current_thread():
+            shipper.join(timeout=5)
+        self._ship(end=True)
+        with self._ship_lock:
+            self._close_writer()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        status = "recording" if self._active else "stopped"
+        return f"<acl_mem.trace.Recorder {self._path!r} {status}>"
+
+    # -- start -------------------------------------------------------------------------------------
+    def _process_item(self, t0: int) -> tuple[str, int, dict[str, object]]:
+        return ("#process", t0, {
+            "t0": t0, "acl_mem": __version__, "pid": os.getpid(),
+            "parent_pid": self._parent_pid, "argv": list(sys.argv), "started": _utc_now(),
+            "stack_depth": self.stack_depth})
+
+    def _start(self) -> None:
+        # Made here, so that a path that cannot be written fails the call to record().
+        self._truncate()
+        self._pending += (BOXED, self._process_item(perf_counter_ns()))
+        self._connect()
+        self._active = True
+        _recorders.add(self)
+        _register_exit()
+        _register_worker_exit(self)
+        try:
+            backend = _tap.attach(self)
+        except BaseException:
+            self._active = False
+            _recorders.discard(self)
+            self._close_writer()
+            raise
+        if backend is not None:
+            self.backend_added(backend)
+        self._start_shipper()
+
+    def _start_shipper(self) -> None:
+        self._shipper = threading.Thread(target=self._ship_loop, daemon=True,
+                                         name="acl_mem.trace shipper")
+        self._shipper.start()
+
+    def _truncate(self) -> None:
+        os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+
+    def _connect(self) -> None:
+        """Start the writer process (or, failing that, an in-process writer)."""
+        if use_writer_process and sys.executable:
+            read_end, write_end = os.pipe()
+            try:
+                self._writer = subprocess.Popen(
+                    [sys.executable, "-I", "-S", _WRITER_SCRIPT, self._path], stdin=read_end,
+                    stdout=subprocess.PIPE, start_new_session=True)
+                self._pipe = write_end
+                assert self._writer.stdout is not None
+                self._answers = self._writer.stdout.fileno()
+                return
+            except (OSError, ValueError, subprocess.SubprocessError):
+                os.close(write_end)
+            finally:
+                os.close(read_end)
+        self._consumer = Consumer(self._path)
+
+    # -- what the tap calls ------------------------------------------------------------------------
+    def backend_added(self, backend: _backend.Backend) -> None:
+        """``backend`` is recorded from now on: described in the header, or in a
+        ``backend`` line once the header is written."""
+        if any(ref() is backend for ref in self._backends):
+            return
+        self._backends = [ref for ref in self._backends if ref() is not None]
+        self._backends.append(weakref.ref(backend))
+        self._backend_info = describe_backend(backend)
+        self.extend((BOXED, ("#backend", perf_counter_ns(), self._backend_info)))
+
+    # -- shipping ----------------------------------------------------------------------------------
+    def _ship_loop(self) -> None:
+        while self._active:
+            self._wake.wait(SHIP_INTERVAL)
+            self._wake.clear()
+            with contextlib.suppress(Exception):
+                self._ship()
+
+    def _ship(self, end: bool = False, sync: bool = False) -> None:
+        with self._ship_lock:
+            buffer = self._buffer
+            count = len(buffer)
+            batch = buffer[:count]
+            del buffer[:count]  # only what was copied: a wrapper may be adding more now
+            if self._pending:
+                batch[:0] = self._pending
+                self._pending = []
+            if end:
+                batch += (BOXED, ("#end", perf_counter_ns(), self._lost + _tap.lost()))
+            if sync and (self._pipe is not None or self._consumer is not None):
+                batch += (BOXED, ("#sync", 0, 0))
+            if not batch:
+                return
+            if self._pipe is None and self._consumer is None:
+                # A forked child: no writer (and no file) before its first call.
+                if not has_calls(batch):
+                    if not end:
+                        self._pending = batch
+                    return
+                self._truncate()
+                self._connect()
+            names = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+            new = {ident: name for ident, name in names.items()
+                   if self._names.get(ident) != name}
+            if new:
+                self._names.update(new)
+                batch[:0] = (BOXED, ("#threads", 0, new))
+            self._send(batch)
+
+    def _send(self, batch: list[Any]) -> None:
+        if self._consumer is not None:
+            self._consumer.feed(batch)
+            return
+        if self._pipe is None or self._broken:
+            self._lost += 1
+            return
+        try:
+            payload = _dumps(batch)
+        except Exception:
+            self._lost += 1  # (a whole batch: not expected, _Pickler takes anything)
+            return
+        try:
+            for part in (FRAME.pack(len(payload)), payload):
+                view = memoryview(part)
+                while view:
+                    view = view[os.write(self._pipe, view):]
+        except OSError:
+            self._broken = True  # the writer process is gone; the file ends here
+            self._lost += 1
+            print(f"acl_mem.trace: the writer of {self._path} stopped; calls from now on "
+                  "are not recorded", file=sys.stderr)
+
+    def _close_writer(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pipe)
+            self._pipe = None
+        writer, self._writer = self._writer, None
+        self._answers = None
+        if writer is not None:
+            try:
+                writer.wait(timeout=_WRITER_WAIT)
+                if writer.stdout is not None:
+                    writer.stdout.close()
+            except subprocess.TimeoutExpired:
+                print(f"acl_mem.trace: the writer of {self._path} is still busy; it finishes "
+                      "the file in the background", file=sys.stderr)
+
+    # -- fork --------------------------------------------------------------------------------------
+    def _after_fork_in_child(self) -> None:
+        """The child keeps recording, into ``<path>.<pid>``, made when the child records
+        its first call; what the parent had queued is the parent's to write."""
+        self._ship_lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._buffer.clear()
+        self._pending = []
+        if self._pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pipe)  # the parent's writer: not ours to write to
+        self._pipe = None
+        self._answers = None
+        self._writer = None
+        self._consumer = None
+        self._broken = False
+        self._names = {}
+        self._lost = 0
+        self._parent_pid, self._pid = self._pid, os.getpid()
+        self._path = f"{self._base_path}.{self._pid}"
+        self._pending += (BOXED, self._process_item(perf_counter_ns()))
+        if self._backend_info is not None:
+            # A forked child holds no device (docs/runtime-model.md §3.2).
+            info = {**self._backend_info, "set_counts": {}, "current_device": None}
+            self._pending += (BOXED, ("#backend", perf_counter_ns(), info))
+        self._start_shipper()
+
+
+def _after_fork_in_child() -> None:
+    for recorder in list(_recorders):
+        with contextlib.suppress(Exception):
+            recorder._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _stop_at_worker_exit(recorder: Recorder) -> None:
+    """In a process multiprocessing forked, which ends with os._exit (skipping atexit):
+    stop the recorder in the worker's exit handling instead."""
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(recorder, recorder.stop, exitpriority=100)
+
+
+def _register_worker_exit(recorder: Recorder) -> None:
+    with contextlib.suppress(Exception):
+        import multiprocessing.util
+
+        multiprocessing.util.register_after_fork(recorder, _stop_at_worker_exit)
+
+
+_exit_registered = False
+
+
+def _register_exit() -> None:
+    global _exit_registered
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(stop_all)
+
+
+def stop_all() -> None:
+    """Stop every recorder of this process (at exit)."""
+    for recorder in list(_recorders):
+        with contextlib.suppress(Exception):
+            recorder.stop()
+
+
+def active() -> list[Recorder]:
+    """The recorders of this process that are recording."""
+    return [r for r in list(_recorders) if r.active]
+
+
+def flush() -> None:
+    """Ship what every active recorder has queued to its writer."""
+    for recorder in active():
+        recorder.flush()
+
+
+def record(path: str | os.PathLike[str], *, stack_depth: int = 0) -> Recorder:
+    """Record the memory calls of the active backend (and of any backend made active
+    while recording) into ``path``, from now until ``stop()``.
+
+    Use as ``with acl_mem.trace.record("run.jsonl"):`` or keep the recorder and call its
+    ``stop()``. ``stack_depth`` > 0 records that many frames of the caller's stack
+    (outside acl_mem) with each call. The file is JSON Lines (docs/trace-format.md).
+    """
+    recorder = Recorder(path, stack_depth=stack_depth)
+    recorder._start()
+    return recorder
+
+
+def start_from_environment() -> Recorder | None:
+    """``ACL_MEM_TRACE=FILE``: record this whole process (called by ``import acl_mem``).
+
+    The first process writes FILE; processes started from it that inherit the variable
+    write ``FILE.<pid>``. A problem is reported on standard error, never raised.
+    """
+    path = os.environ.get(ENV_PATH, "").strip()
+    if not path:
+        return None
+    pid = str(os.getpid())
+    owner = os.environ.get(ENV_OWNER)
+    if owner and owner != pid:
+        path = f"{path}.{pid}"
+    else:
+        os.environ[ENV_OWNER] = pid
+    try:
+        depth_text = os.environ.get(ENV_STACK, "0").strip() or "0"
+        depth = int(depth_text)
+        if depth < 0:
+            raise ValueError(f"{ENV_STACK} must be a whole number >= 0, got {depth_text!r}")
+        return record(path, stack_depth=depth)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"acl_mem: {ENV_PATH}={os.environ.get(ENV_PATH)!r}: not recording: {exc}",
+              file=sys.stderr)
+        return None

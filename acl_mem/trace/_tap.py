@@ -1,0 +1,321 @@
+"""Recording a backend's calls: the traced calls of a backend object are shadowed, in place,
+by wrappers that call the original and hand a tuple to every active recorder.
+
+In place rather than behind a proxy object: whatever holds the backend (buffers free
+through the backend they were made on, pools keep their hooks, the fake's helpers check
+``isinstance(backend, FakeBackend)``) keeps working and is recorded too, and the object
+stays the one ``acl_mem._backend.get()`` returns. Wrappers stay installed while any
+recorder is active and are removed when the last one stops; a wrapper with no recorder
+only calls through.
+
+A wrapper returns exactly what the call returned, and raises exactly what it raised;
+a failure of the recording itself is counted (:func:`lost`) and never reaches the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from time import perf_counter_ns
+from types import FrameType
+from typing import Any, Protocol
+
+from .. import _backend
+from .._lifecycle import state
+from ._format import SNAPSHOT_ARGUMENTS, snapshot
+from ._lines import BOXED, CALL_ORDER, CALLS, RAISED, CallSpec, Stack
+
+__all__ = ["Sink", "attach", "detach", "lost", "original"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_get_ident = threading.get_ident
+
+
+class Sink(Protocol):
+    """A recorder, as the tap sees it."""
+
+    stack_depth: int
+
+    def extend(self, values: tuple[Any, ...]) -> None: ...
+    def backend_added(self, backend: _backend.Backend) -> None: ...
+
+
+def _nothing(values: tuple[Any, ...]) -> None:
+    return None
+
+
+#: Whether any recorder is active, and what the wrappers hand each record to: the only
+#: recorder's ``list.extend``, or a function giving it to all of them.
+_recording = False
+_extend: Callable[[tuple[Any, ...]], None] = _nothing
+_sinks: list[Sink] = []
+#: Deepest stack any active recorder wants (0: none captured).
+_depth = 0
+_lost = 0
+_lock = threading.RLock()
+#: Instrumented backends: id -> (weak reference, {name: (held before, wrapper)}), all weak
+#: where it matters: a wrapper holds its backend's bound method, and a replaced backend
+#: must be free to go.
+_instrumented: dict[int, tuple[weakref.ref[Any],
+                               dict[str, tuple[object, weakref.ref[Any]]]]] = {}
+_MISSING = object()
+_CODES = {name: code for code, name in enumerate(CALL_ORDER)}
+
+
+def lost() -> int:
+    """Calls whose recording failed in this process (the calls themselves were not
+    affected)."""
+    return _lost
+
+
+def _count_lost() -> None:
+    global _lost
+    _lost += 1
+
+
+def _user_stack() -> Stack:
+    """The caller's frames outside acl_mem, innermost first, at most ``_depth``."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+    frames: list[tuple[str, int, str]] = []
+    while frame is not None and len(frames) < _depth:
+        code = frame.f_code
+        frames.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+def _raised(exc: BaseException) -> tuple[str, str, str]:
+    try:
+        message = str(exc)
+    except Exception:
+        message = "(the exception's text could not be made)"
+    return (RAISED, type(exc).__name__, message)
+
+
+def _boxed(name: str, device: bool, t: int, args: tuple[Any, ...],
+           kwargs: dict[str, Any] | None, result: object) -> None:
+    """Record a call in the general shape (a stack wanted, a raised exception, a result
+    of another shape than the usual)."""
+    try:
+        if isinstance(result, BaseException):
+            result = _raised(result)
+        current = state._local.__dict__.get("current") if device else None
+        _extend((BOXED, (t, _get_ident(), current, name, args, kwargs or None, result,
+                         _user_stack() if _depth else None)))
+    except Exception:
+        _count_lost()
+
+
+#: Arguments that are often IntEnum members: recorded as plain ints (marshal-friendly).
+_ENUM_ARGUMENTS = frozenset({"policy", "attr"})
+
+_TEMPLATE = """
+def make(call, name, code):
+    def recorded({params}):
+        if not _recording:
+            return call({args})
+        {before}
+        try:
+            result = call({args})
+        except BaseException as exc:
+            _boxed(name, {device}, {t}, ({args_tuple}), None, exc)
+            raise
+        try:
+            if _depth{unusual}:
+                _boxed(name, {device}, {t}, ({args_tuple}), None, result)
+            else:
+                _extend((code, {t}, _get_ident(), {current}{values}{result}))
+        except Exception:
+            _count_lost()
+        return result
+    return recorded
+"""
+Maker = Callable[[Callable[..., Any], str, int], Callable[..., Any]]
+
+
+def _maker(spec: CallSpec) -> Maker:
+    """A wrapper maker with the call's own parameters (no ``*args``/``**kwargs``) that
+    stores the usual shape flat: this is the path every recorded call takes."""
+    names = [*spec.params, *(["null_outputs"] if spec.takes_null_outputs else [])]
+    declared = [*spec.params, *(["null_outputs=0"] if spec.takes_null_outputs else [])]
+    values = [f"{n} if {n}.__class__ is int else _plain({n})" if n in _ENUM_ARGUMENTS
+              else n for n in names]
+    if not spec.returns_code:
+        unusual, result = "", ""
+    elif spec.outputs:
+        unusual = f" or result.__class__ is not tuple or len(result) != {1 + len(spec.outputs)}"
+        result = ", *result"
+    else:
+        unusual, result = " or result.__class__ is not int", ", result"
+    source = _TEMPLATE.format(
+        params=", ".join(declared), args=", ".join(names),
+        args_tuple="".join(f"{n}, " for n in names),
+        before="t = perf_counter_ns()" if spec.release else "",
+        t="t" if spec.release else "perf_counter_ns()", device=spec.device,
+        current=', state._local.__dict__.get("current")' if spec.device else "",
+        values="".join(f", {v}" for v in values), unusual=unusual, result=result)
+    source = source.replace("_get_ident(), , ", "_get_ident(), ")
+    namespace: dict[str, Any] = {}
+    exec(compile(source, __file__, "exec"), globals(), namespace)
+    maker: Maker = namespace["make"]
+    return maker
+
+
+def _plain(value: object) -> object:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+_MAKERS: dict[str, Maker] = {}
+
+
+def _wrapper(spec: CallSpec, call: Callable[..., Any]) -> Callable[..., Any]:
+    """The recording stand-in for one bound backend call."""
+    name = spec.name
+    if name in SNAPSHOT_ARGUMENTS:
+        recorded = _general_wrapper(spec, call)
+    else:
+        maker = _MAKERS.get(name)
+        if maker is None:
+            maker = _MAKERS[name] = _maker(spec)
+        recorded = maker(call, name, _CODES[name])
+    recorded.__name__ = recorded.__qualname__ = name
+    recorded.__doc__ = getattr(call, "__doc__", None)
+    recorded.__wrapped__ = call  # type: ignore[attr-defined]
+    return recorded
+
+
+def _general_wrapper(spec: CallSpec, call: Callable[..., Any]) -> Callable[..., Any]:
+    """Any arguments, copies of the mutable ones taken before the call; always boxed."""
+    name = spec.name
+    device = spec.device
+    release = spec.release
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        if not _recording:
+            return call(*args, **kwargs)
+        t = perf_counter_ns()
+        kept, kept_kwargs = snapshot(name, args, kwargs)
+        try:
+            result = call(*args, **kwargs)
+        except BaseException as exc:
+            _boxed(name, device, t, kept, kept_kwargs, exc)
+            raise
+        _boxed(name, device, t if release else perf_counter_ns(), kept, kept_kwargs, result)
+        return result
+
+    return recorded
+
+
+def _instrument(backend: _backend.Backend) -> bool:
+    """Shadow the traced calls of ``backend``; False if the object takes no attributes."""
+    key = id(backend)
+    entry = _instrumented.get(key)
+    if entry is not None and entry[0]() is backend:
+        return True
+    try:
+        slots = vars(backend)
+    except TypeError:
+        return False
+    saved: dict[str, tuple[object, weakref.ref[Any]]] = {}
+    for name, spec in CALLS.items():
+        call = getattr(backend, name, None)
+        if call is None:
+            continue
+        wrapper = _wrapper(spec, call)
+        saved[name] = (slots.get(name, _MISSING), weakref.ref(wrapper))
+        slots[name] = wrapper
+    _instrumented[key] = (weakref.ref(backend), saved)
+    return True
+
+
+def _restore_all() -> None:
+    """Put back what each instrumented backend held (unless something replaced a
+    wrapper since: then that stays)."""
+    for ref, saved in _instrumented.values():
+        backend = ref()
+        if backend is None:
+            continue
+        slots = vars(backend)
+        for name, (before, wrapper) in saved.items():
+            if slots.get(name) is not wrapper():
+                continue
+            if before is _MISSING:
+                del slots[name]
+            else:
+                slots[name] = before
+    _instrumented.clear()
+
+
+def original(backend: _backend.Backend, name: str) -> Callable[..., Any]:
+    """``backend``'s own ``name`` call, bypassing any recording (for the recorder's queries)."""
+    call = getattr(backend, name)
+    return getattr(call, "__wrapped__", call)  # type: ignore[no-any-return]
+
+
+def _on_activation(backend: _backend.Backend) -> None:
+    """A backend became the active one while recording: record it too."""
+    with _lock:
+        if not _sinks:
+            return
+        _instrument(backend)
+        sinks = list(_sinks)
+    for sink in sinks:
+        sink.backend_added(backend)
+
+
+def _refresh() -> None:
+    global _extend, _depth, _recording
+    _depth = max((s.stack_depth for s in _sinks), default=0)
+    extends = tuple(s.extend for s in _sinks)
+    if len(extends) == 1:
+        _extend = extends[0]
+    elif extends:
+        def to_all(values: tuple[Any, ...]) -> None:
+            for extend in extends:
+                extend(values)
+
+        _extend = to_all
+    else:
+        _extend = _nothing
+    _recording = bool(extends)
+
+
+def attach(sink: Sink) -> _backend.Backend | None:
+    """Start handing recorded calls to ``sink``; instruments the active backend (if one is
+    chosen yet) and returns it. Raises TypeError if that backend cannot be instrumented."""
+    with _lock:
+        active = _backend._active
+        if active is not None and not _instrument(active):
+            raise TypeError(f"acl_mem.trace: the active backend {active!r} takes no "
+                            "attributes, so its calls cannot be recorded")
+        _sinks.append(sink)
+        _refresh()
+        if _on_activation not in _backend._activation_hooks:
+            _backend._activation_hooks.append(_on_activation)
+        return active
+
+
+def detach(sink: Sink) -> None:
+    """Stop handing calls to ``sink``; the last one out removes the wrappers."""
+    with _lock:
+        if sink in _sinks:
+            _sinks.remove(sink)
+        _refresh()
+        if not _sinks:
+            _restore_all()
+            if _on_activation in _backend._activation_hooks:
+                _backend._activation_hooks.remove(_on_activation)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

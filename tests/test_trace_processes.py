@@ -1,0 +1,124 @@
+"""acl_mem.trace across processes: ACL_MEM_TRACE, forked children and multiprocessing workers
+each write their own file, never the parent's (docs/trace-format.md)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acl_mem
+from acl_mem import raw
+from acl_mem.trace import _recorder, read_trace, record
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def _sizes(path: Path) -> list[int]:
+    return [e["size"] for e in read_trace(path).events if e.get("call") == "aclrtMalloc"]
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _environment(**variables: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in (_recorder.ENV_PATH, _recorder.ENV_OWNER, _recorder.ENV_STACK)}
+    env.update(ACL_MEM_BACKEND="fake", **variables)
+    env.pop("ACL_MEM_FAKE_PROFILE", None)
+    return env
+
+
+def test_a_forked_child_records_into_its_own_file(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with acl_mem.using_backend("fake"), record(path) as recorder:
+        acl_mem.Device(0).use()
+        raw.aclrtFree(raw.aclrtMalloc(64))
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                acl_mem.Device(0).use()  # a forked child starts with no device
+                raw.aclrtFree(raw.aclrtMalloc(128))
+                recorder.stop()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        raw.aclrtFree(raw.aclrtMalloc(256))
+        quiet = os.fork()
+        if quiet == 0:  # pragma: no cover - a child that records nothing
+            recorder.stop()
+            os._exit(0)
+        os.waitpid(quiet, 0)
+    assert _sizes(path) == [64, 256]
+    child = tmp_path / f"run.jsonl.{pid}"
+    lines = _lines(child)
+    assert lines[0]["pid"] == pid and lines[0]["parent_pid"] == os.getpid()
+    assert lines[0]["backend"] == "fake" and lines[0]["set_counts"] == {}
+    assert _sizes(child) == [128] and lines[-1]["type"] == "end"
+    assert not (tmp_path / f"run.jsonl.{quiet}").exists()
+
+
+def _worker() -> None:  # pragma: no cover - runs in the worker
+    acl_mem.Device(0).use()
+    raw.aclrtMalloc(512)
+
+
+def test_a_multiprocessing_worker_finishes_its_file(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with acl_mem.using_backend("fake"), record(path):
+        process = multiprocessing.get_context("fork").Process(target=_worker)
+        process.start()
+        process.join(timeout=30)
+        assert process.exitcode == 0
+    lines = _lines(tmp_path / f"run.jsonl.{process.pid}")
+    assert lines[-1]["type"] == "end"  # the worker ended with os._exit: stopped before
+    assert _sizes(tmp_path / f"run.jsonl.{process.pid}") == [512]
+    assert _sizes(path) == []
+
+
+def test_the_environment_variable_records_the_process_and_its_children(tmp_path):
+    path = tmp_path / "run.jsonl"
+    script = textwrap.dedent("""
+        import subprocess, sys
+        import acl_mem
+        from acl_mem import raw
+        acl_mem.Device(0).use()
+        raw.aclrtFree(raw.aclrtMalloc(64))
+        child = "import acl_mem; acl_mem.Device(0).use(); acl_mem.raw.aclrtMalloc(32)"
+        subprocess.run([sys.executable, "-c", child], check=True)
+        print(acl_mem.memory_summary(0))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_environment(ACL_MEM_TRACE=str(path), ACL_MEM_TRACE_STACK="2"),
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "from the recording" in done.stdout
+    trace = read_trace(path)
+    assert trace.header["argv"] == ["-c"] and trace.end is not None
+    calls = [e for e in trace.events if "call" in e]
+    assert [c["call"] for c in calls[:3]] == ["aclrtSetDevice", "aclrtMalloc", "aclrtFree"]
+    assert trace.stacks[calls[1]["stack"]][0][:2] == ("<string>", 6)
+    children = list(tmp_path.glob("run.jsonl.*"))
+    assert len(children) == 1 and _sizes(children[0]) == [32]
+    summary = acl_mem.trace.summarize(children[0])
+    assert [a.size for a in summary.never_freed] == [32]
+
+
+def test_a_path_that_cannot_be_written_leaves_the_program_running(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", "import acl_mem; acl_mem.raw.aclrtSetDevice(0); print('ran')"],
+        capture_output=True, text=True, timeout=60,
+        env=_environment(ACL_MEM_TRACE=str(tmp_path / "missing" / "run.jsonl")))
+    assert done.returncode == 0 and done.stdout == "ran\n"
+    assert "ACL_MEM_TRACE" in done.stderr and "not recording" in done.stderr
