@@ -17,6 +17,7 @@ from helpers import ROOT, clean_env
 from test_pyacl import LAUNCHERS, PRELUDE, results
 
 from acl_mem import raw
+from acl_mem._fake.profiles import DEFAULT_PROFILE, resolve_profile
 from acl_mem.conformance.providers import brief, native_provider
 
 RC_PROGRAM = """
@@ -108,5 +109,8 @@ def test_the_same_program_in_ep_mode_stops_at_the_device_read(backend_name, tmp_
 
 
 def test_run_mode_on_every_backend(backend):
-    """aclrtGetRunMode needs no aclInit or device: ACL_HOST for the EP profiles."""
-    assert raw.aclrtGetRunMode() == 1
+    """aclrtGetRunMode needs no aclInit or device: ACL_HOST for the EP profiles, ACL_DEVICE
+    for the RC one (atlas-200dk) when ACL_MEM_FAKE_PROFILE picks it (the stand-in under the
+    native backend plays the same profile)."""
+    profile = resolve_profile(os.environ.get("ACL_MEM_FAKE_PROFILE") or DEFAULT_PROFILE)
+    assert raw.aclrtGetRunMode() == profile.run_mode

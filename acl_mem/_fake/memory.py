@@ -185,6 +185,9 @@ class DeviceMemory:
                 return codes.CONTEXT_NULL, 0
             if not self._state.profile.dvpp:
                 return codes.FEATURE_NOT_SUPPORT, 0
+            if api is AllocApi.HI_MPI_DVPP_MALLOC and not self._state.profile.mpi_dvpp:
+                # DVPP V2 is not on this product (§3.9); 207000 is the fake's choice.
+                return codes.FEATURE_NOT_SUPPORT, 0
             padded = (size + 63) // 32 * 32
             block = device.allocate(api.value, padded, (PageKind.HUGE,), dvpp=True,
                                     requested=size)

@@ -40,6 +40,11 @@ class Profile:
     #: ACL_DEVICE (RC, the program runs on the board's control CPU, docs/runtime-model.md
     #: §3.16).
     run_mode: int = 1
+    #: Whether hi_mpi_dvpp_malloc / hi_mpi_dvpp_free (DVPP V2, libacl_dvpp_mpi.so) exist:
+    #: not on Atlas 200/300/500 inference products (Ascend310) nor the Atlas training series
+    #: (docs/runtime-model.md §3.9). Where they do not, hi_mpi_dvpp_malloc answers 207000
+    #: (the fake's choice: the documentation gives no code) while acldvppMalloc still works.
+    mpi_dvpp: bool = True
 
     def with_overrides(self, *, device_count: int | None, capacity: int | None) -> Profile:
         return replace(
@@ -80,7 +85,7 @@ PROFILES: dict[str, Profile] = {
                         "control CPU, 4 GiB DDR, aclrtGetRunMode is ACL_DEVICE",
             padding=32, memory="DDR", capacity=4 * GiB, normal_fraction=1 / 16,
             giant_pages=False, p2p_policies=False, dvpp=True, device_count=1,
-            max_streams=1024, run_mode=0,
+            max_streams=1024, run_mode=0, mpi_dvpp=False,
         ),
     )
 }

@@ -163,6 +163,13 @@ def padding() -> int:
 #: SoCs without separate DVPP memory: acldvppMalloc and hi_mpi_dvpp_malloc answer 207000
 #: (docs/runtime-model.md §3.8).
 _NO_DVPP = ("Ascend950",)
+#: The SoC family without DVPP V2 (hi_mpi_dvpp_malloc / hi_mpi_dvpp_free, libacl_dvpp_mpi.so):
+#: the Atlas 200/300/500 inference products, SoC "Ascend310" (docs/runtime-model.md §3.9).
+#: Ascend310P (Atlas inference series) and Ascend310B (Atlas 200I/500 A2) have it, so the
+#: rule is the prefix "Ascend310" not followed by P or B. The Atlas training series (the
+#: first Ascend910) lacks it too but has no profile and is not told apart here.
+_NO_MPI_DVPP = "Ascend310"
+_MPI_DVPP_VARIANTS = ("Ascend310P", "Ascend310B")
 #: SoCs whose aclrtReserveMemAddress takes expectPtr NULL only: any fixed address is 207000
 #: (docs/runtime-model.md §4.2, docs/fidelity.md row 39).
 _NULL_EXPECT_PTR_ONLY = ("Ascend950",)
@@ -184,6 +191,35 @@ def need_dvpp_memory() -> None:
         pytest.skip(f"{soc_name()} has no separate DVPP memory: acldvppMalloc and "
                     "hi_mpi_dvpp_malloc answer 207000 there (docs/runtime-model.md §3.8; "
                     "test_spec_3_8_dvpp_support_follows_the_soc checks that answer)")
+
+
+def has_mpi_dvpp() -> bool:
+    """Whether hi_mpi_dvpp_malloc gives DVPP memory on this SoC (docs/runtime-model.md §3.9):
+    it needs DVPP memory (§3.8) and DVPP V2, which the Atlas 200/300/500 inference products
+    (Ascend310, not 310P/310B) do not have; there it answers 207000 (the fake's choice of
+    code, docs/fidelity.md row 73) while acldvppMalloc works."""
+    name = soc_name()
+    lacks_v2 = name.startswith(_NO_MPI_DVPP) and not name.startswith(_MPI_DVPP_VARIANTS)
+    return has_dvpp_memory() and not lacks_v2
+
+
+def need_mpi_dvpp() -> None:
+    """Skip a check of hi_mpi_dvpp_malloc memory on a SoC where the call is not supported
+    (docs/runtime-model.md §3.8, §3.9)."""
+    need_dvpp_memory()
+    if not has_mpi_dvpp():
+        pytest.skip(f"{soc_name()} (Atlas 200/300/500 inference) has no DVPP V2: "
+                    "hi_mpi_dvpp_malloc answers 207000 there (docs/runtime-model.md §3.9; "
+                    "test_spec_3_9_hi_mpi_support_follows_the_soc checks that answer)")
+
+
+def need_dvpp_api(api: str) -> None:
+    """Skip a check of memory from ``api`` ("acldvppMalloc" or "hi_mpi_dvpp_malloc") on a SoC
+    where that call is not supported (docs/runtime-model.md §3.8, §3.9)."""
+    if api == "hi_mpi_dvpp_malloc":  # AllocApi is a str enum: AllocApi.HI_MPI_DVPP_MALLOC too
+        need_mpi_dvpp()
+    else:
+        need_dvpp_memory()
 
 
 def takes_fixed_addresses() -> bool:

@@ -30,7 +30,7 @@ from acl_mem.sizes import AllocApi
 from .helpers import (
     has_giant_pages,
     in_fresh_thread,
-    need_dvpp_memory,
+    need_dvpp_api,
     padding,
     raise_from_fresh_thread,
 )
@@ -59,9 +59,10 @@ def _pattern(n: int, seed: int = 7) -> bytes:
 
 def _dvpp_malloc(dev: acl_mem.Device, size: int, **kwargs: Any) -> acl_mem.DeviceBuffer:
     """dvpp_malloc, skipping on SoCs without separate DVPP memory (Ascend950,
-    docs/runtime-model.md §3.8), where test_host_dvpp.py checks the 207000 they answer; a SoC
-    that has DVPP memory must serve it."""
-    need_dvpp_memory()
+    docs/runtime-model.md §3.8) or, for hi_mpi_dvpp_malloc, without DVPP V2 (Ascend310, §3.9),
+    where test_host_dvpp.py checks the 207000 they answer; a SoC that has the call must serve
+    it."""
+    need_dvpp_api(kwargs.get("api", "acldvppMalloc"))
     return dev.dvpp_malloc(size, **kwargs)
 
 

@@ -7,7 +7,9 @@ DVPP memory is huge-page memory: its use is observed in the huge-page pool
 the device has DVPP memory follows from its SoC name (aclrtGetSocName): Ascend950 has none
 and answers 207000 (docs/runtime-model.md §3.8), which
 test_spec_3_8_dvpp_support_follows_the_soc checks; the checks of DVPP memory itself skip
-there.
+there. Ascend310 (Atlas 200/300/500 inference) has DVPP memory but no hi_mpi_dvpp_malloc
+(docs/runtime-model.md §3.9): 207000 there, which test_spec_3_9_hi_mpi_support_follows_the_soc
+checks; the checks of hi_mpi_dvpp_malloc memory skip there.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from .helpers import (
     address_of,
     free_pools,
     has_dvpp_memory,
+    has_mpi_dvpp,
+    need_dvpp_api,
     need_dvpp_memory,
+    need_mpi_dvpp,
     raise_from_fresh_thread,
     soc_name,
     taken,
@@ -54,6 +59,15 @@ def dvpp_malloc(api: str, size: int) -> int:
     if api == "acldvppMalloc":
         return raw.acldvppMalloc(size)
     return raw.hi_mpi_dvpp_malloc(0, size)
+
+
+def supports(api: str) -> bool:
+    """Whether ``api`` gives DVPP memory on this SoC (docs/runtime-model.md §3.8, §3.9)."""
+    return has_mpi_dvpp() if api == "hi_mpi_dvpp_malloc" else has_dvpp_memory()
+
+
+def supported_dvpp_apis() -> list[str]:
+    return [api for api in DVPP_APIS if supports(api)]
 
 
 def dvpp_free(api: str, ptr: int) -> None:
@@ -213,9 +227,10 @@ def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
 def test_spec_3_8_dvpp_support_follows_the_soc(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: where the SoC has DVPP memory (Atlas A2, A3,
     inference) acldvppMalloc and hi_mpi_dvpp_malloc succeed; Ascend950 has none: both calls,
-    and Device.dvpp_malloc, answer 207000 and take nothing."""
+    and Device.dvpp_malloc, answer 207000 and take nothing. Ascend310 has DVPP memory but no
+    hi_mpi_dvpp_malloc (test_spec_3_9_hi_mpi_support_follows_the_soc)."""
     before = free_pools()
-    if has_dvpp_memory():
+    if supports(api):
         ptr = dvpp_malloc(api, 64)
         assert ptr != 0
         dvpp_free(api, ptr)
@@ -229,11 +244,35 @@ def test_spec_3_8_dvpp_support_follows_the_soc(dev, api):
     assert free_pools() == before
 
 
+def test_spec_3_9_hi_mpi_support_follows_the_soc(dev):
+    """docs/runtime-model.md §3.9: hi_mpi_dvpp_malloc (DVPP V2) is not supported on the Atlas
+    200/300/500 inference products (SoC Ascend310, not 310P/310B): there it answers exactly
+    207000 (the fake's choice: the code is undocumented, docs/fidelity.md row 73), raw and
+    through Device.dvpp_malloc, and takes nothing from the pools, while acldvppMalloc still
+    gives DVPP memory. Elsewhere it is supported exactly where acldvppMalloc is (§3.8)."""
+    if has_mpi_dvpp() or not has_dvpp_memory():
+        assert has_mpi_dvpp() == has_dvpp_memory()
+        pytest.skip(f"{soc_name()}: hi_mpi_dvpp_malloc follows DVPP memory "
+                    "(test_spec_3_8_dvpp_support_follows_the_soc checks it)")
+    before = free_pools()
+    with pytest.raises(FeatureNotSupportError) as e:
+        raw.hi_mpi_dvpp_malloc(0, 64)
+    assert e.value.code == 207000
+    with pytest.raises(FeatureNotSupportError) as e2:
+        dev.dvpp_malloc(64, api="hi_mpi_dvpp_malloc")
+    assert e2.value.code == 207000
+    assert free_pools() == before
+    ptr, normal, huge = taken(lambda: raw.acldvppMalloc(64))
+    assert (normal, huge) == (0, HUGE_PAGE)
+    raw.acldvppFree(ptr)
+    assert free_pools() == before
+
+
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: DVPP memory is huge-page memory: 1 byte -> one 2 MiB huge
     page, nothing from the normal pool."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, 1))
     assert (normal, huge) == (0, HUGE_PAGE)
     dvpp_free(api, ptr)
@@ -250,7 +289,7 @@ def test_spec_3_8_dvpp_takes_huge_pages(dev, api):
 def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
     """docs/runtime-model.md §3.8 / §3.9: real size ALIGN_UP(size, 32) + 32, rounded to 2 MiB
     pages."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     ptr, normal, huge = taken(lambda: dvpp_malloc(api, size))
     assert (normal, huge) == (0, huge_bytes)
     dvpp_free(api, ptr)
@@ -259,7 +298,7 @@ def test_spec_3_8_dvpp_size_is_align32_plus_32(dev, api, size, huge_bytes):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: DVPP memory starts 128-byte aligned."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     ptrs = [dvpp_malloc(api, size) for size in (1, 33, 100, 4097, 2 * MiB + 1)]
     try:
         for ptr in ptrs:
@@ -274,7 +313,7 @@ def test_spec_3_8_dvpp_is_128_byte_aligned(dev, api):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_3_8_dvpp_free_gives_the_pages_back(dev, api):
     """docs/runtime-model.md §3.8 / §3.9: freeing DVPP memory returns its huge pages."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     before = free_pools()
     ptrs = [dvpp_malloc(api, 1), dvpp_malloc(api, 5 * MiB)]
     assert free_pools() == (before[0], before[1] - 2 * MiB - 6 * MiB)
@@ -373,7 +412,7 @@ def test_spec_3_8_dvpp_free_of_interior_pointer_is_107000(dev):
 def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
     """docs/runtime-model.md §3.9: hi_mpi_dvpp_malloc's dev_id is reserved and ignored: memory comes
     from the current device whatever the id."""
-    need_dvpp_memory()
+    need_mpi_dvpp()
     for dev_id in (0, 7, 12345, 2**32 - 1):
         ptr, normal, huge = taken(partial(raw.hi_mpi_dvpp_malloc, dev_id, 100))
         assert (normal, huge) == (0, HUGE_PAGE)
@@ -387,7 +426,7 @@ def test_spec_3_9_hi_mpi_dev_id_is_ignored(dev):
 @pytest.mark.parametrize("api", DVPP_APIS)
 def test_spec_4_9_dvpp_pointer_is_device_memory(dev, api):
     """docs/runtime-model.md §4.9: DVPP memory has location type DEVICE with the user device id."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     ptr = dvpp_malloc(api, 100)
     attrs = raw.aclrtPointerGetAttributes(ptr)
     assert attrs.type == MemLocationType.DEVICE
@@ -405,7 +444,7 @@ def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
         normal_free, huge_free = free_pools()
         assert huge_free < HUGE_PAGE
         assert normal_free > 4 * MiB
-        for api in DVPP_APIS:
+        for api in supported_dvpp_apis():
             with pytest.raises(MemoryAllocationError) as e:
                 dvpp_malloc(api, 1)
             assert e.value.code == 207001
@@ -425,7 +464,7 @@ def test_spec_3_8_dvpp_beyond_the_huge_pool_is_207001(dev):
 def test_spec_3_8_device_dvpp_malloc(dev, api, expected_api):
     """docs/runtime-model.md §3.8 / §3.9 / §7: Device.dvpp_malloc: ALIGN_UP(size,32)+32 bytes (100
     -> 160, 1 -> 64, 33 -> 96), 128-byte aligned, data round trip, pages back after free."""
-    need_dvpp_memory()
+    need_dvpp_api(api)
     before = free_pools()
     for size, allocated in ((100, 160), (1, 64), (33, 96), (64, 96)):
         with dev.dvpp_malloc(size, api=api) as buf:
@@ -483,6 +522,28 @@ def test_spec_3_8_ascend950_has_no_dvpp_memory(fake):
         assert free_pools() == before
 
 
+@pytest.mark.fake_only("only the fake can switch to the Atlas 200 DK profile")
+def test_spec_3_9_atlas_200dk_has_no_hi_mpi_dvpp(fake):
+    """docs/runtime-model.md §3.9: the Atlas 200 DK (Ascend310) has no DVPP V2:
+    hi_mpi_dvpp_malloc -> 207000 (the fake's choice) and takes nothing, NULL output is still
+    100000 first; acldvppMalloc works."""
+    acl_mem.fake.configure("atlas-200dk")
+    board = acl_mem._backend.get()  # the fake configure() installed
+    with acl_mem.Device(0) as d:
+        assert soc_name() == "Ascend310"
+        assert not has_mpi_dvpp()
+        before = free_pools()
+        assert board.hi_mpi_dvpp_malloc(0, 64, null_outputs=1) == (100000, 0)
+        assert board.hi_mpi_dvpp_malloc(0, 64) == (207000, 0)
+        with pytest.raises(FeatureNotSupportError) as e:
+            d.dvpp_malloc(64, api="hi_mpi_dvpp_malloc")
+        assert e.value.code == 207000
+        assert free_pools() == before
+        with d.dvpp_malloc(64) as buf:
+            assert buf.api is AllocApi.DVPP_MALLOC
+        assert free_pools() == before
+
+
 @pytest.mark.fake_only("exhausting the 16 GiB DVPP window needs 16 GiB of huge pages")
 def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
     """docs/runtime-model.md §3.8 / §7: the DVPP address space is 16 GiB: 16 GiB - 32 (-> exactly 16
@@ -496,7 +557,7 @@ def test_spec_3_8_dvpp_window_of_16gib_is_exhausted(fake):
             raw.acldvppMalloc(DVPP_WINDOW - 31)      # 16 GiB + 32 > window
         assert e0.value.code == 207001
         whole = raw.acldvppMalloc(DVPP_WINDOW - 32)  # exactly 16 GiB
-        for api in DVPP_APIS:
+        for api in supported_dvpp_apis():
             with pytest.raises(MemoryAllocationError) as e:
                 dvpp_malloc(api, 1)
             assert e.value.code == 207001
@@ -511,7 +572,7 @@ def test_spec_3_9_dvpp_window_is_shared_by_both_dvpp_apis(fake):
     """docs/runtime-model.md §3.8 / §3.9: acldvppMalloc and hi_mpi_dvpp_malloc draw on one 16 GiB
     window."""
     with acl_mem.Device(0):
-        need_dvpp_memory()
+        need_mpi_dvpp()
         need_room_for_the_dvpp_window()
         half = raw.acldvppMalloc(8 * GiB - 32)          # exactly 8 GiB
         other = raw.hi_mpi_dvpp_malloc(0, 8 * GiB - 32)  # the other 8 GiB

@@ -40,7 +40,7 @@ from .helpers import (
     address_range,
     free_pools,
     has_dvpp_memory,
-    need_dvpp_memory,
+    need_dvpp_api,
     padding,
 )
 
@@ -99,7 +99,7 @@ def test_spec_3_14_segment_size_and_alignment_for_every_parent_kind(dev, api):
     host) or 128 B (acldvppMalloc, hi_mpi_dvpp_malloc), consecutive segments ALIGN_UP(m, A)
     apart; without the SoC's padding (Ascend950 from 9.1.0) m = ALIGN_UP(len, 32)."""
     if api in DVPP:
-        need_dvpp_memory()
+        need_dvpp_api(api)
     alignment = TABLE_ALIGNMENT[api]
     with SegmentPool(dev, api=api, block_size=1 * MiB) as pool:
         assert pool.alignment == alignment

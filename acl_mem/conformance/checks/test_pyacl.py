@@ -22,6 +22,7 @@ from .helpers import (
     ACL_DEVICE,
     ACL_HOST,
     has_dvpp_memory,
+    has_mpi_dvpp,
     native_over_stand_in,
     raise_from_fresh_thread,
     rc_mode,
@@ -179,13 +180,15 @@ def test_pyacl_streams_memcpy_async(dev):
 def test_pyacl_dvpp_malloc_both_apis(dev):
     """docs/runtime-model.md §3.8, §3.9: ``acl.media.dvpp_malloc(size)`` and
     ``acl.himpi.dvpp_malloc(dev_id, size)`` give 128-byte aligned memory that copies in and
-    out; their frees return 0. A SoC without DVPP memory (Ascend950) answers ``(0, 207000)``."""
+    out; their frees return 0. A SoC without DVPP memory (Ascend950) answers ``(0, 207000)``
+    to both, Ascend310 (no DVPP V2, §3.9) to acl.himpi.dvpp_malloc."""
     payload = bytes(range(256)) * 64
     size = len(payload)
-    for allocate, release in ((acl.media.dvpp_malloc, acl.media.dvpp_free),
-                              (lambda n: acl.himpi.dvpp_malloc(0, n), acl.himpi.dvpp_free)):
+    for allocate, release, supported in (
+            (acl.media.dvpp_malloc, acl.media.dvpp_free, has_dvpp_memory()),
+            (lambda n: acl.himpi.dvpp_malloc(0, n), acl.himpi.dvpp_free, has_mpi_dvpp())):
         ptr, ret = allocate(size)
-        if not has_dvpp_memory():
+        if not supported:
             assert (ptr, ret) == (0, 207000)
             continue
         assert ret == 0 and ptr % 128 == 0
