@@ -254,3 +254,23 @@ def test_memory_summary_without_a_recording_says_where_it_looks(dev, backend):
             assert f"{ptr:#x}" in text
     finally:
         raw.aclrtFree(ptr)
+
+
+def test_virtual_memory_and_an_expandable_pool(tmp_path):
+    """Physical memory is reserved; a mapping is in use unless a pool carves its range,
+    where the pool's segments are."""
+    with acl_mem.using_backend("fake"), acl_mem.Device(0) as dev, \
+            record(tmp_path / "run.jsonl"):
+        pool = acl_mem.ExpandablePool(dev, 64 * MiB)
+        segment = pool.allocate(3 * MiB)  # grows by 2 MiB chunks: 4 MiB mapped
+        mapped = acl_mem.reserve_and_map(2 * MiB)
+        segment.free()
+        pool.close()
+        mapped.close()
+    summary = summarize(tmp_path / "run.jsonl")
+    huge = summary.devices["0"].pools["huge"]
+    assert (huge.peak_in_use, huge.peak_reserved, huge.in_use, huge.reserved) == \
+        (5 * MiB, 6 * MiB, 0, 0)
+    assert [(a.kind, a.size) for a in summary.devices["0"].largest_at_peak] == \
+        [("segment", 3 * MiB), ("mapping", 2 * MiB)]
+    assert summary.never_freed == [] and summary.failed == []

@@ -12,6 +12,7 @@ values, ``code, t_ns, thread_ident[, current], *arguments, *result`` (``code`` i
 ``arguments`` are the backend method's positional parameters, ``null_outputs`` included
 where it has one; ``result`` is the return code and outputs, nothing for the pools'
 notifications): no object per call stays alive for the garbage collector to visit.
+When stacks are recorded a flat call is preceded by ``STACKED, stack``.
 Anything else is *boxed*: ``BOXED, item``, where ``item`` is either a call
 ``(t_ns, ident, current, name, args, kwargs, result, stack)`` (``result`` is
 ``(RAISED, class name, message)`` when the call raised; ``stack`` None or
@@ -37,8 +38,9 @@ FORMAT_NAME = "acl_mem.trace"
 FORMAT_VERSION = 1
 #: The first element of a recorded result when the call raised.
 RAISED = "!raised"
-#: The code of a boxed item in a batch.
+#: The code of a boxed item in a batch, and of a stack for the flat call that follows.
 BOXED = -1
+STACKED = -2
 #: Frames of the writer process's input: an 8-byte little-endian length, then a tag byte
 #: and the batch, marshalled (``M``) or pickled (``P``).
 FRAME = struct.Struct("<Q")
@@ -217,8 +219,11 @@ class LineWriter:
                 list(f) for f in frames]}))
         return number
 
-    def flat(self, code: int, values: list[Any], out: list[str]) -> None:
+    def flat(self, code: int, values: list[Any], out: list[str],
+             stack: Stack | None = None) -> None:
         """One call stored flat: ``values`` is what follows its code."""
+        if not self.stack_depth:
+            stack = None
         layout = LAYOUTS[code]
         spec = layout.spec
         t, ident = values[0], values[1]
@@ -229,7 +234,7 @@ class LineWriter:
         end = start + layout.arguments
         arguments = values[start:end]
         result = values[end:]
-        if not spec.takes_null_outputs or arguments[-1] == 0:
+        if not stack and (not spec.takes_null_outputs or arguments[-1] == 0):
             shown = arguments[:-1] if spec.takes_null_outputs else arguments
             head = (t - self.t0, th, "null" if current is None else current[0]) \
                 if spec.device else (t - self.t0, th)
@@ -244,7 +249,7 @@ class LineWriter:
             except TypeError:
                 pass  # not plain numbers: the general path below
         rc: Any = (result[0] if len(result) == 1 else tuple(result)) if result else None
-        self._general(t, th, current, spec.name, tuple(arguments), None, rc, None, out)
+        self._general(t, th, current, spec.name, tuple(arguments), None, rc, stack, out)
 
     def boxed(self, record: tuple[Any, ...], out: list[str]) -> None:
         """A call in the general shape."""
@@ -296,7 +301,7 @@ def has_calls(batch: list[Any]) -> bool:
     while i < n:
         code = batch[i]
         if code != BOXED:
-            return True
+            return True  # (a flat call, or the stack of one)
         if type(batch[i + 1][0]) is int:
             return True
         i += 2
@@ -333,9 +338,14 @@ class Consumer:
         synced = False
         lines = self._lines
         threads = lines._threads
+        stack: Stack | None = None
         i, n = 0, len(batch)
         while i < n:
             code = batch[i]
+            if code == STACKED:
+                stack = batch[i + 1]
+                i += 2
+                continue
             if code != BOXED:
                 # The common shape, written out here: this loop is the writer's hot path.
                 size, device, null_at, outputs, returns_code, done, failed = _FAST[code]
@@ -343,6 +353,13 @@ class Consumer:
                 i = j + size
                 if not self._header_written:
                     out.append(self._header(self._info))
+                if stack is not None:
+                    try:
+                        lines.flat(code, batch[j:i], out, stack)
+                    except Exception:
+                        self.lost += 1
+                    stack = None
+                    continue
                 try:
                     values = batch[j:i]
                     ident = values[1]

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from .. import _backend
 from .._lifecycle import state
 from ._format import SNAPSHOT_ARGUMENTS, snapshot
-from ._lines import BOXED, CALL_ORDER, CALLS, RAISED, CallSpec, Stack
+from ._lines import BOXED, CALL_ORDER, CALLS, RAISED, STACKED, CallSpec, Stack
 
 __all__ = ["Sink", "attach", "detach", "lost", "original"]
 
@@ -126,39 +126,44 @@ def make(call, name, code):
             _boxed(name, {device}, {t}, ({args_tuple}), None, exc)
             raise
         try:
-            if _depth{unusual}:
-                _boxed(name, {device}, {t}, ({args_tuple}), None, result)
-            else:
-                _extend((code, {t}, _get_ident(), {current}{values}{result}))
+            {check}_extend((code, {t}, _get_ident(), {current}{values}{result}))
         except Exception:
             _count_lost()
         return result
     return recorded
 """
 Maker = Callable[[Callable[..., Any], str, int], Callable[..., Any]]
+#: Names the template uses: no parameter may be called so.
+_TEMPLATE_NAMES = frozenset({"call", "name", "code", "recorded", "t", "result", "exc", "state",
+                             "perf_counter_ns", "make"})
 
 
 def _maker(spec: CallSpec) -> Maker:
     """A wrapper maker with the call's own parameters (no ``*args``/``**kwargs``) that
     stores the usual shape flat: this is the path every recorded call takes."""
     names = [*spec.params, *(["null_outputs"] if spec.takes_null_outputs else [])]
+    assert not set(names) & _TEMPLATE_NAMES and all(n.isidentifier() for n in names), names
     declared = [*spec.params, *(["null_outputs=0"] if spec.takes_null_outputs else [])]
     values = [f"{n} if {n}.__class__ is int else _plain({n})" if n in _ENUM_ARGUMENTS
               else n for n in names]
     if not spec.returns_code:
         unusual, result = "", ""
     elif spec.outputs:
-        unusual = f" or result.__class__ is not tuple or len(result) != {1 + len(spec.outputs)}"
+        unusual = f"result.__class__ is not tuple or len(result) != {1 + len(spec.outputs)}"
         result = ", *result"
     else:
-        unusual, result = " or result.__class__ is not int", ", result"
-    source = _TEMPLATE.format(
+        unusual, result = "result.__class__ is not int", ", result"
+    t = "t" if spec.release else "perf_counter_ns()"
+    # A result of another shape than the usual one is recorded boxed.
+    check = "" if not unusual else (
+        f"if {unusual}:\n                _boxed(name, {spec.device}, {t}, ({{args_tuple}}), "
+        "None, result)\n            else:\n                ")
+    source = _TEMPLATE.replace("{check}", check).format(
         params=", ".join(declared), args=", ".join(names),
         args_tuple="".join(f"{n}, " for n in names),
-        before="t = perf_counter_ns()" if spec.release else "",
-        t="t" if spec.release else "perf_counter_ns()", device=spec.device,
+        before="t = perf_counter_ns()" if spec.release else "", t=t, device=spec.device,
         current=', state._local.__dict__.get("current")' if spec.device else "",
-        values="".join(f", {v}" for v in values), unusual=unusual, result=result)
+        values="".join(f", {v}" for v in values), result=result)
     source = source.replace("_get_ident(), , ", "_get_ident(), ")
     namespace: dict[str, Any] = {}
     exec(compile(source, __file__, "exec"), globals(), namespace)
@@ -262,7 +267,10 @@ def _on_activation(backend: _backend.Backend) -> None:
     with _lock:
         if not _sinks:
             return
-        _instrument(backend)
+        if not _instrument(backend):
+            print(f"acl_mem.trace: the backend {backend!r} takes no attributes: its calls "
+                  "are not recorded", file=sys.stderr)
+            return
         sinks = list(_sinks)
     for sink in sinks:
         sink.backend_added(backend)
@@ -272,16 +280,25 @@ def _refresh() -> None:
     global _extend, _depth, _recording
     _depth = max((s.stack_depth for s in _sinks), default=0)
     extends = tuple(s.extend for s in _sinks)
+    target: Callable[[tuple[Any, ...]], None]
     if len(extends) == 1:
-        _extend = extends[0]
+        target = extends[0]
     elif extends:
         def to_all(values: tuple[Any, ...]) -> None:
             for extend in extends:
                 extend(values)
 
-        _extend = to_all
+        target = to_all
     else:
-        _extend = _nothing
+        target = _nothing
+    if _depth:
+        def with_stack(values: tuple[Any, ...]) -> None:
+            # (boxed calls carry their stack already)
+            target((STACKED, _user_stack(), *values) if values[0] != BOXED else values)
+
+        _extend = with_stack
+    else:
+        _extend = target
     _recording = bool(extends)
 
 

@@ -1,0 +1,161 @@
+"""What recording an allocation trace costs (``python benchmarks/trace_bench.py``).
+
+Not part of the test run. Every figure is a ratio measured in one process: rounds of a
+short loop without recording and the same loop recording alternate, so that load on the
+machine hits both sides alike; ratios are medians over the pairs of neighbouring rounds,
+times medians over the rounds.
+
+(a) raw fake ``aclrtMalloc`` + ``aclrtFree`` pair, recording vs not (goal <= 1.3):
+    * ``wall_ratio``: elapsed time per pair; a recording round ends by shipping what is
+      left of its records, so all of their shipping is inside it;
+    * ``cpu_ratio``: CPU time of the recording process (all its threads) per pair; the
+      writer process formats the lines on another core (on a busy machine it competes);
+    * ``writer_cpu_us_per_call``: CPU time of the writer process per recorded call;
+    * ``bytes_per_call``: size of the trace file per recorded call.
+(b) the same with the lines formatted in the recording process (what happens where no
+    writer process can be started).
+(c) the same with stack_depth=4.
+(d) the raw pair through the native backend on the stand-in libascendcl
+    (tests/stand_in.py, needs a C compiler).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
+            writer_process: bool = True) -> dict[str, float]:
+    """Per-pair figures with and without recording, rounds interleaved."""
+    import acl_mem.trace
+    from acl_mem import raw
+    from acl_mem.trace import _recorder, _tap
+
+    def loop() -> None:
+        for _ in range(pairs):
+            raw.aclrtFree(raw.aclrtMalloc(4096, 0))
+
+    loop()  # warm up: the fake's recycled addresses, the interpreter's caches
+    _recorder.use_writer_process = writer_process
+    path = os.path.join(tempfile.mkdtemp(prefix="acl_mem_trace_bench_"), "run.jsonl")
+    plain_wall: list[float] = []
+    plain_cpu: list[float] = []
+    recorded_wall: list[float] = []
+    recorded_cpu: list[float] = []
+    children = _children_cpu()
+    recorder = acl_mem.trace.record(path, stack_depth=stack_depth)
+    try:
+        for _ in range(rounds):
+            # The recorder (and its writer) stays up; detached, it takes the wrappers off
+            # the backend: the plain rounds run exactly as without acl_mem.trace.
+            _tap.detach(recorder)
+            wall, cpu = time.perf_counter(), time.process_time()
+            loop()
+            plain_cpu.append(time.process_time() - cpu)
+            plain_wall.append(time.perf_counter() - wall)
+            _tap.attach(recorder)
+            wall, cpu = time.perf_counter(), time.process_time()
+            loop()
+            recorder.flush()  # the round's records leave the process inside the round
+            recorded_cpu.append(time.process_time() - cpu)
+            recorded_wall.append(time.perf_counter() - wall)
+    finally:
+        recorder.stop()
+        _recorder.use_writer_process = True
+    writer_cpu = _children_cpu() - children
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.readlines()
+    end = json.loads(lines[-1])
+    assert end["type"] == "end" and end["lost"] == 0, end
+    calls = end["calls"]
+    size = os.path.getsize(path)
+    os.remove(path)
+    p_wall = statistics.median(plain_wall) / pairs
+    r_wall = statistics.median(recorded_wall) / pairs
+    # Each recording round against the plain round just before it: neighbours share the
+    # machine's state, so the median of their ratios moves least with its load.
+    figures = {
+        "pair_us": p_wall * 1e6,
+        "recorded_pair_us": r_wall * 1e6,
+        "wall_ratio": statistics.median(r / p for r, p in zip(recorded_wall, plain_wall,
+                                                               strict=True)),
+        "cpu_ratio": statistics.median(r / p for r, p in zip(recorded_cpu, plain_cpu,
+                                                              strict=True)),
+        "bytes_per_call": size / calls,
+    }
+    if writer_process:
+        figures["writer_cpu_us_per_call"] = writer_cpu / calls * 1e6
+    return figures
+
+
+def bench_fake(pairs: int, rounds: int) -> dict[str, dict[str, float]]:
+    import acl_mem
+
+    acl_mem.use_backend("fake")
+    acl_mem.Device(0).use()
+    return {
+        "a_fake_raw_pair": compare(pairs, rounds),
+        "b_fake_raw_pair_formatting_in_process": compare(pairs, rounds, writer_process=False),
+        "c_fake_raw_pair_stack_depth_4": compare(pairs, rounds, stack_depth=4),
+    }
+
+
+def bench_native(pairs: int, rounds: int) -> dict[str, float]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import stand_in
+
+    import acl_mem
+    from acl_mem import _backend
+    from acl_mem._fake import FakeBackend
+
+    if stand_in.compiler() is None:
+        return {"skipped_no_compiler": 1.0}
+    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_bench_")))
+    shim = stand_in.StandIn(root)
+    shim.target = FakeBackend.for_profile()
+    os.environ["ASCEND_HOME_PATH"] = str(root)
+    from acl_mem._native import load_native_backend
+
+    native = load_native_backend()
+    previous = _backend._install(native, "native: stand-in for the benchmark")
+    try:
+        with acl_mem.Device(0):
+            return compare(pairs, rounds)
+    finally:
+        _backend._install(previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=1000, help="pairs per round")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    results = bench_fake(args.pairs, args.rounds)
+    results["d_native_stand_in_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
+    for name, figures in results.items():
+        print(name)
+        for key, value in figures.items():
+            print(f"  {key:<28} {value:12.3f}")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
