@@ -91,7 +91,9 @@ def _from_fake(backend: Any) -> TraceSummary:
         mine = [a for a in live if a.device == figures.device]
         mine.sort(key=lambda a: (-a.in_use, a.address))
         figures.largest_at_peak = mine
-    return TraceSummary(path="", header={"backend": "fake"}, calls=0, duration=0, threads=0,
+    details = backend.describe()
+    header = {"backend": backend.name, "capacity": details.get("capacity_per_device")}
+    return TraceSummary(path="", header=header, calls=0, duration=0, threads=0,
                         by_call={}, devices=devices, never_freed=[], failed=[], live=live)
 
 
@@ -111,7 +113,7 @@ def memory_summary(device: object = None, *, top: int = 10) -> str:
         recorder.sync()
         summary = summarize(recorder.path, top=top)
         source = (f"from the recording {recorder.path} ({backend.name} backend): live "
-                  "allocations now; peaks since the recording began")
+                  "allocations now (made since the recording began) and the peaks since")
         with_peaks = True
     elif hasattr(backend, "live_blocks"):
         summary = _from_fake(backend)

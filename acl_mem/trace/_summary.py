@@ -678,8 +678,9 @@ def _device_title(figures: DeviceFigures, header: Mapping[str, Any]) -> str:
 def _allocation_line(a: Allocation) -> str:
     where = f"segment of {a.parent:#x}" if a.kind == "segment" and a.parent is not None \
         else a.call
-    return (f"{_size(a.in_use or a.size):>10}  {where:<24} {a.address:#x}  "
-            f"at {_seconds(a.t)}  thread {a.thread}  {_site(a.frames)}")
+    when = f"at {_seconds(a.t)}  thread {a.thread}  " if a.thread else ""
+    site = _site(a.frames) if a.thread or a.frames else ""
+    return f"{_size(a.in_use or a.size):>10}  {where:<24} {a.address:#x}  {when}{site}".rstrip()
 
 
 def format_summary(summary: TraceSummary, *, top: int = 10) -> str:
