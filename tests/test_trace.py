@@ -31,10 +31,17 @@ def _lines_of(path: Path) -> list[dict[str, Any]]:
 
 # -- the format's definition agrees with the backend contract and the documentation -------------
 def test_every_traced_call_takes_the_protocols_parameters():
+    """The wrappers take the protocol's parameters by name; both backends start with them
+    (a keyword call reaches the backend as it would without recording)."""
+    from acl_mem._native.backend import NativeBackend
+
     for name, spec in _lines.CALLS.items():
         params = list(inspect.signature(getattr(_backend.Backend, name)).parameters)[1:]
         expected = [*spec.params, *(["null_outputs"] if spec.takes_null_outputs else [])]
         assert params == expected, name
+        for cls in (FakeBackend, NativeBackend):
+            own = list(inspect.signature(getattr(cls, name)).parameters)[1:]
+            assert own[:len(expected)] == expected, (cls.__name__, name)
 
 
 def test_the_format_document_names_every_call_and_field():
