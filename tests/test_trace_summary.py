@@ -10,6 +10,9 @@ import pytest
 
 import acl_mem
 from acl_mem import MemAttr, raw
+from acl_mem._fake import FakeBackend
+from acl_mem._fake.profiles import resolve_profile
+from acl_mem._fake.versions import resolve_cann
 from acl_mem.cli import main
 from acl_mem.sizes import GiB, KiB, MiB
 from acl_mem.trace import TraceFormatError, format_summary, read_trace, record, summarize
@@ -182,7 +185,8 @@ def test_a_recorded_run_matches_the_fakes_own_figures(tmp_path):
     """Reserved per page pool, as the summary works it out, is what the fake's
     aclrtGetMemInfo says was used."""
     pools = {"normal": MemAttr.HBM_MEM_NORMAL, "huge": MemAttr.HBM_MEM_HUGE}
-    with acl_mem.using_backend("fake"), acl_mem.Device(0) as dev:
+    with acl_mem.using_backend(FakeBackend.for_profile("atlas-a2")), \
+            acl_mem.Device(0) as dev:
         before = {name: dev.mem_info(attr) for name, attr in pools.items()}
         with record(tmp_path / "run.jsonl", stack_depth=1):
             kept = [dev.malloc(100), dev.malloc(3 * MiB), dev.malloc_align32(5000),
@@ -254,6 +258,30 @@ def test_memory_summary_without_a_recording_says_where_it_looks(dev, backend):
             assert f"{ptr:#x}" in text
     finally:
         raw.aclrtFree(ptr)
+
+
+@pytest.mark.parametrize(("profile", "cann"), [("atlas-a2", "8.5.0"), ("ascend950", "9.1.0"),
+                                               ("atlas-inference", "9.0.1")])
+def test_reserved_follows_the_socs_padding_and_the_release(tmp_path, profile, cann):
+    """Padding differs by SoC and release (docs/runtime-model.md §3.5): the summary takes
+    both from the header and agrees with the fake's own accounting."""
+    fake = FakeBackend(resolve_profile(profile), cann=resolve_cann(cann))
+    with acl_mem.using_backend(fake), acl_mem.Device(0) as dev:
+        kind = "DDR" if fake.profile.memory == "DDR" else "HBM"
+        attrs = {"normal": MemAttr[f"{kind}_MEM_NORMAL"], "huge": MemAttr[f"{kind}_MEM_HUGE"]}
+        before = {name: dev.mem_info(attr).free for name, attr in attrs.items()}
+        with record(tmp_path / "run.jsonl"):
+            kept = [dev.malloc(size) for size in (100, 4064, 4065, MiB - 64, MiB - 63,
+                                                  2 * MiB)]
+            kept.append(dev.malloc_align32(4096))
+            used = {name: before[name] - dev.mem_info(attr).free
+                    for name, attr in attrs.items()}
+        summary = summarize(tmp_path / "run.jsonl")
+        assert summary.header["padding"] == (0 if profile == "ascend950" and cann == "9.1.0"
+                                             else 32)
+        assert {name: summary.devices["0"].pools[name].reserved for name in attrs} == used
+        for buffer in kept:
+            buffer.free()
 
 
 def test_virtual_memory_and_an_expandable_pool(tmp_path):
