@@ -536,8 +536,8 @@ def test_bad_arguments(dev):
 
 @pytest.mark.fake_only("the segment checker hooks are the fake's")
 def test_pool_tells_the_checker_about_segments(fake, dev, cann, monkeypatch):
-    """docs/runtime-model.md §3.14: pools report each segment (parent, start, requested, §3.14 size) and its
-    return, so the checker can watch segments."""
+    """docs/runtime-model.md §3.14: pools report each segment (parent, start, requested,
+    segment size) and its return, so the checker can watch segments."""
     carved: list[tuple[int, int, int, int]] = []
     returned: list[int] = []
     monkeypatch.setattr(fake, "checker_segment_allocated",
