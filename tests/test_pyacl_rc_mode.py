@@ -80,9 +80,9 @@ def _run(backend_name: str, launcher: str, tmp_path: Path,
 
 #: On a board the control CPU reads device memory at its device address; the stand-in
 #: library keeps the fake's device bytes elsewhere, so the native leg cannot read them.
-_STAND_IN_CANNOT_MAP = pytest.mark.skip(
-    reason="native over the stand-in: the fake's device memory is not mapped at its device "
-           "address, as it is on a real board's control CPU")
+_UNMAPPED = ("native over the stand-in: the fake's device memory is not mapped at its device "
+             "address, as it is on a real board's control CPU")
+_STAND_IN_CANNOT_MAP = pytest.mark.skip(reason=_UNMAPPED)
 
 
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))

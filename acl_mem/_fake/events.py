@@ -115,15 +115,10 @@ class EventCalls:
         if event == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
-            found, rc = self._event_and_stream(event, stream)
+            found, target, rc = self._event_on_stream(event, stream)
             if rc:
                 return rc
-            assert found is not None
-            if found.flags == DEVICE_USE_ONLY:
-                return codes.RT_PARAM_INVALID
-            target, rc = self._streams.resolve_stream(stream)
-            if target is None:
-                return rc
+            assert found is not None and target is not None
             found.record = self._queue(target, Marker("record", target))
             return codes.SUCCESS
 
@@ -131,17 +126,10 @@ class EventCalls:
         if event == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
-            found, rc = self._event_and_stream(event, stream)
+            found, target, rc = self._event_on_stream(event, stream, waitable=True)
             if rc:
                 return rc
-            assert found is not None
-            if found.flags == DEVICE_USE_ONLY:
-                return codes.RT_PARAM_INVALID
-            if not found.flags & _WAITABLE:
-                return codes.FEATURE_NOT_SUPPORT
-            target, rc = self._streams.resolve_stream(stream)
-            if target is None:
-                return rc
+            assert found is not None and target is not None
             record = found.record
             if record is None:
                 # Never recorded: aclrtCreateEvent's events refuse; the others do not wait
@@ -157,17 +145,11 @@ class EventCalls:
         if event == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
-            found, rc = self._event_and_stream(event, stream)
+            found, target, rc = self._event_on_stream(event, stream, waitable=True,
+                                                      refused=IPC)
             if rc:
                 return rc
-            assert found is not None
-            if found.flags == DEVICE_USE_ONLY:
-                return codes.RT_PARAM_INVALID
-            if found.flags & IPC or not found.flags & _WAITABLE:
-                return codes.FEATURE_NOT_SUPPORT
-            target, rc = self._streams.resolve_stream(stream)
-            if target is None:
-                return rc
+            assert found is not None and target is not None
             if found.new_mode:
                 return codes.FEATURE_NOT_SUPPORT
             record = found.record
@@ -241,15 +223,24 @@ class EventCalls:
             return codes.SUCCESS, struct.unpack("f", struct.pack("f", ms))[0]
 
     # -- helpers -----------------------------------------------------------------------------------
-    def _event_and_stream(self, event: int, stream: int) -> tuple[Event | None, int]:
-        """The event, after the handle checks of the release (event first, then stream)."""
+    def _event_on_stream(self, event: int, stream: int, *, waitable: bool = False,
+                         refused: int = 0) -> tuple[Event | None, Stream | None, int]:
+        """The checks record, wait and reset share, in the runtime's order: the handles
+        (event first, then stream; 107017), DEVICE_USE_ONLY (107000), an event the call
+        cannot take (207000: one with a ``refused`` flag, or with none of the waitable bits
+        when ``waitable``), then the context and the stream's context (107002, 107003)."""
         found = self.events.get(event)
         if found is None:
-            return None, codes.INVALID_HANDLE
+            return None, None, codes.INVALID_HANDLE
         if self._state.cann.stream_handle_checked and stream != 0 and \
                 not self._streams.handle_valid(stream):
-            return None, codes.INVALID_HANDLE
-        return found, codes.SUCCESS
+            return None, None, codes.INVALID_HANDLE
+        if found.flags == DEVICE_USE_ONLY:
+            return None, None, codes.RT_PARAM_INVALID
+        if found.flags & refused or (waitable and not found.flags & _WAITABLE):
+            return None, None, codes.FEATURE_NOT_SUPPORT
+        target, rc = self._streams.resolve_stream(stream)
+        return found, target, rc
 
     def _queue(self, stream: Stream, marker: Marker) -> Marker:
         stream.pending.append(marker)
