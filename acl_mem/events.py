@@ -47,10 +47,12 @@ class Event:
     event forgotten without :meth:`destroy` is destroyed when collected.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_handle")
+    __slots__ = ("__weakref__", "_finalizer", "_handle", "_token")
 
     def __init__(self) -> None:
         self._handle = raw.aclrtCreateEvent()
+        # aclFinalize ends every event: after it, destroy() has nothing left to destroy.
+        self._token = state.token(None)
         self._finalizer = weakref.finalize(
             self, _destroy_later(_backend.get(), "aclrtDestroyEvent", self._handle,
                                  os.getpid()))
@@ -91,7 +93,8 @@ class Event:
         handle, self._handle = self._handle, 0
         if handle:
             self._finalizer.detach()
-            raw.aclrtDestroyEvent(handle)
+            if state.is_live(None, self._token):
+                raw.aclrtDestroyEvent(handle)
 
     def __enter__(self) -> Self:
         return self

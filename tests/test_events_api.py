@@ -103,3 +103,15 @@ def test_a_context_keeps_its_device_open(dev):
     dev.set_current()  # the fixture's reset needs device 0 current
     dev.reset()
     dev.set_current()
+
+
+def test_an_event_outlives_acl_finalize(backend, mocker):
+    """aclFinalize ends every event: destroying one afterwards (a with-block ending, say)
+    passes no dead handle to the runtime (undefined there) and does not raise."""
+    raw.aclrtSetDevice(0)
+    event = acl_mem.Event()
+    raw.aclFinalize()
+    destroy = mocker.spy(raw, "aclrtDestroyEvent")
+    event.destroy()
+    assert event.destroyed
+    assert destroy.call_count == 0
