@@ -11,18 +11,11 @@ device and page pool, what was live at the peak, what was never freed and what f
 
 from __future__ import annotations
 
+from ._figures import Allocation, DeviceFigures, FailedCalls, PoolFigures, TraceSummary
 from ._format import FORMAT_NAME, FORMAT_VERSION, Trace, TraceFormatError, read_trace
 from ._recorder import Recorder, active, flush, record
-from ._summary import (
-    Allocation,
-    DeviceFigures,
-    FailedCalls,
-    PoolFigures,
-    TraceSummary,
-    format_summary,
-    summarize,
-    summarize_trace,
-)
+from ._summary import summarize, summarize_trace
+from ._text import format_summary
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Allocation", "DeviceFigures", "FailedCalls",
            "PoolFigures", "Recorder", "Trace", "TraceFormatError", "TraceSummary", "active",

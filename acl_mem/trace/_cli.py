@@ -9,7 +9,8 @@ import sys
 from typing import Any
 
 from ._format import TraceFormatError
-from ._summary import format_summary, summarize
+from ._summary import summarize
+from ._text import format_summary
 
 __all__ = ["add_trace_parser", "run_trace"]
 

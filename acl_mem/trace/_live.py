@@ -20,18 +20,11 @@ from typing import Any
 from .. import _backend
 from .._lifecycle import state
 from ..enums import MemAttr
+from ._figures import HOST, Allocation, DeviceFigures, PoolFigures, TraceSummary
 from ._recorder import active
-from ._summary import (
-    HOST,
-    Allocation,
-    DeviceFigures,
-    PoolFigures,
-    TraceSummary,
-    device_lines,
-    size_text,
-    summarize,
-)
+from ._summary import summarize
 from ._tap import original
+from ._text import device_lines, size_text
 
 __all__ = ["memory_summary"]
 

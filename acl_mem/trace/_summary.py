@@ -12,16 +12,15 @@ first pool its policy tries (a HUGE_FIRST fallback to normal pages is not visibl
 trace).
 """
 
+
 from __future__ import annotations
 
 import bisect
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
-from ..errors import error_name
 from ..sizes import (
     GIANT_PAGE,
     HUGE_PAGE,
@@ -32,13 +31,19 @@ from ..sizes import (
     effective_policy,
     page_kinds,
 )
+from ._figures import (
+    HOST,
+    UNKNOWN,
+    Allocation,
+    DeviceFigures,
+    FailedCalls,
+    PoolFigures,
+    TraceSummary,
+)
 from ._format import Trace, call_label, read_trace
 
-__all__ = ["Allocation", "DeviceFigures", "FailedCalls", "PoolFigures", "TraceSummary",
-           "device_lines", "format_summary", "size_text", "summarize", "summarize_trace"]
+__all__ = ["summarize", "summarize_trace"]
 
-HOST = "host"
-UNKNOWN = "?"
 _POOL_OF_PAGE = {NORMAL_PAGE: "normal", HUGE_PAGE: "huge", GIANT_PAGE: "giant"}
 #: aclrtMallocPhysical: memAttr values served from 1 GiB pages, and from the normal-page
 #: pool; every other device attribute takes 2 MiB pages (docs/runtime-model.md §4.3).
@@ -49,164 +54,6 @@ _BLOCK_CALLS = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCache
 _FREE_CALLS = frozenset({"aclrtFree", "aclrtFreeHost", "acldvppFree", "hi_mpi_dvpp_free"})
 #: Exceptions the fake raises after the call took effect (its hazard and checker modes).
 _AFTER_EFFECT = frozenset({"HazardError", "MemoryCheckError"})
-
-
-@dataclass
-class Allocation:
-    """One allocation of a trace: a runtime block (``block``), page-locked host memory
-    (``host``), a pool segment (``segment``), physical memory (``physical``), an address
-    reservation (``reservation``) or a mapping (``mapping``)."""
-
-    kind: str
-    call: str
-    #: The pointer (the handle for physical memory).
-    address: int
-    #: Bytes asked for.
-    size: int
-    #: Device id as a string, ``host``, or ``?`` when the trace does not say.
-    device: str
-    #: Page pool: normal, huge, giant, pinned; ``-`` for reservations.
-    pool: str
-    #: Runtime memory it holds (bytes after padding and page rounding).
-    reserved: int
-    #: Bytes it counts as in use (0 for a pool's own blocks and for reservations).
-    in_use: int
-    #: Nanoseconds since the trace started.
-    t: int
-    #: Thread number in the trace.
-    thread: int
-    #: The recorded call site, innermost frame first (empty without stacks).
-    frames: list[tuple[str, int, str]] = field(default_factory=list)
-    #: A segment's pool block, a mapping's physical handle.
-    parent: int | None = None
-    #: Position of the allocating call among the trace's events.
-    index: int = 0
-    freed_index: int | None = None
-    #: How it ended: free, reset (its device was released), finalize, parent (its pool
-    #: block went), backend (another backend was installed); None while live.
-    freed_by: str | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return {"kind": self.kind, "call": self.call, "address": self.address,
-                "size": self.size, "device": self.device, "pool": self.pool,
-                "reserved": self.reserved, "in_use": self.in_use, "t": self.t,
-                "thread": self.thread, "parent": self.parent,
-                "stack": [list(f) for f in self.frames]}
-
-
-@dataclass
-class PoolFigures:
-    """In use and reserved bytes of one page pool (or a whole device): now and at peak."""
-
-    in_use: int = 0
-    reserved: int = 0
-    peak_in_use: int = 0
-    #: Time (ns since the start) the in-use peak was first reached.
-    peak_in_use_t: int = 0
-    peak_reserved: int = 0
-    peak_reserved_t: int = 0
-    #: Event index of the in-use peak.
-    peak_in_use_index: int = -1
-
-    def add(self, in_use: int, reserved: int, t: int, index: int) -> None:
-        self.in_use += in_use
-        self.reserved += reserved
-        if self.in_use > self.peak_in_use:
-            self.peak_in_use, self.peak_in_use_t, self.peak_in_use_index = \
-                self.in_use, t, index
-        if self.reserved > self.peak_reserved:
-            self.peak_reserved, self.peak_reserved_t = self.reserved, t
-
-    def as_dict(self) -> dict[str, int]:
-        """Plain data for JSON."""
-        return {"in_use": self.in_use, "reserved": self.reserved,
-                "peak_in_use": self.peak_in_use, "peak_in_use_t": self.peak_in_use_t,
-                "peak_reserved": self.peak_reserved, "peak_reserved_t": self.peak_reserved_t}
-
-
-@dataclass
-class DeviceFigures:
-    """A device's figures: the whole device, each page pool, and the largest allocations
-    live at its in-use peak."""
-
-    device: str
-    total: PoolFigures = field(default_factory=PoolFigures)
-    pools: dict[str, PoolFigures] = field(default_factory=dict)
-    largest_at_peak: list[Allocation] = field(default_factory=list)
-    #: Pool totals the trace's aclrtGetMemInfo calls reported, by aclrtMemAttr value.
-    capacity: dict[int, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return {"device": self.device, **self.total.as_dict(),
-                "pools": {name: pool.as_dict() for name, pool in sorted(self.pools.items())},
-                "largest_at_peak": [a.as_dict() for a in self.largest_at_peak]}
-
-
-@dataclass
-class FailedCalls:
-    """Calls of one name that failed the same way."""
-
-    call: str
-    #: The return code, or None when the call raised.
-    rc: int | None
-    raised: str | None
-    count: int
-    first_t: int
-    #: The first one, with its arguments: ``aclrtMalloc(size=..., policy=...)``.
-    first: str
-    frames: list[tuple[str, int, str]] = field(default_factory=list)
-
-    @property
-    def reason(self) -> str:
-        """``207001 ACL_ERROR_RT_MEMORY_ALLOCATION`` or ``raised HazardError``."""
-        if self.raised is not None:
-            return f"raised {self.raised}"
-        assert self.rc is not None
-        return f"{self.rc} {error_name(self.rc)}"
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
-        return {"call": self.call, "rc": self.rc, "raised": self.raised, "count": self.count,
-                "first_t": self.first_t, "first": self.first,
-                "stack": [list(f) for f in self.frames]}
-
-
-@dataclass
-class TraceSummary:
-    """What ``acl-mem trace summary`` reports about one trace."""
-
-    path: str
-    header: dict[str, Any]
-    calls: int
-    duration: int
-    threads: int
-    by_call: dict[str, int]
-    devices: dict[str, DeviceFigures]
-    never_freed: list[Allocation]
-    failed: list[FailedCalls]
-    #: Streams created in the trace and never destroyed (nor released with their device).
-    streams_left: int = 0
-    #: Successful frees of memory the trace never saw allocated (allocated before it began).
-    unknown_frees: int = 0
-    #: Whether the trace ends with its ``end`` line (not when the process was killed).
-    complete: bool = True
-    lost: int = 0
-    bad_lines: int = 0
-    live: list[Allocation] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON (``acl-mem trace summary --json``)."""
-        return {
-            "path": self.path, "header": self.header, "calls": self.calls,
-            "duration": self.duration, "threads": self.threads, "by_call": self.by_call,
-            "devices": {d: f.as_dict() for d, f in self.devices.items()},
-            "never_freed": [a.as_dict() for a in self.never_freed],
-            "failed": [f.as_dict() for f in self.failed],
-            "streams_left": self.streams_left, "unknown_frees": self.unknown_frees,
-            "complete": self.complete, "lost": self.lost, "bad_lines": self.bad_lines,
-        }
 
 
 def _block_pool(call: str, size: int, policy: int, padding: int) -> tuple[str, int]:
@@ -290,7 +137,7 @@ class _Model:
     def _close(self, a: Allocation, how: str, t: int, index: int) -> None:
         if a.freed_by is not None:
             return
-        a.freed_by, a.freed_index = how, index
+        a.freed_by, a.freed_index, a.freed_t = how, index, t
         self._count(a, -1, t, index)
         if a.kind == "segment" and a.parent is not None:
             siblings = self.children.get(a.parent)
@@ -624,7 +471,7 @@ def summarize_trace(trace: Trace, *, top: int = 10) -> TraceSummary:
         failed=sorted(model.failed.values(), key=lambda f: f.first_t),
         streams_left=len(model.streams), unknown_frees=model.unknown_frees,
         complete=trace.end is not None, lost=lost, bad_lines=trace.bad_lines,
-        live=never,
+        live=never, allocations=model.allocations,
     )
 
 
@@ -638,133 +485,3 @@ def _device_order(device: str) -> tuple[int, int, str]:
     if device.isdigit():
         return (0, int(device), "")
     return (1 if device == HOST else 2, 0, device)
-
-
-# -- text ------------------------------------------------------------------------------------------
-def size_text(n: int) -> str:
-    """Bytes in binary units (``64 GiB``), as ``acl-mem info`` prints them."""
-    from ..cli import format_size
-
-    return format_size(n)
-
-
-_size = size_text
-
-
-def _seconds(t: int) -> str:
-    return f"{t / 1e9:.6f} s"
-
-
-def _site(frames: Sequence[Sequence[object]]) -> str:
-    if not frames:
-        return "(no stack recorded)"
-    first = frames[0]
-    return f"{os.path.basename(str(first[0]))}:{first[1]} in {first[2]}"
-
-
-def _device_title(figures: DeviceFigures, header: Mapping[str, Any]) -> str:
-    if figures.device == HOST:
-        return "host (page-locked memory)"
-    if figures.device == UNKNOWN:
-        return "device unknown (allocated by threads with no device the trace knows)"
-    if figures.device == "-":
-        return "virtual address reservations"
-    capacity = header.get("capacity")
-    memory = f"{header['memory']} " if header.get("memory") else ""
-    tail = f" ({memory}{_size(capacity)})" if isinstance(capacity, int) and capacity else ""
-    return f"device {figures.device}{tail}"
-
-
-def _allocation_line(a: Allocation) -> str:
-    where = f"segment of {a.parent:#x}" if a.kind == "segment" and a.parent is not None \
-        else a.call
-    when = f"at {_seconds(a.t)}  thread {a.thread}  " if a.thread else ""
-    site = _site(a.frames) if a.thread or a.frames else ""
-    return f"{_size(a.in_use or a.size):>10}  {where:<24} {a.address:#x}  {when}{site}".rstrip()
-
-
-def format_summary(summary: TraceSummary, *, top: int = 10) -> str:
-    """The text ``acl-mem trace summary`` prints."""
-    h = summary.header
-    lines = [f"trace {summary.path}"]
-    backend = h.get("backend") or "(no backend used)"
-    details = h.get("details") or {}
-    profile = f" {details['profile']}" if isinstance(details, dict) and \
-        details.get("profile") else ""
-    lines.append(f"  {backend}{profile}, SoC {h.get('soc') or '?'}, CANN "
-                 f"{h.get('cann') or '?'}, padding {h.get('padding')}, pid {h.get('pid')}, "
-                 f"started {h.get('started')}")
-    lines.append(f"  {summary.calls} calls in {_seconds(summary.duration)} from "
-                 f"{summary.threads} thread(s)"
-                 + ("" if summary.complete else "; no end line: the process ended without "
-                    "stopping the recording (killed?)")
-                 + (f"; {summary.lost} call(s) could not be recorded" if summary.lost else "")
-                 + (f"; {summary.bad_lines} unreadable line(s)" if summary.bad_lines else ""))
-    for figures in summary.devices.values():
-        if figures.pools or figures.total.peak_reserved or figures.total.peak_in_use:
-            lines.append("")
-            lines.extend(device_lines(figures, h, top))
-    lines.append("")
-    never = summary.never_freed
-    lines.append(f"never freed: {len(never)} allocation(s)"
-                 + (f", {_size(sum(a.reserved for a in never))} reserved" if never else ""))
-    for a in sorted(never, key=lambda a: (-max(a.in_use, a.reserved, a.size), a.index))[:top]:
-        lines.append(f"  {a.kind:<11} device {a.device:<4} " + _allocation_line(a))
-    if len(never) > top:
-        lines.append(f"  ... and {len(never) - top} more (--top N, or --json)")
-    if summary.streams_left:
-        lines.append(f"streams never destroyed: {summary.streams_left}")
-    if summary.unknown_frees:
-        lines.append(f"frees of memory allocated before the trace began: "
-                     f"{summary.unknown_frees}")
-    lines.append(f"failed calls: {sum(f.count for f in summary.failed)}"
-                 + (f", {len(summary.failed)} kinds" if len(summary.failed) > 1 else ""))
-    for f in summary.failed[:top]:
-        lines.append(f"  {f.call:<24} {f.reason}  x{f.count}  first at {_seconds(f.first_t)}: "
-                     f"{f.first}  {_site(f.frames)}")
-    if len(summary.failed) > top:
-        lines.append(f"  ... and {len(summary.failed) - top} more kinds (--top N, or --json)")
-    return "\n".join(lines)
-
-
-def device_lines(figures: DeviceFigures, header: Mapping[str, Any], top: int, *,
-                 live: Sequence[Allocation] | None = None, peaks: bool = True) -> list[str]:
-    """A device's section: totals, one row per page pool, and the largest allocations
-    live at the in-use peak (or, given ``live``, the largest live now)."""
-    total = figures.total
-    lines = [_device_title(figures, header)]
-    if peaks:
-        lines.append(f"  peak in use   {_size(total.peak_in_use):>10} at "
-                     f"{_seconds(total.peak_in_use_t)}   peak reserved "
-                     f"{_size(total.peak_reserved):>10} at {_seconds(total.peak_reserved_t)}")
-    now = "at the end   " if live is None else "now          "
-    lines.append(f"  {now} in use {_size(total.in_use)}, reserved {_size(total.reserved)}")
-    if figures.pools:
-        if peaks:
-            lines.append(f"  {'pool':<8}{'peak in use':>14}{'peak reserved':>16}"
-                         f"{'in use ' + now.strip():>18}{'reserved ' + now.strip():>20}")
-        else:
-            lines.append(f"  {'pool':<8}{'in use':>14}{'reserved':>16}")
-    for name, pool in sorted(figures.pools.items(), key=lambda kv: _pool_order(kv[0])):
-        if peaks:
-            lines.append(f"  {name:<8}{_size(pool.peak_in_use):>14}"
-                         f"{_size(pool.peak_reserved):>16}{_size(pool.in_use):>18}"
-                         f"{_size(pool.reserved):>20}")
-        else:
-            lines.append(f"  {name:<8}{_size(pool.in_use):>14}{_size(pool.reserved):>16}")
-    shown = figures.largest_at_peak if live is None else list(live)
-    if shown:
-        title = f"largest live at the in-use peak ({_seconds(total.peak_in_use_t)})" \
-            if live is None else "largest live allocations"
-        lines.append(f"  {title}:")
-        lines.extend(f"    {_allocation_line(a)}" for a in shown[:top])
-        if live is not None and len(shown) > top:
-            lines.append(f"    ... and {len(shown) - top} more")
-    return lines
-
-
-_POOLS = ("normal", "huge", "giant", "pinned")
-
-
-def _pool_order(name: str) -> tuple[int, str]:
-    return (_POOLS.index(name) if name in _POOLS else len(_POOLS), name)
