@@ -14,9 +14,11 @@ from __future__ import annotations
 from ._figures import Allocation, DeviceFigures, FailedCalls, PoolFigures, TraceSummary
 from ._format import FORMAT_NAME, FORMAT_VERSION, Trace, TraceFormatError, read_trace
 from ._recorder import Recorder, active, flush, record
+from ._replay import Difference, ReplayOptions, ReplayReport, replay, replay_trace
 from ._summary import summarize, summarize_trace
 from ._text import format_summary
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Allocation", "DeviceFigures", "FailedCalls",
-           "PoolFigures", "Recorder", "Trace", "TraceFormatError", "TraceSummary", "active",
-           "flush", "format_summary", "read_trace", "record", "summarize", "summarize_trace"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "Allocation", "DeviceFigures", "Difference",
+           "FailedCalls", "PoolFigures", "Recorder", "ReplayOptions", "ReplayReport", "Trace",
+           "TraceFormatError", "TraceSummary", "active", "flush", "format_summary",
+           "read_trace", "record", "replay", "replay_trace", "summarize", "summarize_trace"]

@@ -8,7 +8,10 @@ import json
 import sys
 from typing import Any
 
-from ._format import TraceFormatError
+from ._format import TraceFormatError, read_trace
+from ._progress import Progress
+from ._replay import POOLS, ReplayOptions, replay_trace
+from ._replay_text import format_replay
 from ._summary import summarize
 from ._text import format_summary
 
@@ -44,9 +47,38 @@ exit status: 0 summary printed; 1 the file cannot be read or is not a trace;
 """
 
 
+_REPLAY_DESCRIPTION = """\
+Replay a trace on a fresh fake device: every recorded call is made again, in the
+recorded order and thread, with recorded addresses, handles and streams mapped to
+the ones the replay got. Reports the calls whose result differs from the recording
+(an out-of-memory that now happens, or no longer does) with their call sites, and
+the peaks in use and reserved per device, recorded and replayed.
+
+By default the fake plays the device and CANN release the trace's header names.
+--profile, --hbm, --cann and --pool ask what would happen on another device, with
+more or less memory, under another release, or with the aclrtMalloc family served
+from an acl_mem pool.
+"""
+
+_REPLAY_EPILOG = """\
+Calls on memory allocated before the recording began, and calls on memory the
+replay could not allocate, are not replayed; the report counts them.
+
+--json prints one JSON object: path, profile, soc, cann, capacity, device_count,
+pool, calls, replayed, seconds, differences, first [{number, t, thread, call,
+recorded, replayed, recorded_rc, replayed_rc, stack, free, total}], skipped
+{reason: count}, notes, devices {device: recorded_peak_in_use,
+recorded_peak_reserved, replayed_peak_in_use, replayed_peak_reserved}, pools
+{device: figures of the replay's pool}.
+
+exit status: 0 no differences; 3 some call returned something else; 1 the file
+cannot be read or is not a trace; 2 usage error.
+"""
+
+
 def add_trace_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     """Add ``trace`` and its commands to the parser's subcommands ``sub``."""
-    trace = sub.add_parser("trace", help="summarise an allocation trace (ACL_MEM_TRACE)",
+    trace = sub.add_parser("trace", help="summarise or replay an allocation trace (ACL_MEM_TRACE)",
                            description=_TRACE_DESCRIPTION, formatter_class=formatter)
     commands = trace.add_subparsers(dest="trace_command", title="commands",
                                     metavar="COMMAND", required=True)
@@ -58,6 +90,48 @@ def add_trace_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
                          help="allocations to list at each peak and never freed (default 10)")
     summary.add_argument("--json", action="store_true",
                          help="print a JSON object instead of text (keys below)")
+    replay = commands.add_parser("replay", help="replay the calls on the fake: what differs, "
+                                 "what if the device were bigger, pooled, another release",
+                                 description=_REPLAY_DESCRIPTION, epilog=_REPLAY_EPILOG,
+                                 formatter_class=formatter)
+    replay.add_argument("file", metavar="FILE", help="the trace (JSON Lines)")
+    replay.add_argument("--profile", metavar="NAME",
+                        help="fake profile or SoC family to replay on (default: the trace's "
+                        "SoC; acl-mem info --profiles lists them)")
+    replay.add_argument("--hbm", type=_size, metavar="SIZE",
+                        help="memory per device, e.g. 32GiB, 512MiB or bytes (default: the "
+                        "trace's)")
+    replay.add_argument("--cann", metavar="RELEASE",
+                        help="CANN release whose behaviour to play: 8.5.0, 9.0.1 or 9.1.0 "
+                        "(default: the trace's)")
+    replay.add_argument("--pool", choices=POOLS,
+                        help="serve aclrtMalloc, aclrtMallocAlign32 and aclrtMallocCached "
+                        "from an acl_mem pool per device (SegmentPool or ExpandablePool)")
+    replay.add_argument("--top", type=_count, default=10, metavar="N",
+                        help="differences to describe (default 10)")
+    replay.add_argument("--json", action="store_true",
+                        help="print a JSON object instead of text (keys below)")
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1000**2, "MIB": 1 << 20, "G": 1 << 30, "GB": 1000**3, "GIB": 1 << 30,
+          "T": 1 << 40, "TB": 1000**4, "TIB": 1 << 40}
+
+
+def _size(text: str) -> int:
+    """``32GiB``, ``32G`` (binary), ``32GB`` (decimal), ``1.5GiB`` or plain bytes."""
+    cleaned = text.strip().replace("_", "").upper()
+    number = cleaned.rstrip("KMGTIB")
+    unit = cleaned[len(number):]
+    try:
+        value = float(number) * _UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(
+            f"expected a size such as 32GiB, 512MiB or 1073741824, got {text!r}") from None
+    if not 2 << 20 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: the fake needs at least 2 MiB per "
+                                         "device and at most 2**64 - 1 bytes")
+    return int(value)
 
 
 def _count(text: str) -> int:
@@ -72,6 +146,8 @@ def _count(text: str) -> int:
 
 def run_trace(args: argparse.Namespace) -> int:
     """Run ``acl-mem trace COMMAND``; the exit status."""
+    if args.trace_command == "replay":
+        return _run_replay(args)
     try:
         summary = summarize(args.file, top=args.top)
     except (OSError, TraceFormatError) as exc:
@@ -86,3 +162,30 @@ def run_trace(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         sys.stderr.close()
     return 0
+
+
+def _run_replay(args: argparse.Namespace) -> int:
+    try:
+        options = ReplayOptions(args.profile, args.hbm, args.cann, args.pool)
+        with Progress("reading", 0, unit="bytes") as progress:
+            trace = read_trace(args.file, progress=progress)
+    except ValueError as exc:
+        if not isinstance(exc, TraceFormatError):
+            print(f"acl-mem trace replay: {exc}", file=sys.stderr)
+            return 2
+        print(f"acl-mem trace replay: cannot read {args.file}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"acl-mem trace replay: cannot read {args.file}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    with Progress("replay", len(trace.events)) as progress:
+        report = replay_trace(trace, options, keep=args.top, progress=progress)
+    try:
+        if args.json:
+            print(json.dumps(report.as_dict(), indent=2))
+        else:
+            print(format_replay(report))
+    except BrokenPipeError:
+        sys.stderr.close()
+    return 3 if report.differences else 0

@@ -3,6 +3,7 @@ copies the recorder makes of mutable arguments. Writing is in ``_lines.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -11,6 +12,7 @@ from typing import Any
 
 from .._structs import aclrtPhysicalMemProp
 from ._lines import BY_WRITTEN, CALLS, FORMAT_NAME, FORMAT_VERSION
+from ._progress import Progress
 
 __all__ = ["CALLS", "FORMAT_NAME", "FORMAT_VERSION", "Trace", "TraceFormatError",
            "call_label", "read_trace", "snapshot"]
@@ -79,10 +81,15 @@ def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
         yield from enumerate(handle, start=1)
 
 
-def read_trace(path: str | os.PathLike[str]) -> Trace:
+def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
     """Read a trace file of any version up to :data:`FORMAT_VERSION`; TraceFormatError if
-    it is not one (OSError if it cannot be read)."""
+    it is not one (OSError if it cannot be read). ``progress`` is told the characters read
+    (its total set to the file's size)."""
     name = os.fspath(path)
+    if progress is not None:
+        with contextlib.suppress(OSError):
+            progress.total = os.path.getsize(path)
+    read = 0
     lines = _lines(path)
     try:
         _, first = next(lines)
@@ -104,6 +111,9 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     keyed: list[tuple[int, int, dict[str, Any]]] = []
     try:
         for number, line in lines:
+            if progress is not None:
+                read += len(line)
+                progress.update(read)
             try:
                 item = json.loads(line)
             except ValueError:

@@ -112,6 +112,7 @@ class _Model:
         self.failed: dict[tuple[str, int | None, str | None], FailedCalls] = {}
         self.unknown_frees = 0
         self.by_call: Counter[str] = Counter()
+        self.malformed = 0
 
     # -- figures -----------------------------------------------------------------------------------
     def _figures(self, device: str) -> DeviceFigures:
@@ -197,7 +198,12 @@ class _Model:
                 return
         handler = _HANDLERS.get(call)
         if handler is not None:
-            handler(self, index, t, event)
+            try:
+                handler(self, index, t, event)
+            except (KeyError, TypeError, ValueError):
+                # A field missing or of the wrong type (a damaged or hand-edited line):
+                # counted with the unreadable lines, the rest of the trace still counts.
+                self.malformed += 1
 
     def _new(self, kind: str, event: Mapping[str, Any], index: int, t: int, *, address: int,
              size: int, device: str, pool: str, reserved: int, in_use: int,
@@ -470,7 +476,7 @@ def summarize_trace(trace: Trace, *, top: int = 10) -> TraceSummary:
         never_freed=never,
         failed=sorted(model.failed.values(), key=lambda f: f.first_t),
         streams_left=len(model.streams), unknown_frees=model.unknown_frees,
-        complete=trace.end is not None, lost=lost, bad_lines=trace.bad_lines,
+        complete=trace.end is not None, lost=lost, bad_lines=trace.bad_lines + model.malformed,
         live=never, allocations=model.allocations,
     )
 

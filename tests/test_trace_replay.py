@@ -1,0 +1,250 @@
+"""acl-mem trace replay: a recorded run made again on the fake, with the recorded addresses,
+handles and streams mapped to the replay's (docs/trace-format.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from typing import Any
+
+import pytest
+
+import acl_mem
+from acl_mem import raw
+from acl_mem.cli import main
+from acl_mem.errors import AclError
+from acl_mem.sizes import GiB, MiB
+from acl_mem.trace import ReplayOptions, read_trace, record, replay, replay_trace
+from acl_mem.trace._progress import Progress
+
+OOM = 207001
+
+
+def _workload(dev: acl_mem.Device) -> list[int]:
+    """Most of what the trace records: the aclrtMalloc family with every policy, a failed
+    allocation, a double free, host and DVPP memory, streams, virtual memory, a pool,
+    a context, and a second thread on another device. Leaves some memory live."""
+    kept = [raw.aclrtMalloc(size, policy % 3)
+            for policy, size in enumerate([1, 100, 4096, 2 * MiB, 3 * MiB, 64 << 10])]
+    raw.aclrtFree(kept.pop(1))
+    aligned = raw.aclrtMallocAlign32(1000)
+    kept.append(raw.aclrtMallocCached(5000))
+    with pytest.raises(AclError) as too_big:
+        raw.aclrtMalloc(1 << 50)
+    assert too_big.value.code == OOM
+    raw.aclrtFree(aligned)
+    with pytest.raises(AclError):
+        raw.aclrtFree(aligned)
+    raw.aclrtFreeHost(raw.aclrtMallocHost(5000))
+    kept.append(raw.aclrtMallocHost(300))
+    raw.acldvppFree(raw.acldvppMalloc(1 * MiB))
+    stream = raw.aclrtCreateStream()
+    raw.aclrtSynchronizeStream(stream)
+    raw.aclrtDestroyStream(stream)
+    raw.aclrtSynchronizeDevice()
+    mapped = acl_mem.reserve_and_map(2 * MiB)
+    mapped.close()
+    with acl_mem.SegmentPool(dev) as pool:
+        segments = [pool.allocate(n) for n in (100, 5000, 70000)]
+        segments[1].free()
+    with dev.context():
+        kept.append(raw.aclrtMalloc(777))
+
+    def other_thread() -> None:
+        with acl_mem.Device(1):
+            raw.aclrtFree(raw.aclrtMalloc(77))
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    thread.join()
+    return kept
+
+
+def _peaks(summary: Any) -> dict[str, tuple[int, int]]:
+    return {d: (f.total.peak_in_use, f.total.peak_reserved) for d, f in summary.devices.items()}
+
+
+def test_a_recorded_run_replays_with_no_difference(dev, tmp_path, backend):
+    """On either backend (native: through the stand-in library): the replay on the fake
+    returns what every call returned, and reaches the same peaks."""
+    path = tmp_path / "run.jsonl"
+    with record(path):
+        _workload(dev)
+    report = replay(path)
+    assert report.calls > 40
+    assert report.differences == 0, report.first
+    assert report.skipped == {} and report.replayed == report.calls
+    assert _peaks(report.replayed_summary) == _peaks(report.recorded_summary)
+    assert len(report.replayed_summary.never_freed) == \
+        len(report.recorded_summary.never_freed)
+    assert report.soc == read_trace(path).header["soc"]
+
+
+def test_the_first_difference_names_the_call_its_codes_and_its_site(tmp_path):
+    acl_mem.fake.configure(hbm_bytes=1 * GiB)
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path, stack_depth=2):
+        small = raw.aclrtMalloc(64 * MiB)
+        big = raw.aclrtMalloc(512 * MiB)  # the line the difference points at
+        raw.aclrtFree(big)
+        raw.aclrtFree(small)
+    report = replay(path, hbm=256 * MiB, keep=5)
+    assert report.capacity == 256 * MiB
+    assert report.differences == 1
+    first = report.first[0]
+    assert (first.recorded_rc, first.replayed_rc) == (0, OOM)
+    assert "size=536870912" in first.call
+    assert first.frames[0][0] == __file__ and first.frames[0][2] == \
+        "test_the_first_difference_names_the_call_its_codes_and_its_site"
+    assert first.free is not None and first.total is not None and first.free < 512 * MiB
+    # Its free was never replayed: the replay has no such memory.
+    assert report.skipped == {"calls on memory or handles the replay could not get": 1}
+
+
+def test_a_failure_that_no_longer_happens_on_a_bigger_device(tmp_path):
+    acl_mem.fake.configure(hbm_bytes=256 * MiB)
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path):
+        with pytest.raises(AclError) as failed:
+            raw.aclrtMalloc(512 * MiB)
+        assert failed.value.code == OOM
+    assert replay(path).differences == 0  # the recorded device: fails again
+    report = replay(path, hbm=1 * GiB)
+    assert report.differences == 1
+    assert (report.first[0].recorded_rc, report.first[0].replayed_rc) == (OOM, 0)
+    assert report.replayed_summary.devices["0"].total.peak_in_use == 512 * MiB
+
+
+def test_another_release_is_played(tmp_path):
+    """aclrtGetMemInfo's attributes 12-17 are refused by 8.5.0 (docs/runtime-model.md
+    §0.1): a 9.1.0 trace replayed as 8.5.0 shows it."""
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path):
+        raw.aclrtGetMemInfo(acl_mem.MemAttr.MEM_NORMAL)
+    assert replay(path).differences == 0
+    report = replay(path, cann="8.5.0")
+    assert report.cann == "8.5.0" and report.differences == 1
+    assert report.first[0].recorded_rc == 0 and report.first[0].replayed_rc == 107016
+
+
+@pytest.mark.parametrize("pool", ["segment", "expandable"])
+def test_pooling_the_malloc_family(tmp_path, pool):
+    path = tmp_path / "run.jsonl"
+    sizes = [1000 + 4096 * i for i in range(40)]
+    with acl_mem.Device(0), record(path):
+        pointers = [raw.aclrtMalloc(n) for n in sizes]
+        for ptr in pointers[::2]:
+            raw.aclrtFree(ptr)
+        raw.aclrtFreeHost(raw.aclrtMallocHost(100))
+    plain = replay(path)
+    report = replay(path, pool=pool)
+    assert report.pool == pool and report.differences == 0 and report.skipped == {}
+    stats = report.pools[0]
+    assert stats.blocks_allocated >= 1 and stats.peak_in_use >= sum(sizes) // 2
+    recorded_blocks = plain.replayed_summary.by_call["aclrtMalloc"]
+    pooled = report.replayed_summary
+    # The pool asked the runtime for a few blocks instead of one per allocation.
+    assert pooled.by_call.get("aclrtMalloc", 0) + \
+        pooled.by_call.get("aclrtMallocPhysical", 0) < recorded_blocks
+    assert pooled.devices["0"].total.peak_in_use == \
+        plain.replayed_summary.devices["0"].total.peak_in_use
+
+
+def test_memory_from_before_the_trace_is_counted_not_replayed(tmp_path):
+    with acl_mem.Device(0):
+        early = raw.aclrtMalloc(100)
+        with record(tmp_path / "run.jsonl"):
+            raw.aclrtFree(early)
+            raw.aclrtFree(raw.aclrtMalloc(200))
+    report = replay(tmp_path / "run.jsonl")
+    assert report.differences == 0
+    assert report.skipped == {"calls on memory or handles from before the trace began": 1}
+
+
+def test_damaged_and_unknown_records_are_counted(tmp_path):
+    lines = [
+        {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
+         "soc": "Ascend910B1", "cann": "9.1.0", "set_counts": {}, "current_device": None},
+        {"t": 1, "th": 1, "call": "aclrtSetDevice", "device": 0, "rc": 0},
+        {"t": 2, "th": 1, "dev": 0, "call": "aclrtMalloc", "policy": 0, "rc": 0, "ptr": 5},
+        {"t": 3, "th": 1, "call": "aclrtFree", "ptr": None, "rc": 0},
+        {"t": 4, "th": 1, "call": "aclrtSomethingNew", "rc": 0},
+        {"t": 5, "th": 1, "dev": 0, "call": "aclrtMalloc", "size": 64, "policy": 0, "rc": 0,
+         "ptr": 4096},
+    ]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    report = replay(path)
+    assert report.differences == 0 and report.replayed == 2
+    assert report.skipped == {"records with a missing or malformed field": 2,
+                              "calls this acl_mem does not replay": 1}
+
+
+def test_the_cli(tmp_path, capsys):
+    acl_mem.fake.configure(hbm_bytes=1 * GiB)
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path):
+        raw.aclrtFree(raw.aclrtMalloc(600 * MiB))
+    assert main(["trace", "replay", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "differences: none" in text and "device 0" in text
+    assert main(["trace", "replay", "--hbm", "512MiB", "--json", str(path)]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["differences"] == 1 and data["capacity"] == 512 * MiB
+    assert data["first"][0]["replayed_rc"] == OOM and data["first"][0]["recorded_rc"] == 0
+    assert set(data["devices"]["0"]) == {"recorded_peak_in_use", "recorded_peak_reserved",
+                                         "replayed_peak_in_use", "replayed_peak_reserved"}
+    assert main(["trace", "replay", str(tmp_path / "missing.jsonl")]) == 1
+    assert main(["trace", "replay", "--cann", "7.0", str(path)]) == 2
+    assert main(["trace", "replay", "--profile", "nonsense", str(path)]) == 2
+    with pytest.raises(SystemExit) as usage:
+        main(["trace", "replay", "--hbm", "1KiB", str(path)])
+    assert usage.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["trace", "replay", "--pool", "arena", str(path)])
+
+
+def test_options_refuse_what_cannot_be_played():
+    with pytest.raises(ValueError):
+        ReplayOptions(pool="arena")
+    with pytest.raises(ValueError):
+        ReplayOptions(hbm=1024)
+    with pytest.raises(ValueError):
+        ReplayOptions(cann="7.0")
+
+
+def test_progress_is_drawn_on_a_terminal_only(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path):
+        for _ in range(3):
+            raw.aclrtFree(raw.aclrtMalloc(100))
+    trace = read_trace(path)
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    drawn, piped = Terminal(), io.StringIO()
+    with Progress("replay", len(trace.events), stream=drawn) as progress:
+        replay_trace(trace, progress=progress)
+        assert "replay: 0/" in drawn.getvalue()
+    assert drawn.getvalue().endswith("\r")  # the line is cleared at the end
+    with Progress("replay", len(trace.events), stream=piped) as progress:
+        replay_trace(trace, progress=progress)
+    assert piped.getvalue() == ""
+
+
+def test_replay_does_not_touch_the_callers_fake(tmp_path):
+    """Without a pool the replay runs on a fake of its own: the caller's memory and
+    current device stay as they were."""
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0) as device, record(path):
+        buffer = device.malloc(4096)
+        buffer.free()
+    with acl_mem.Device(0) as device:
+        kept = device.malloc(1000)
+        replay(path)
+        assert not kept.freed and acl_mem.Device.current() == device
+        kept.free()
+
