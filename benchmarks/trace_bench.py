@@ -17,6 +17,11 @@ times medians over the rounds.
 (c) the same with stack_depth=4.
 (d) the raw pair through the native backend on the stand-in libascendcl
     (tests/stand_in.py, needs a C compiler).
+(e) replay (``acl-mem trace replay``) of a recorded run of ``--replay-calls`` calls
+    (default 1 000 000: malloc/free with log-uniform sizes from 32 B to 16 MiB, about
+    500 live): calls per second of reading the file, of the replay itself and of the
+    two summaries it reports, and the whole replay's time against the time the recorded
+    program took on the fake in the same process.
 """
 
 from __future__ import annotations
@@ -138,15 +143,74 @@ def bench_native(pairs: int, rounds: int) -> dict[str, float]:
         _backend._install(previous)
 
 
+def _replay_workload(calls: int, seed: int = 7) -> None:
+    import random
+
+    from acl_mem import raw
+
+    rng = random.Random(seed)
+    live: list[int] = []
+    for _ in range(calls - 500):
+        if len(live) >= 500 or (live and rng.random() < 0.5):
+            raw.aclrtFree(live.pop(rng.randrange(len(live))))
+        else:
+            live.append(raw.aclrtMalloc(int(2 ** rng.uniform(5, 24)), 0))
+    for ptr in live:
+        raw.aclrtFree(ptr)
+
+
+def bench_replay(calls: int) -> dict[str, float]:
+    import acl_mem
+    from acl_mem.trace import read_trace, record, replay_trace
+    from acl_mem.trace._replay import ReplayOptions
+    from acl_mem.trace._summary import summarize_trace
+
+    acl_mem.fake.configure("atlas-a2")
+    path = Path(tempfile.mkdtemp(prefix="acl_mem_replay_")) / "run.jsonl"
+    with acl_mem.Device(0):
+        started = time.perf_counter()
+        _replay_workload(calls)
+        plain = time.perf_counter() - started
+        with record(path):
+            _replay_workload(calls)
+    started = time.perf_counter()
+    trace = read_trace(path)
+    read = time.perf_counter() - started
+    recorded = sum(1 for e in trace.events if "call" in e)
+    started = time.perf_counter()
+    summarize_trace(trace)
+    summary = time.perf_counter() - started
+    started = time.perf_counter()
+    report = replay_trace(trace, ReplayOptions())
+    whole = time.perf_counter() - started
+    assert report.differences == 0, report.first
+    calls_only = whole - 2 * summary  # the report summarises the recording and the replay
+    return {
+        "calls": float(recorded),
+        "file_mib": path.stat().st_size / 2**20,
+        "read_calls_per_s": recorded / read,
+        "replay_calls_per_s": recorded / max(calls_only, 1e-9),
+        "summary_calls_per_s": recorded / summary,
+        "replay_with_summaries_calls_per_s": recorded / whole,
+        "replay_vs_recorded_program_time": whole / plain,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=1000, help="pairs per round")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    parser.add_argument("--replay-calls", type=int, default=1_000_000,
+                        help="calls of the recorded run that (e) replays")
+    parser.add_argument("--only-replay", action="store_true", help="measure (e) only")
     args = parser.parse_args(argv)
-    results = bench_fake(args.pairs, args.rounds)
-    results["d_native_stand_in_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
+    results: dict[str, dict[str, float]] = {}
+    if not args.only_replay:
+        results = bench_fake(args.pairs, args.rounds)
+        results["d_native_stand_in_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
+    results["e_replay"] = bench_replay(args.replay_calls)
     for name, figures in results.items():
         print(name)
         for key, value in figures.items():

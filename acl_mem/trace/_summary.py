@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ..enums import MallocPolicy
 from ..sizes import (
     GIANT_PAGE,
     HUGE_PAGE,
@@ -56,14 +57,23 @@ _FREE_CALLS = frozenset({"aclrtFree", "aclrtFreeHost", "acldvppFree", "hi_mpi_dv
 _AFTER_EFFECT = frozenset({"HazardError", "MemoryCheckError"})
 
 
+#: (call, policy) -> the call's AllocApi and the policy the runtime uses: enum lookups
+#: cost more than the arithmetic, and a trace repeats few pairs.
+_POLICIES: dict[tuple[str, int], tuple[AllocApi, MallocPolicy]] = {}
+
+
 def _block_pool(call: str, size: int, policy: int, padding: int) -> tuple[str, int]:
     """The page pool and the reserved bytes of a block (docs/runtime-model.md §3.5,
     §3.7-§3.9)."""
-    api = AllocApi(call)
+    known = _POLICIES.get((call, policy))
+    if known is None:
+        api = AllocApi(call)
+        known = _POLICIES[(call, policy)] = (api, effective_policy(api, policy))
+    api, effective = known
     if api is AllocApi.MALLOC_HOST:
         return "pinned", align_up(align_up(size, 32), NORMAL_PAGE)
     padded = allocation_size(api, size, policy, padding=padding)
-    kind = int(page_kinds(padded, effective_policy(api, policy))[0])
+    kind = int(page_kinds(padded, effective)[0])
     return _POOL_OF_PAGE[kind], align_up(padded, kind)
 
 
@@ -453,9 +463,12 @@ def summarize_trace(trace: Trace, *, top: int = 10) -> TraceSummary:
     """The summary of a trace already read (:func:`acl_mem.trace.read_trace`)."""
     # First pass: which blocks and reservations pools carved segments from; their bytes
     # count as reserved, their segments' as in use, from the start.
-    first = _Model(trace, None)
-    first.run()
-    model = _Model(trace, first.found_parents)
+    parents: set[int] = set()
+    if any(e.get("call") == "pool.segment_allocated" for e in trace.events):
+        first = _Model(trace, None)
+        first.run()
+        parents = first.found_parents
+    model = _Model(trace, parents)
     model.run()
     for figures in model.devices.values():
         peak = figures.total.peak_in_use_index
