@@ -248,3 +248,22 @@ def test_replay_does_not_touch_the_callers_fake(tmp_path):
         assert not kept.freed and acl_mem.Device.current() == device
         kept.free()
 
+
+
+def test_an_address_map_keeps_adjacent_blocks_and_lost_ones_apart():
+    from acl_mem.trace._replay_map import AddressMap
+
+    addresses = AddressMap()
+    addresses.add_range(0x1000, 0xA000, 0x1000)
+    addresses.add_range(0x2000, 0xB000, 0x10)
+    assert addresses.get(0x1FFF) == 0xAFFF and addresses.get(0x2000) == 0xB000
+    addresses.drop(0x2000)
+    assert addresses.get(0x2000) == 0xB000  # stale: a double free stays a double free
+    addresses.lose(0x2000)  # reused by the recording, refused by the replay
+    assert addresses.get(0x2000) is None
+    addresses.drop(0x1000)
+    addresses.lose(0x1800)
+    assert addresses.get(0x1800) is None and addresses.get(0x1004) is None
+    addresses.lost.discard(0x1800)  # its recorded free (skipped) ended it
+    addresses.add_range(0x1000, 0xC000, 0x2000)
+    assert addresses.get(0x1004) == 0xC004 and addresses.get(0x1800) == 0xC800

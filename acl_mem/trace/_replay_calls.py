@@ -139,8 +139,10 @@ class CallReplayer:
 
     # -- values ----------------------------------------------------------------------------------
     @staticmethod
-    def _needed(values: ValueMap, recorded: object, record: Mapping[str, Any]) -> int:
-        """The replay's value for a recorded input, or Skip when the replay has none."""
+    def _needed(values: ValueMap, recorded: object, record: Mapping[str, Any], *,
+                gives_back: bool = False) -> int:
+        """The replay's value for a recorded input, or Skip when the replay has none.
+        ``gives_back``: the call frees what it names (when recorded, it ended there)."""
         if type(recorded) is not int:
             raise Skip(MALFORMED)
         value: int = recorded
@@ -148,6 +150,8 @@ class CallReplayer:
         if mapped is not None:
             return mapped
         if value in values.lost:
+            if gives_back and outcome_of(record) == ("rc", 0):
+                values.lost.discard(value)
             raise Skip("calls on memory or handles the replay could not get")
         if outcome_of(record) != ("rc", 0):
             return value  # refused when recorded: let the replay refuse it too
@@ -199,7 +203,7 @@ class CallReplayer:
             else:
                 values.add(recorded, int(outputs[0]))
         elif outcome_of(record) == ("rc", 0):
-            values.lost.add(recorded)
+            values.lose(recorded)
         return outcome
 
     # -- device and context ----------------------------------------------------------------------
@@ -253,7 +257,7 @@ class CallReplayer:
         return outcome
 
     def _destroy_context(self, th: int, r: Mapping[str, Any]) -> Outcome:
-        context = self._needed(self.contexts, r["context"], r)
+        context = self._needed(self.contexts, r["context"], r, gives_back=True)
         outcome = self._result(self._device_call("aclrtDestroyContext", context))[0]
         if outcome == ("rc", 0):
             self.contexts.drop(int(r["context"]))
@@ -288,7 +292,7 @@ class CallReplayer:
 
     def _free(self, th: int, r: Mapping[str, Any]) -> Outcome:
         recorded = int(r["ptr"])
-        ptr = self._needed(self.addresses, recorded, r)
+        ptr = self._needed(self.addresses, recorded, r, gives_back=True)
         pooled = self.pooled.pop(ptr, None)
         if pooled is not None:
             pooled[1].free()
@@ -319,7 +323,7 @@ class CallReplayer:
             code = getattr(exc, "code", None)
             if not isinstance(code, int):
                 raise
-            self.addresses.lost.add(int(r.get("ptr") or 0))
+            self.addresses.lose(int(r.get("ptr") or 0))
             return ("rc", code)
         assert isinstance(segment, Segment)
         ptr = segment.ptr
@@ -349,7 +353,9 @@ class CallReplayer:
 
     def _stream_call(self, th: int, r: Mapping[str, Any]) -> Outcome:
         call, recorded = str(r["call"]), int(r["stream"])
-        outcome = self._result(self._call(call, self._needed(self.streams, recorded, r)))[0]
+        stream = self._needed(self.streams, recorded, r,
+                              gives_back=call == "aclrtDestroyStream")
+        outcome = self._result(self._call(call, stream))[0]
         if call == "aclrtDestroyStream" and outcome == ("rc", 0):
             self.streams.drop(recorded)
         return outcome
@@ -367,7 +373,7 @@ class CallReplayer:
 
     def _release(self, th: int, r: Mapping[str, Any]) -> Outcome:
         recorded = int(r["ptr"])
-        ptr = self._needed(self.addresses, recorded, r)
+        ptr = self._needed(self.addresses, recorded, r, gives_back=True)
         outcome = self._result(self._call("aclrtReleaseMemAddress", ptr))[0]
         if outcome == ("rc", 0):
             self.addresses.drop(recorded)
@@ -380,7 +386,7 @@ class CallReplayer:
 
     def _free_physical(self, th: int, r: Mapping[str, Any]) -> Outcome:
         recorded = int(r["handle"])
-        handle = self._needed(self.handles, recorded, r)
+        handle = self._needed(self.handles, recorded, r, gives_back=True)
         outcome = self._result(self._call("aclrtFreePhysical", handle))[0]
         if outcome == ("rc", 0):
             self.handles.drop(recorded)
@@ -418,14 +424,15 @@ class CallReplayer:
             parent = self._needed(self.addresses, r["parent"], r)
         except Skip:
             # Its block is not in the replay, so neither is the segment.
-            self.addresses.lost.add(int(r["ptr"]))
+            self.addresses.lose(int(r["ptr"]))
             raise
         ptr = self._needed(self.addresses, r["ptr"], r)
         self._call("checker_segment_allocated", parent, ptr, int(r["size"]), int(r["extent"]))
         return ("rc", 0)
 
     def _segment_freed(self, th: int, r: Mapping[str, Any]) -> Outcome:
-        self._call("checker_segment_freed", self._needed(self.addresses, r["ptr"], r))
+        self._call("checker_segment_freed",
+                   self._needed(self.addresses, r["ptr"], r, gives_back=True))
         return ("rc", 0)
 
 

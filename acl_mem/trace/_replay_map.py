@@ -29,6 +29,13 @@ class ValueMap:
         self.live[recorded] = replayed
         self.lost.discard(recorded)
 
+    def lose(self, recorded: int) -> None:
+        """The call that made ``recorded`` succeeded when recorded but failed in the
+        replay: later uses of it cannot be replayed (not even with an older stale value
+        that the recording had at the same address)."""
+        self.lost.add(recorded)
+        self.stale.pop(recorded, None)
+
     def get(self, recorded: int) -> int | None:
         """The replayed value, a stale one, or None (never seen, or lost)."""
         if recorded == 0:
@@ -65,13 +72,16 @@ class AddressMap(ValueMap):
         self.add(recorded, replayed)
         if recorded not in self._sizes:
             bisect.insort(self._starts, recorded)
-        # A pointer just past the bytes asked for is still inside the padded block.
-        self._sizes[recorded] = max(size, 1) + 64
+        # Only the bytes asked for: blocks can be adjacent, so the first byte after one
+        # may be the start of the next.
+        self._sizes[recorded] = max(size, 1)
 
     def get(self, recorded: int) -> int | None:
         value = self.live.get(recorded)
         if value is not None or recorded == 0:
             return 0 if recorded == 0 else value
+        if recorded in self.lost:
+            return None
         i = bisect.bisect_right(self._starts, recorded) - 1
         if i >= 0:
             start = self._starts[i]
