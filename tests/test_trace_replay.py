@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -267,3 +268,34 @@ def test_an_address_map_keeps_adjacent_blocks_and_lost_ones_apart():
     addresses.lost.discard(0x1800)  # its recorded free (skipped) ended it
     addresses.add_range(0x1000, 0xC000, 0x2000)
     assert addresses.get(0x1004) == 0xC004 and addresses.get(0x1800) == 0xC800
+
+
+def test_the_readme_example_end_to_end(tmp_path):
+    """examples/serving_trace.py recorded with ACL_MEM_TRACE, then summarised and replayed
+    as the README shows it."""
+    import os
+    import subprocess
+    import sys
+
+    from acl_mem.trace import summarize
+
+    root = Path(__file__).resolve().parent.parent
+    path = tmp_path / "run.jsonl"
+    env = {**os.environ, "ACL_MEM_BACKEND": "fake", "ACL_MEM_TRACE": str(path),
+           "ACL_MEM_TRACE_STACK": "3"}
+    for name in ("ACL_MEM_FAKE_PROFILE", "ACL_MEM_FAKE_CANN", "ACL_MEM_TRACE_OWNER"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, str(root / "examples" / "serving_trace.py")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = summarize(path)
+    assert summary.devices["0"].total.peak_in_use > 16 * GiB
+    [forgotten] = summary.never_freed
+    assert forgotten.call == "aclrtMallocHost" and forgotten.frames[0][2] == "main"
+    assert replay(path).differences == 0
+    smaller = replay(path, hbm=16 * GiB)
+    assert smaller.differences > 0 and smaller.first[0].replayed_rc == OOM
+    assert smaller.first[0].frames[1][2] == "activations"
+    replayed = smaller.replayed_summary.devices["0"].total
+    assert replayed.peak_reserved <= 16 * GiB
+    assert replayed.peak_in_use <= replayed.peak_reserved
