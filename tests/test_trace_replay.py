@@ -3,6 +3,7 @@ handles and streams mapped to the replay's (docs/trace-format.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import threading
@@ -299,3 +300,30 @@ def test_the_readme_example_end_to_end(tmp_path):
     replayed = smaller.replayed_summary.devices["0"].total
     assert replayed.peak_reserved <= 16 * GiB
     assert replayed.peak_in_use <= replayed.peak_reserved
+
+
+WILD = [None, "x", -1, 0, 1 << 70, 3.5, [], {}, True, 2**64 - 1, -(2**63), {"id": []}]
+
+
+def test_damaged_traces_never_crash_the_reader_the_summary_or_the_replay(tmp_path):
+    """Lines of a real trace with fields replaced by wild values: every reader either
+    refuses the file (TraceFormatError) or reads what it can; nothing else escapes."""
+    import random
+
+    from acl_mem.trace import TraceFormatError, summarize
+
+    source = tmp_path / "run.jsonl"
+    with acl_mem.Device(0) as dev, record(source, stack_depth=1):
+        _workload(dev)
+    lines = [json.loads(line) for line in source.read_text().splitlines()]
+    rng = random.Random(20261124)
+    damaged = tmp_path / "damaged.jsonl"
+    for _ in range(40):
+        copy = [dict(line) for line in lines]
+        for _ in range(rng.randint(1, 5)):
+            line = copy[rng.randrange(len(copy))]
+            line[rng.choice(list(line))] = rng.choice(WILD)
+        damaged.write_text("".join(json.dumps(line) + "\n" for line in copy))
+        for read in (summarize, replay, lambda p: replay(p, pool="segment")):
+            with contextlib.suppress(TraceFormatError):
+                read(damaged)

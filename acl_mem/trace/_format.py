@@ -107,7 +107,7 @@ def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None
     if type(version) is not int or version < 1 or version > FORMAT_VERSION:
         raise TraceFormatError(f"{name}: trace format version {version!r}; this acl_mem "
                                f"reads versions 1 to {FORMAT_VERSION}")
-    trace = Trace(name, header)
+    trace = Trace(name, _clean_header(header))
     keyed: list[tuple[int, int, dict[str, Any]]] = []
     try:
         for number, line in lines:
@@ -119,25 +119,74 @@ def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None
             except ValueError:
                 trace.bad_lines += 1
                 continue
-            if not isinstance(item, dict):
+            if not isinstance(item, dict) or not _take(trace, keyed, number, item):
                 trace.bad_lines += 1
-                continue
-            kind = item.get("type")
-            if "call" in item or kind == "backend":
-                keyed.append((int(item.get("t", 0)), number, item))
-            elif kind == "thread":
-                trace.threads[int(item["th"])] = item
-            elif kind == "stack":
-                trace.stacks[int(item["id"])] = [
-                    (str(f[0]), int(f[1]), str(f[2])) for f in item.get("frames", [])]
-            elif kind == "end":
-                trace.end = item
-            # Other kinds belong to later versions of the format: skipped.
     except UnicodeDecodeError:
         trace.bad_lines += 1
     keyed.sort(key=lambda k: (k[0], k[1]))
     trace.events = [item for _, _, item in keyed]
     return trace
+
+
+def _is_int(value: object) -> bool:
+    return type(value) is int
+
+
+#: Header fields readers use, and the types the format gives them (None always allowed).
+_HEADER_TYPES: dict[str, tuple[type, ...]] = {
+    "pid": (int,), "parent_pid": (int,), "stack_depth": (int,), "backend": (str,),
+    "soc": (str,), "cann": (str,), "acl": (str,), "padding": (int,), "device_count": (int,),
+    "memory": (str,), "capacity": (int,), "current_device": (int,), "details": (dict,),
+    "started": (str,), "argv": (list,),
+}
+
+
+def _clean_header(header: dict[str, Any]) -> dict[str, Any]:
+    """The header with each field of the wrong type (a damaged or hand-edited file) set to
+    None, and ``set_counts`` kept only where it maps device numbers to counts."""
+    clean = dict(header)
+    for key, types in _HEADER_TYPES.items():
+        value = clean.get(key)
+        if value is not None and (type(value) is bool or not isinstance(value, types)):
+            clean[key] = None
+    counts = clean.get("set_counts")
+    clean["set_counts"] = {
+        k: v for k, v in counts.items()
+        if isinstance(k, str) and k.isdigit() and _is_int(v) and 0 < v < 1 << 20
+    } if isinstance(counts, dict) else {}
+    return clean
+
+
+def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: int,
+          item: dict[str, Any]) -> bool:
+    """File one line's object; False if its fields are not of the format's types (a
+    damaged or hand-edited line), so that readers never meet a record they must doubt."""
+    kind = item.get("type")
+    if "call" in item or kind == "backend":
+        t = item.get("t", 0)
+        if not _is_int(t) or not _is_int(item.get("th", 0)) or \
+                ("call" in item and not isinstance(item["call"], str)) or \
+                any(item.get(k) is not None and not _is_int(item[k]) for k in ("dev", "stack")) \
+                or ("rc" in item and not _is_int(item["rc"])) or \
+                ("raised" in item and not isinstance(item["raised"], str)):
+            return False
+        keyed.append((t, number, item))
+    elif kind == "thread":
+        if not _is_int(item.get("th")):
+            return False
+        trace.threads[item["th"]] = item
+    elif kind == "stack":
+        frames = item.get("frames", [])
+        if not _is_int(item.get("id")) or not isinstance(frames, list) or not all(
+                isinstance(f, list) and len(f) == 3 and _is_int(f[1]) for f in frames):
+            return False
+        trace.stacks[item["id"]] = [(str(f[0]), f[1], str(f[2])) for f in frames]
+    elif kind == "end":
+        if not _is_int(item.get("lost", 0)) or not _is_int(item.get("calls", 0)):
+            return False
+        trace.end = item
+    # Other kinds belong to later versions of the format: skipped.
+    return True
 
 
 def call_label(record: Mapping[str, Any]) -> str:
