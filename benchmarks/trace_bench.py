@@ -193,6 +193,7 @@ def bench_replay(calls: int) -> dict[str, float]:
         "summary_calls_per_s": recorded / summary,
         "replay_with_summaries_calls_per_s": recorded / whole,
         "replay_vs_recorded_program_time": whole / plain,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 

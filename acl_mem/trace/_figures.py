@@ -15,7 +15,7 @@ HOST = "host"
 UNKNOWN = "?"
 
 
-@dataclass
+@dataclass(slots=True)
 class Allocation:
     """One allocation of a trace: a runtime block (``block``), page-locked host memory
     (``host``), a pool segment (``segment``), physical memory (``physical``), an address
@@ -61,7 +61,7 @@ class Allocation:
                 "stack": [list(f) for f in self.frames]}
 
 
-@dataclass
+@dataclass(slots=True)
 class PoolFigures:
     """In use and reserved bytes of one page pool (or a whole device): now and at peak."""
 
