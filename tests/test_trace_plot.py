@@ -138,6 +138,17 @@ def test_the_legend_names_the_call_sites(page):
     assert all(site.startswith("test_trace_plot.py:") for site in sites[:2])
 
 
+def test_sites_beyond_top_sites_share_other(summary, tmp_path):
+    out = tmp_path / "plot.html"
+    write_plot(summary, out, top_sites=1)
+    parsed = _Page()
+    parsed.feed(out.read_text(encoding="utf-8"))
+    sites = [li["data-site"] for li in parsed.find("li", "site", "0")]
+    assert len(sites) == 2 and sites[0].endswith(" in _activations") and sites[1] == "other"
+    with pytest.raises(ValueError, match="top_sites"):
+        write_plot(summary, out, top_sites=-1)
+
+
 def test_the_address_map_shows_blocks_holes_and_the_pool(summary, page):
     text, parsed = page
     blocks = parsed.find("rect", "block", "0")

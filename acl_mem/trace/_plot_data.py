@@ -187,9 +187,11 @@ class DevicePlot:
 class PlotData:
     summary: TraceSummary
     devices: list[DevicePlot]
-    #: Where the time axes start (ns): a little before the first allocation, since a
-    #: recording often begins long before the program allocates anything.
+    #: Where the time axes start and end (ns): a little before the first allocation,
+    #: since a recording often begins long before the program allocates anything, and
+    #: a little after the last event, so that a drop at the very end shows.
     start: int = 0
+    end: int = 0
 
 
 class _Work:
@@ -455,13 +457,15 @@ def build_plot_data(summary: TraceSummary, *, top_sites: int = 8,
     plots = [_device_plot(summary, figures, by_device.get(device, []), top_sites, max_points,
                           work)
              for device, figures in summary.devices.items()]
-    return PlotData(summary, plots, _axis_start(summary, by_device))
+    return PlotData(summary, plots, *_time_axis(summary, by_device))
 
 
-def _axis_start(summary: TraceSummary, by_device: dict[str, list[Allocation]]) -> int:
+def _time_axis(summary: TraceSummary, by_device: dict[str, list[Allocation]]
+               ) -> tuple[int, int]:
     first = min((a.t for device in summary.devices for a in by_device.get(device, ())
                  if a.in_use or a.reserved), default=0)
-    return max(0, first - (summary.duration - first) // 50)
+    margin = max(1, (summary.duration - first) // 50)
+    return max(0, first - margin), summary.duration + margin
 
 
 # -- axes ------------------------------------------------------------------------------------------

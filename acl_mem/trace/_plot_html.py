@@ -56,10 +56,11 @@ svg path.reserved{fill:none;stroke:#222;stroke-width:1.4}
 svg g.peak line{stroke:#c00;stroke-dasharray:3 3}svg g.peak circle{fill:#c00}
 svg g.peak.reserved line{stroke:#222}svg g.peak.reserved circle{fill:#222}
 svg g.peak text{font-weight:600;paint-order:stroke;stroke:#fff;stroke-width:3px}
+svg g.peak.in-use text{fill:#c00}
 svg rect.hole{fill:#fff;stroke:#bbb;stroke-dasharray:2 2}
 svg rect.container{fill:#e9eef5;stroke:#8a9bb0}
 svg rect.block,svg rect.segment{stroke:#fff;stroke-width:.5}svg rect.slack{opacity:.35}
-svg g.break text{fill:#777;font-style:italic}
+svg g.break text{fill:#777;font-style:italic;paint-order:stroke;stroke:#fff;stroke-width:6px}
 svg g.break line{stroke:#aaa;stroke-dasharray:6 4}
 ul.legend{list-style:none;padding:0;margin:4px 0;display:flex;flex-wrap:wrap;gap:4px 18px}
 ul.legend li{display:flex;align-items:center;gap:6px}
@@ -84,8 +85,7 @@ def render_html(data: PlotData) -> str:
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>acl_mem trace plot: {_e(summary.path)}</title>",
              f"<style>{_CSS}</style></head><body>", _header(data)]
-    parts.extend(_device_section(device, data.start, summary.duration)
-                 for device in data.devices)
+    parts.extend(_device_section(device, data.start, data.end) for device in data.devices)
     if not data.devices:
         parts.append('<p class="note">The trace holds no allocation.</p>')
     parts.append("</body></html>\n")
@@ -380,12 +380,17 @@ def _run(run: list[MapItem], row: _Row, colors: list[str], inset: int) -> str:
 
 def _tooltip(item: MapItem) -> str:
     a = item.allocation
-    what = {"container": "pool block (its segments are in use)",
-            "segment": f"segment of {a.parent or 0:#x}"}.get(item.role, a.kind)
+    if item.role == "container":
+        what = "a pool's " + ("block" if a.kind == "block" else a.kind) + \
+            " (its segments are in use)"
+    else:
+        what = f"segment of {a.parent or 0:#x}" if item.role == "segment" else a.kind
     lines = [f"{a.address:#x}  {size_text(a.size)} ({a.size:,} bytes)",
              f"{a.call}: {what}", f"call site: {site_label(a.frames)}",
              f"allocated at {time_text(a.t)}, thread {a.thread}"]
     if a.reserved > a.size:
         lines.append(f"reserved {size_text(a.reserved)} (padding and page rounding)")
-    lines.extend(f"  {file}:{line} in {function}" for file, line, function in a.frames)
+    if a.frames:
+        lines.append("stack (innermost first):")
+        lines.extend(f"  {file}:{line} in {function}" for file, line, function in a.frames)
     return "\n".join(lines)

@@ -70,7 +70,7 @@ def _write_png(data: PlotData, out: str | os.PathLike[str]) -> None:
         colors = band_colors(device.bands)
         for i, timeline in enumerate(device.timelines):
             _timeline(figure.add_subplot(grid[row]), timeline, device, colors,
-                      (data.start, data.summary.duration), legend=i == 0)
+                      (data.start, data.end), legend=i == 0)
             row += 1
         _address_map(figure.add_subplot(grid[row]), device.address_map, device.title, colors)
         row += 1
@@ -93,10 +93,10 @@ def _text(label: str) -> str:
 
 def _title(figure: Figure, data: PlotData) -> None:
     s, h = data.summary, data.summary.header
-    figure.suptitle(_text(
-        f"{s.path}: {h.get('backend') or '-'} backend, {h.get('soc') or '-'}, CANN "
-        f"{h.get('cann') or '-'}, {s.calls:,} calls in {time_text(s.duration)}"),
-        fontsize=11)
+    about = [f"{h['backend']} backend" if h.get("backend") else "",
+             str(h.get("soc") or ""), f"CANN {h['cann']}" if h.get("cann") else "",
+             f"{s.calls:,} calls in {time_text(s.duration)}"]
+    figure.suptitle(_text(f"{s.path}: {', '.join(a for a in about if a)}"), fontsize=11)
 
 
 def _timeline(ax: Axes, timeline: Timeline, device: DevicePlot, colors: list[str],
@@ -126,9 +126,8 @@ def _timeline(ax: Axes, timeline: Timeline, device: DevicePlot, colors: list[str
     what = "all pools" if timeline.pool == "total" else f"{timeline.pool} pool"
     ax.set_title(_text(f"{device.title}: {what}"), fontsize=10, loc="left")
     _peak(ax, "peak in use", figures.peak_in_use, figures.peak_in_use_t, per, span,
-          below=True)
-    _peak(ax, "peak reserved", figures.peak_reserved, figures.peak_reserved_t, per, span,
-          below=False)
+          below=figures.peak_in_use > top // 6)
+    _peak(ax, "peak reserved", figures.peak_reserved, figures.peak_reserved_t, per, span)
     if legend:
         # Explicit handles: matplotlib would drop a label starting with "_" (a file
         # named _model.py) from an automatic legend.
@@ -145,8 +144,11 @@ def _legend_label(band: Band) -> str:
 
 
 def _peak(ax: Axes, what: str, value: int, t: int, per: float, span: tuple[int, int], *,
-          below: bool) -> None:
-    color = _PEAK_COLOR if below else _RESERVED_COLOR
+          below: bool = False) -> None:
+    """Mark a peak. The reserved peak is usually the higher: its label goes above the
+    point, the in-use label below (unless it would fall on the time axis), so that two
+    peaks reached together do not write over each other."""
+    color = _RESERVED_COLOR if what == "peak reserved" else _PEAK_COLOR
     x = t / per
     ax.plot([x], [value], "o", color=color, markersize=5)
     ax.axvline(x, color=color, linestyle=":", linewidth=0.8)
