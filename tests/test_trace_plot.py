@@ -16,7 +16,8 @@ import acl_mem
 from acl_mem.sizes import KiB, MiB
 from acl_mem.trace import Allocation, DeviceFigures, PoolFigures, TraceSummary, record, summarize
 from acl_mem.trace._plot import PlotDependencyError, write_plot
-from acl_mem.trace._plot_data import build_plot_data, site_label, step_series
+from acl_mem.trace._plot_data import build_plot_data, site_label
+from acl_mem.trace._plot_series import step_series
 from acl_mem.trace._progress import Progress
 
 EVIL_FILE = '<b>&"evil".py'

@@ -13,10 +13,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._plot_data import (
-    AddressMap,
     Band,
     DevicePlot,
-    MapItem,
     PlotData,
     Timeline,
     band_colors,
@@ -24,6 +22,7 @@ from ._plot_data import (
     time_text,
     time_unit,
 )
+from ._plot_map import AddressMap, MapItem
 from ._text import size_text
 
 if TYPE_CHECKING:
@@ -208,6 +207,19 @@ def _address_map(ax: Axes, address_map: AddressMap, title: str, colors: list[str
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"{c.start:#x}\n{size_text(c.end - c.start)}" for c in rows],
                        fontsize=7)
+    _map_key(ax)
     if address_map.omitted:
         ax.set_xlabel(f"{address_map.omitted} more row(s) holding fewer bytes not drawn",
                       fontsize=8)
+
+
+def _map_key(ax: Axes) -> None:
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor="#4e79a7"), Patch(facecolor="#4e79a7", alpha=0.35),
+               Patch(facecolor=_CONTAINER_COLOR, edgecolor="#8a9bb0"),
+               Patch(facecolor="white", edgecolor="#bbbbbb", hatch="////")]
+    labels = ["in use (colour of its call site)", "padding and page rounding",
+              "pool block or mapping (segments inside)", "hole"]
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8,
+              frameon=False)
