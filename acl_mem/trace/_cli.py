@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
-from ._format import TraceFormatError, read_trace
+from ._format import Trace, TraceFormatError, read_trace
+from ._plot import FORMATS, PlotDependencyError, write_plot
 from ._progress import Progress
 from ._replay import POOLS, ReplayOptions, replay_trace
 from ._replay_text import format_replay
-from ._summary import summarize
+from ._summary import summarize, summarize_trace
 from ._text import format_summary
 
 __all__ = ["add_trace_parser", "run_trace"]
@@ -76,9 +78,27 @@ cannot be read or is not a trace; 2 usage error.
 """
 
 
+_PLOT_DESCRIPTION = """\
+Draw a trace: per device (and the host's page-locked memory), the bytes in use over
+time stacked by call site (recorded with ACL_MEM_TRACE_STACK=N), the bytes reserved
+over them, per device and per page pool, with both peaks marked; and a map of the
+address space at the in-use peak, live blocks and the holes between them.
+"""
+
+_PLOT_EPILOG = """\
+The HTML file has no outside references (it opens offline) and shows details on
+hover. The PNG needs matplotlib (pip install 'acl_mem[plot]').
+
+exit status: 0 written; 1 the file cannot be read or is not a trace, or OUT cannot
+be written; 2 usage error (an OUT suffix other than .html, .htm or .png; matplotlib
+missing for a PNG).
+"""
+
+
 def add_trace_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     """Add ``trace`` and its commands to the parser's subcommands ``sub``."""
-    trace = sub.add_parser("trace", help="summarise or replay an allocation trace (ACL_MEM_TRACE)",
+    trace = sub.add_parser("trace", help="summarise, replay or plot an allocation trace "
+                           "(ACL_MEM_TRACE)",
                            description=_TRACE_DESCRIPTION, formatter_class=formatter)
     commands = trace.add_subparsers(dest="trace_command", title="commands",
                                     metavar="COMMAND", required=True)
@@ -111,6 +131,16 @@ def add_trace_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
                         help="differences to describe (default 10)")
     replay.add_argument("--json", action="store_true",
                         help="print a JSON object instead of text (keys below)")
+    plot = commands.add_parser("plot", help="draw memory over time and the address space at "
+                               "the peak (HTML or PNG)", description=_PLOT_DESCRIPTION,
+                               epilog=_PLOT_EPILOG, formatter_class=formatter)
+    plot.add_argument("file", metavar="FILE", help="the trace (JSON Lines)")
+    plot.add_argument("-o", "--output", required=True, metavar="OUT",
+                      help="OUT.html (one self-contained file) or OUT.png (needs matplotlib: "
+                      "pip install 'acl_mem[plot]')")
+    plot.add_argument("--sites", type=_count, default=8, metavar="N",
+                      help="call sites drawn as bands of their own (default 8; the rest are "
+                      "'other')")
 
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1000, "KIB": 1 << 10, "M": 1 << 20,
@@ -148,6 +178,8 @@ def run_trace(args: argparse.Namespace) -> int:
     """Run ``acl-mem trace COMMAND``; the exit status."""
     if args.trace_command == "replay":
         return _run_replay(args)
+    if args.trace_command == "plot":
+        return _run_plot(args)
     try:
         summary = summarize(args.file, top=args.top)
     except (OSError, TraceFormatError) as exc:
@@ -167,17 +199,11 @@ def run_trace(args: argparse.Namespace) -> int:
 def _run_replay(args: argparse.Namespace) -> int:
     try:
         options = ReplayOptions(args.profile, args.hbm, args.cann, args.pool)
-        with Progress("reading", 0, unit="bytes") as progress:
-            trace = read_trace(args.file, progress=progress)
     except ValueError as exc:
-        if not isinstance(exc, TraceFormatError):
-            print(f"acl-mem trace replay: {exc}", file=sys.stderr)
-            return 2
-        print(f"acl-mem trace replay: cannot read {args.file}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"acl-mem trace replay: cannot read {args.file}: {exc.strerror or exc}",
-              file=sys.stderr)
+        print(f"acl-mem trace replay: {exc}", file=sys.stderr)
+        return 2
+    trace = _read("replay", args.file)
+    if trace is None:
         return 1
     with Progress("replay", len(trace.events)) as progress:
         report = replay_trace(trace, options, keep=args.top, progress=progress)
@@ -189,3 +215,38 @@ def _run_replay(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         sys.stderr.close()
     return 3 if report.differences else 0
+
+
+def _read(command: str, path: str) -> Trace | None:
+    """The trace at ``path`` (progress on a terminal), or None after saying why not."""
+    try:
+        with Progress("reading", 0, unit="bytes") as progress:
+            return read_trace(path, progress=progress)
+    except (OSError, TraceFormatError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"acl-mem trace {command}: cannot read {path}: {reason}", file=sys.stderr)
+        return None
+
+
+def _run_plot(args: argparse.Namespace) -> int:
+    output = args.output
+    if os.path.splitext(output)[1].lower() not in FORMATS:
+        print(f"acl-mem trace plot: {output}: the output must end in .html, .htm or .png",
+              file=sys.stderr)
+        return 2
+    trace = _read("plot", args.file)
+    if trace is None:
+        return 1
+    summary = summarize_trace(trace)
+    try:
+        with Progress("plot", len(summary.allocations), unit="allocations") as progress:
+            kind = write_plot(summary, output, top_sites=args.sites, progress=progress)
+    except PlotDependencyError as exc:
+        print(f"acl-mem trace plot: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"acl-mem trace plot: cannot write {output}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    print(f"wrote {output} ({kind})")
+    return 0
