@@ -250,7 +250,22 @@ def _malloc(call: str, size: object, policy: object) -> int:
 
 def aclrtMalloc(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
     """Device memory of ``ALIGN_UP(size,32)+padding`` bytes (docs/runtime-model.md §3.5)."""
-    return _malloc("aclrtMalloc", size, policy)
+    # _malloc spelled out for the common case (plain in-range ints), the hottest call:
+    # no helper frame, no call looked up by name. Anything else takes _malloc's checks.
+    if not (type(size) is int and (type(policy) is int or type(policy) is MallocPolicy)
+            and 0 <= size < _SIZE_LIMIT and 0 <= policy < _U32_LIMIT):
+        return _malloc("aclrtMalloc", size, policy)
+    backend = _backend._active or _backend.get()
+    rc, ptr = backend.aclrtMalloc(size, policy)
+    try:
+        if rc:
+            check(rc, "aclrtMalloc", size=size, policy=policy)
+        return int(ptr)
+    except BaseException:
+        # Interrupted before the caller got the pointer: the allocation must not stay.
+        if not rc and ptr:
+            backend.aclrtFree(ptr)
+        raise
 
 
 def aclrtMallocAlign32(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
@@ -274,6 +289,12 @@ def _free(call: str, arg: str, ptr: object) -> None:
 def aclrtFree(devPtr: int) -> None:
     """Free aclrtMalloc-family memory at once, without synchronising (docs/runtime-model.md
     §3.6)."""
+    # _free spelled out for a plain in-range int (see aclrtMalloc).
+    if type(devPtr) is int and 0 <= devPtr < _SIZE_LIMIT:
+        rc = (_backend._active or _backend.get()).aclrtFree(devPtr)
+        if rc:
+            check(rc, "aclrtFree", devPtr=devPtr)
+        return
     _free("aclrtFree", "devPtr", devPtr)
 
 
@@ -334,7 +355,7 @@ def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None
         s = c_uint(src, call, "src", 64, "const void *")
         n = c_uint(count, call, "count")
         k = c_uint(kind, call, "kind", 32, "aclrtMemcpyKind")
-    rc = _backend.get().aclrtMemcpy(d, dm, s, n, k)
+    rc = (_backend._active or _backend.get()).aclrtMemcpy(d, dm, s, n, k)
     if rc:  # the hot path: no call at all on success
         check(rc, call, dst=d, destMax=dm, src=s, count=n, kind=k)
 

@@ -43,6 +43,8 @@ class AddressMap:
         Pageable host memory has no allocations; it is vouched for by the Pythonic layer
         (the buffer it holds) or proven usable by the copy itself.
         """
+        # Every copy resolves both its sides here: the common cases (a block's start, a
+        # mapped region, a pinned block's start) are read without calls.
         if DEVICE_SPACE_BASE <= address < DEVICE_SPACE_END:
             index = (address - DEVICE_SPACE_BASE) // DEVICE_SLOT
             devices = self._state.runtime.devices
@@ -50,7 +52,7 @@ class AddressMap:
                 return None
             device = devices[index]
             blocks = device.blocks
-            block = blocks.at(address) or blocks.containing(address)
+            block = blocks.by_start.get(address) or blocks.containing(address)
             if block is None:
                 return None
             if address + count <= block.end:
@@ -60,7 +62,11 @@ class AddressMap:
                 if covered is None:
                     return None
                 targets = covered
-            return device.region_of(address).host_address(address), device.id, False, targets
+            dvpp = device.dvpp  # device.region_of(address)
+            region = dvpp if dvpp.base <= address < dvpp.end else device.heap
+            offset = region.host_offset
+            host = region.host_address(address) if offset is None else address + offset
+            return host, device.id, False, targets
         state = self._state
         if VMM_WINDOW[0] <= address < VMM_WINDOW[1]:
             mappings = state.reservations.covering(address, count)
@@ -68,7 +74,9 @@ class AddressMap:
                 return None
             device_id = mappings[0].physical.device
             return address + MIRROR_OFFSET, device_id, device_id is None, mappings
-        pinned = state.pinned.containing(address) if len(state.pinned) else None
+        pinned_blocks = state.pinned
+        pinned = pinned_blocks.by_start.get(address) or (
+            pinned_blocks.containing(address) if pinned_blocks.by_start else None)
         if pinned is not None:
             if address + count > pinned.end:
                 return None

@@ -70,18 +70,23 @@ class Region:
         self.size = size
         self.end = base + size
         self._map: mmap.mmap | None = None
-        self._host_base = 0
+        #: What to add to a device address for its host address, once the mapping exists
+        #: (None before: host_address() makes it).
+        self.host_offset: int | None = None
         self._freed: list[tuple[int, int]] = []
         self._freed_bytes = 0
 
     def host_address(self, device_address: int) -> int:
-        if self._map is None:
-            self._map = mmap.mmap(
-                -1, self.size + mmap.PAGESIZE,
-                flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
-            )
-            self._host_base = address_of(self._map) + _SKEW - self.base
-        return self._host_base + device_address
+        offset = self.host_offset
+        if offset is None:
+            # Both steps idempotent: an interrupt between them leaves nothing half-made.
+            if self._map is None:
+                self._map = mmap.mmap(
+                    -1, self.size + mmap.PAGESIZE,
+                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
+                )
+            offset = self.host_offset = address_of(self._map) + _SKEW - self.base
+        return offset + device_address
 
     def freed(self, device_address: int, size: int, live: BlockIndex) -> None:
         """``[device_address, +size)`` is free now; sweep when too much is resident."""
@@ -287,7 +292,10 @@ class FakeDevice:
             if not keep_address:
                 dvpp = region is self.dvpp
                 if self._recycled_bytes < RECYCLED_LIMIT:
-                    recycled = self._recycled.setdefault((extent, block.page_size, dvpp), [])
+                    key = (extent, block.page_size, dvpp)
+                    recycled = self._recycled.get(key)
+                    if recycled is None:  # (setdefault would build a list on every free)
+                        recycled = self._recycled[key] = []
                     self._recycled_bytes += extent
                     recycled.append(start)
                 else:
@@ -296,8 +304,10 @@ class FakeDevice:
             self.blocks.add(block)
             pools.normal_used, pools.huge_used = saved
             raise
-        # Past the commit: at worst the range stays resident a little longer.
-        region.freed(start, extent, self.blocks)
+        # Past the commit: at worst the range stays resident a little longer. (Until a byte
+        # of the region is touched there is no mapping and nothing to record: no call.)
+        if region._map is not None:
+            region.freed(start, extent, self.blocks)
 
     def release_address(self, start: int, extent: int) -> None:
         space = self._dvpp_space if self.dvpp.contains(start) else self._heap_space

@@ -329,12 +329,15 @@ class BlockIndex:
     the sorted index.
     """
 
-    __slots__ = ("_blocks", "_recent", "_starts")
+    __slots__ = ("_blocks", "_recent", "_starts", "by_start")
 
     def __init__(self) -> None:
         self._starts = SortedInts()
         self._recent: dict[int, None] = {}
         self._blocks: dict[int, Block] = {}
+        #: Live blocks by start (read only: what at() answers, for hot paths to read
+        #: without a call).
+        self.by_start = self._blocks
 
     def __len__(self) -> int:
         return len(self._blocks)

@@ -100,9 +100,12 @@ class DeviceMemory:
             return codes.INVALID_PARAM, 0
         state = self._state
         with state.lock:
-            device = state.runtime.current()
-            if device is None:
+            runtime = state.runtime
+            # runtime.current() spelled out: one thread-local lookup, no call.
+            context = getattr(runtime._local, "cur", None)
+            if context is None or not context.alive:
                 return codes.CONTEXT_NULL, 0
+            device = runtime.devices[context.device]
             if state.faults:
                 fault = state.fault(call)
                 if fault:
@@ -145,7 +148,7 @@ class DeviceMemory:
             if not 0 <= index < len(devices):
                 return codes.RT_PARAM_INVALID
             device = devices[index]
-            block = device.blocks.at(ptr)
+            block = device.blocks.by_start.get(ptr)  # blocks.at(ptr), without the call
             if block is None or block.api not in apis:
                 return codes.RT_PARAM_INVALID
             if state.queued and state.streams.pending.has(block):
