@@ -8,15 +8,25 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
+import _cffi_backend
 import cffi
 
-__all__ = ["BufferSlots", "HostSpan", "ffi", "host_span", "vouched", "vouching"]
+__all__ = ["BufferSlots", "HostSpan", "ffi", "host_bytes", "host_span", "vouched",
+           "vouched_spans", "vouching"]
 
 ffi = cffi.FFI()
 # Parsed now, not on a call path: cffi parses a type string under a lock on first use.
 for _name in ("uintptr_t", "char *", "void *", "void **"):
     ffi.typeof(_name)
-_vouched = threading.local()
+#: What ffi.from_buffer(obj) and ffi.cast("uintptr_t", ...) pass to cffi's C functions,
+#: which host_span calls directly (the ffi methods add a Python call each, on every copy).
+_CHAR_ARRAY = ffi.typeof("char[]")
+_UINTPTR = ffi.typeof("uintptr_t")
+_from_buffer = _cffi_backend.from_buffer
+_cast = _cffi_backend.cast
+#: This thread's vouched host ranges in ``.spans`` (see vouching; the Pythonic layer's
+#: copies set it directly).
+vouched_spans = _vouched = threading.local()
 
 
 def vouching(spans: tuple[tuple[int, int], ...]) -> None:
@@ -56,8 +66,14 @@ def host_span(obj: object, *, writable: bool, call: str, name: str) -> HostSpan:
     TypeError when ``obj`` has no buffer; ValueError when it is not contiguous or not
     writable where it must be written.
     """
+    return HostSpan(*host_bytes(obj, writable, call, name))
+
+
+def host_bytes(obj: object, writable: bool, call: str, name: str) -> tuple[int, int, Any]:
+    """:func:`host_span` as ``(address, nbytes, keepalive)``, for the copy path (no object
+    to build)."""
     try:
-        cdata = ffi.from_buffer(obj, require_writable=writable)  # type: ignore[call-overload]
+        cdata = _from_buffer(_CHAR_ARRAY, obj, writable)  # type: ignore[call-overload]
     except TypeError:
         raise TypeError(
             f"{call}: {name} must be an acl_mem buffer or a buffer-protocol object "
@@ -70,7 +86,7 @@ def host_span(obj: object, *, writable: bool, call: str, name: str) -> HostSpan:
         if writable and _readonly(obj):
             raise ValueError(f"{call}: {name} is read-only but is written to") from None
         raise ValueError(f"{call}: {name} must be C-contiguous ({exc})") from None
-    return HostSpan(int(ffi.cast("uintptr_t", cdata)), len(cdata), cdata)
+    return int(_cast(_UINTPTR, cdata)), len(cdata), cdata
 
 
 def _readonly(obj: object) -> bool:

@@ -62,10 +62,14 @@ class State:
         return current[0]
 
     def token(self, device: int | None) -> tuple[int, int]:
-        return (self.global_epoch, self._device_epoch[device] if device is not None else 0)
+        # .get, not [...]: a Counter's miss (a device never reset) is a Python-level call.
+        return (self.global_epoch,
+                self._device_epoch.get(device, 0) if device is not None else 0)
 
     def is_live(self, device: int | None, token: tuple[int, int]) -> bool:
-        return self.token(device) == token
+        # token() spelled out: every copy and free of a buffer asks this.
+        return token[0] == self.global_epoch and token[1] == (
+            self._device_epoch.get(device, 0) if device is not None else 0)
 
     def device_set(self, device: int) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
-from ._hostbuf import BufferSlots, HostSpan, dlpack_capsule, ffi, host_span, vouching
+from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
 from ._lifecycle import State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
@@ -50,6 +50,10 @@ _FREE_CALL = {
 _RAW_FREE: dict[str, Callable[[int], None]] = {
     name: getattr(raw, name) for name in set(_FREE_CALL.values())
 }
+# Enum members read once: ``MemcpyKind.HOST_TO_DEVICE`` is a slow class attribute lookup.
+_D2D, _H2D, _D2H, _H2H = (MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.HOST_TO_DEVICE,
+                          MemcpyKind.DEVICE_TO_HOST, MemcpyKind.HOST_TO_HOST)
+
 def _release_later(
     backend: _backend.Backend, call: str, ptr: int, device_id: int | None,
     token: tuple[int, int], lifecycle: State = state,
@@ -92,11 +96,11 @@ class Buffer:
         self._api = api
         self._policy = policy
         self._device = device
-        self._owner = owner = device.id if self.is_device else None
+        self._owner = owner = device._id if self.is_device else None  # (.id, no call)
         self._token = state.token(owner)
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
-        self._backend = _backend.get()
+        self._backend = _backend._active or _backend.get()
         self._owned = owned
         self._address = ptr
         # Last: a constructor interrupted before this owns nothing (its creator frees).
@@ -615,29 +619,28 @@ def _check_range(call: str, what: str, start: int, count: int, limit: int) -> No
         raise ValueError(f"{call}: {what} = {start + count} exceeds the buffer size {limit}")
 
 
-def _endpoint(obj: object, writable: bool, call: str, name: str) -> tuple[int, int, Buffer | None,
-                                                                        HostSpan | None]:
-    if isinstance(obj, Buffer):
-        obj._check_live(call)
-        return obj._ptr, obj._size, obj, None
-    span = host_span(obj, writable=writable, call=call, name=name)
-    return span.address, span.nbytes, None, span
-
-
-def _kind(dst: Buffer | None, src: Buffer | None) -> MemcpyKind:
-    dst_dev = dst is not None and dst.is_device
-    src_dev = src is not None and src.is_device
-    if dst_dev and src_dev:
-        return MemcpyKind.DEVICE_TO_DEVICE
-    if dst_dev:
-        return MemcpyKind.HOST_TO_DEVICE
-    return MemcpyKind.DEVICE_TO_HOST if src_dev else MemcpyKind.HOST_TO_HOST
-
-
 def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int | None,
           call: str, stream: Stream | None = None) -> None:
-    dst_addr, dst_size, dst_buf, dst_keep = _endpoint(dst, True, call, "dst")
-    src_addr, src_size, src_buf, src_keep = _endpoint(src, False, call, "src")
+    # Both ends, dst first (every copy runs this): a live buffer is read as it is,
+    # anything else is host memory (host_bytes, kept alive until the copy is done).
+    dst_buf: Buffer | None
+    src_buf: Buffer | None
+    dst_keep: Any
+    src_keep: Any
+    if isinstance(dst, Buffer):
+        if not dst._ptr or not state.is_live(dst._owner, dst._token):
+            dst._check_live(call)  # raises the error that says which
+        dst_addr, dst_size, dst_buf, dst_keep = dst._ptr, dst._size, dst, None
+    else:
+        dst_addr, dst_size, dst_keep = host_bytes(dst, True, call, "dst")
+        dst_buf = None
+    if isinstance(src, Buffer):
+        if not src._ptr or not state.is_live(src._owner, src._token):
+            src._check_live(call)
+        src_addr, src_size, src_buf, src_keep = src._ptr, src._size, src, None
+    else:
+        src_addr, src_size, src_keep = host_bytes(src, False, call, "src")
+        src_buf = None
     # Offsets are 0 and count None nearly always: no checking call for those.
     d_off = 0 if dst_offset == 0 and type(dst_offset) is int else \
         c_uint(dst_offset, call, "dst offset")
@@ -658,22 +661,25 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         )
     if n == 0:
         return
-    if dst_keep is None:
-        spans: tuple[tuple[int, int], ...] = () if src_keep is None else \
-            ((src_keep.address, src_keep.nbytes),)
+    if dst_buf is not None:
+        spans: tuple[tuple[int, int], ...] = () if src_buf is not None else \
+            ((src_addr, src_size),)
     else:
-        spans = ((dst_keep.address, dst_keep.nbytes),) if src_keep is None else \
-            ((dst_keep.address, dst_keep.nbytes), (src_keep.address, src_keep.nbytes))
+        spans = ((dst_addr, dst_size),) if src_buf is not None else \
+            ((dst_addr, dst_size), (src_addr, src_size))
+    # The kind follows from where the two sides live.
+    dst_dev = dst_buf is not None and dst_buf.is_device
+    src_dev = src_buf is not None and src_buf.is_device
+    kind = (_D2D if src_dev else _H2D) if dst_dev else _D2H if src_dev else _H2H
     try:
-        vouching(spans)
+        vouched_spans.spans = spans  # vouching(spans), without the call
         if stream is None:
-            raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
-                            _kind(dst_buf, src_buf))
+            raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n, kind)
         else:
             raw.aclrtMemcpyAsync(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
-                                 _kind(dst_buf, src_buf), stream.handle)
+                                 kind, stream.handle)
     finally:
-        vouching(())
+        vouched_spans.spans = ()  # vouching(())
         del dst_keep, src_keep
 
 

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Device", "MemInfo", "device_id"]
 
+# Enum members read once: ``AllocApi.MALLOC`` is a slow class attribute lookup.
+_MALLOC, _MALLOC_ALIGN32, _MALLOC_CACHED = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32,
+                                            AllocApi.MALLOC_CACHED)
+
 
 class MemInfo(NamedTuple):
     """Free and total bytes of one page pool (docs/runtime-model.md §3.12)."""
@@ -151,24 +155,38 @@ class Device:
     ) -> DeviceBuffer:
         if state.current_device() != self._id:
             self._require_current(api.value)
-        # The raw call validates both as C integers.
-        return _adopt(lambda: allocate(size, policy), raw.aclrtFree,
-                      lambda ptr: DeviceBuffer(ptr, operator.index(size), api, self,
-                                               operator.index(policy)))
+        # _adopt() spelled out (see there why under the lock, and the undo), without its
+        # two closures: every allocation runs this. The raw call validates both as C
+        # integers.
+        with state.lock:
+            buffer: DeviceBuffer | None = None
+            ptr = allocate(size, policy)
+            # Nothing between the allocation and the try: an interrupt there would lose ptr.
+            try:
+                buffer = DeviceBuffer(ptr, operator.index(size), api, self,
+                                      operator.index(policy))
+                return buffer
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    if buffer is not None:
+                        buffer.free()  # through the buffer, so its finalizer has nothing left
+                    else:
+                        raw.aclrtFree(ptr)
+                raise
 
     def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (docs/runtime-model.md §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC, raw.aclrtMalloc, size, policy)
+        return self._device_alloc(_MALLOC, raw.aclrtMalloc, size, policy)
 
     def malloc_align32(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMallocAlign32: ``ALIGN_UP(size,32)`` bytes, for carving up (docs/runtime-model.md
         §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC_ALIGN32, raw.aclrtMallocAlign32, size, policy)
+        return self._device_alloc(_MALLOC_ALIGN32, raw.aclrtMallocAlign32, size, policy)
 
     def malloc_cached(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMallocCached: cacheable memory sized like aclrtMalloc (docs/runtime-model.md
         §3.5)."""
-        return self._device_alloc(AllocApi.MALLOC_CACHED, raw.aclrtMallocCached, size, policy)
+        return self._device_alloc(_MALLOC_CACHED, raw.aclrtMallocCached, size, policy)
 
     def malloc_host(self, size: int) -> HostBuffer:
         """aclrtMallocHost: page-locked host memory, viewable without copying (docs/runtime-model.md

@@ -343,10 +343,11 @@ def aclrtMemcpy(dst: int, destMax: int, src: int, count: int, kind: int) -> None
     """Synchronous copy; the runtime decides the direction from the addresses (docs/runtime-model.md
     §3.10)."""
     call = "aclrtMemcpy"
+    # The four size_t values in range at once: their bitwise OR is negative when one is,
+    # and reaches 2**64 when one does.
     if (type(dst) is type(destMax) is type(src) is type(count) is int
             and (type(kind) is int or type(kind) is MemcpyKind)
-            and 0 <= dst < _SIZE_LIMIT and 0 <= destMax < _SIZE_LIMIT
-            and 0 <= src < _SIZE_LIMIT and 0 <= count < _SIZE_LIMIT
+            and 0 <= (dst | destMax | src | count) < _SIZE_LIMIT
             and 0 <= kind < _U32_LIMIT):
         d, dm, s, n, k = dst, destMax, src, count, kind
     else:

@@ -27,7 +27,8 @@ from .._hostbuf import vouched
 from ..sizes import MiB
 
 __all__ = [
-    "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "address_of",
+    "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "USER_SPACE_END",
+    "address_of",
     "ffi", "host_range_mapped", "plausible_host_range", "prove_untrusted",
     "reserve_address_space",
 ]
@@ -104,13 +105,14 @@ _PROBE_LIMIT = 2 * MiB
 #: Pages probed per system call (the kernel's IOV_MAX).
 _PROBE_PAGES = 1024
 #: No user-space host address reaches this (x86-64 and AArch64 with 5-level tables: 2**56).
-_USER_SPACE_END = 1 << 56
+USER_SPACE_END = _USER_SPACE_END = 1 << 56
 _kernel_copy = sys.platform.startswith("linux")
 _scratch = bytearray(_PROBE_PAGES)
 
 
 def plausible_host_range(address: int, count: int) -> bool:
-    """False for ranges no host mapping can hold (NULL page, past the user address space)."""
+    """False for ranges no host mapping can hold (NULL page, past the user address space).
+    (AddressMap.resolve spells it out.)"""
     return address >= HOST_PAGE and address + count <= _USER_SPACE_END
 
 
