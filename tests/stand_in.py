@@ -21,10 +21,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import cffi
-
 from acl_mem._native.loader import make_ffi
-from acl_mem._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
+from acl_mem.shim._marshal import forwarder
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "stubs" / "stand_in_ascendcl.c"
@@ -86,67 +84,6 @@ def build(destination: Path) -> Path:
     return destination
 
 
-def _role(ffi: cffi.FFI, ctype: Any) -> str:
-    if ctype.kind in ("primitive", "enum"):
-        return "int"
-    item = ctype.item
-    if item.kind == "void":
-        return "ptr"
-    if item.cname == "char":
-        return "str"
-    if item.kind == "pointer":
-        return "out_ptr"
-    if item.kind == "struct":
-        return "out_struct"
-    return "out_int"
-
-
-#: Pointer arguments that are inputs although C gives them no const (or cffi drops it).
-_INPUT_POINTERS = {
-    ("aclrtMallocPhysical", 2): "in_prop",
-    ("aclrtMemGetAllocationGranularity", 0): "in_prop",
-    ("aclrtMemSetAccess", 2): "in_desc",
-    ("aclrtMemSetPidToShareableHandle", 1): "in_pids",
-}
-#: ``char *`` arguments the callee writes (a string output, not an input).
-_OUTPUT_STRINGS = {("aclsysGetVersionStr", 1)}
-
-
-def _read_prop(value: Any) -> aclrtPhysicalMemProp:
-    return aclrtPhysicalMemProp(
-        int(value.handleType), int(value.allocationType), int(value.memAttr),
-        aclrtMemLocation(int(value.location.id), int(value.location.type)), int(value.reserve))
-
-
-def _read_input(ffi: cffi.FFI, role: str, value: Any, count: int) -> Any:
-    if value == ffi.NULL:
-        return None
-    if role == "in_prop":
-        return _read_prop(value)
-    if role == "in_pids":
-        return [int(value[i]) for i in range(count)]
-    return [aclrtMemAccessDesc(int(value[i].flags),
-                               aclrtMemLocation(int(value[i].location.id),
-                                                int(value[i].location.type)),
-                               bytes(ffi.buffer(value[i].rsv)))
-            for i in range(count)]
-
-
-def _write_struct(ffi: cffi.FFI, target: Any, values: list[Any]) -> int:
-    """Fill an output struct from the backend's outputs; returns how many it used."""
-    cname = ffi.typeof(target).item.cname
-    if cname == "aclrtPtrAttributes":
-        target.location.type, target.location.id, target.pageSize = values[:3]
-        return 3
-    if cname == "aclrtPhysicalMemProp":
-        prop = values[0]
-        target.handleType, target.allocationType = prop.handleType, prop.allocationType
-        target.memAttr, target.reserve = prop.memAttr, prop.reserve
-        target.location.id, target.location.type = prop.location.id, prop.location.type
-        return 1
-    raise TypeError(f"stand-in: no writer for output struct {cname}")
-
-
 class StandIn:
     """The forwarding tables of the three libraries, bound to a replaceable fake."""
 
@@ -158,7 +95,6 @@ class StandIn:
         self.target: Any = None
         self.errors: list[BaseException] = []
         self._keep: list[Any] = []
-        self._soc: Any = None
         table = self.ffi.new("struct acl_mem_stand_in_table *")
         for name in generator.function_names():
             field = dict(self.ffi.typeof("struct acl_mem_stand_in_table").fields)[name]
@@ -171,11 +107,8 @@ class StandIn:
         self._table = table
 
     def _callback(self, name: str, fntype: Any) -> Any:
-        ffi = self.ffi
-        roles = [_INPUT_POINTERS.get((name, i))
-                 or ("out_str" if (name, i) in _OUTPUT_STRINGS else _role(ffi, arg))
-                 for i, arg in enumerate(fntype.args)]
-        returns_pointer = fntype.result.kind == "pointer"
+        # The C-arguments -> Backend marshalling is the shim's (acl_mem/shim/_marshal.py).
+        forward = forwarder(self.ffi, name, fntype, lambda: self.target)
 
         def entry(*cargs: Any) -> Any:
             try:
@@ -184,54 +117,8 @@ class StandIn:
                 self.errors.append(exc)
                 raise
 
-        def forward(*cargs: Any) -> Any:
-            if returns_pointer:
-                return self._soc_name()
-            inputs: list[Any] = []
-            outputs: list[tuple[str, Any]] = []
-            mask = 0
-            for index, (role, value) in enumerate(zip(roles, cargs, strict=True)):
-                if role.startswith("in_"):
-                    count = int(cargs[index + 1]) if index + 1 < len(cargs) else 0
-                    inputs.append(_read_input(ffi, role, value, count))
-                elif role == "int":
-                    inputs.append(int(value))
-                elif role == "ptr":
-                    inputs.append(int(ffi.cast("uintptr_t", value)))
-                elif role == "str":
-                    inputs.append(None if value == ffi.NULL else os.fsdecode(ffi.string(value)))
-                else:
-                    if value == ffi.NULL:
-                        mask |= 1 << len(outputs)
-                    outputs.append((role, value))
-            method = getattr(self.target, name)
-            if not outputs:
-                return int(method(*inputs))
-            rc, *values = method(*inputs, null_outputs=mask)
-            if rc == 0:
-                for role, pointer in outputs:
-                    if role == "out_struct":
-                        if pointer != ffi.NULL:
-                            values = values[_write_struct(ffi, pointer, values):]
-                        continue
-                    value = values.pop(0)
-                    if pointer == ffi.NULL:
-                        continue
-                    if role == "out_str":
-                        data = value.encode() + b"\0"
-                        ffi.memmove(pointer, data, len(data))
-                    else:
-                        pointer[0] = ffi.cast("void *", value) if role == "out_ptr" else value
-            return rc
-
-        error = ffi.NULL if returns_pointer else CALLBACK_FAILED
-        return ffi.callback(fntype, entry, error=error)
-
-    def _soc_name(self) -> Any:
-        name = self.target.soc_name().encode()
-        if self._soc is None or self.ffi.string(self._soc) != name:
-            self._soc = self.ffi.new("char[]", name)
-        return self._soc
+        error = self.ffi.NULL if fntype.result.kind == "pointer" else CALLBACK_FAILED
+        return self.ffi.callback(fntype, entry, error=error)
 
 
 #: Set by the test suite while the native backend runs on the stand-in, so that child
