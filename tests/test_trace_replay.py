@@ -330,3 +330,42 @@ def test_damaged_traces_never_crash_the_reader_the_summary_or_the_replay(tmp_pat
         for read in (summarize, replay, lambda p: replay(p, pool="segment")):
             with contextlib.suppress(TraceFormatError):
                 read(damaged)
+
+
+def test_many_recorded_threads_replay_on_a_bounded_number(tmp_path, monkeypatch):
+    """A server that ran a thread per request: every thread is replayed, on at most
+    MAX_WORKERS threads at once, and none is left running afterwards."""
+    from acl_mem.trace import _replay
+
+    turn = threading.Lock()
+    everyone = threading.Barrier(12)
+
+    def request() -> None:
+        with turn, acl_mem.Device(0):
+            raw.aclrtFree(raw.aclrtMalloc(64))
+        everyone.wait()  # alive together: twelve thread idents, twelve numbers
+
+    path = tmp_path / "run.jsonl"
+    with acl_mem.Device(0), record(path):
+        threads = [threading.Thread(target=request) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len({e["th"] for e in read_trace(path).events}) == 12
+    monkeypatch.setattr(_replay, "MAX_WORKERS", 2)
+    kept: list[int] = []
+    original = _replay._Threads.run
+
+    def counted(self: Any, th: int, work: Any, *args: Any) -> Any:
+        result = original(self, th, work, *args)
+        kept.append(len(self._workers))
+        return result
+
+    monkeypatch.setattr(_replay._Threads, "run", counted)
+    before = threading.active_count()
+    report = replay(path)
+    assert 0 < max(kept) <= 2
+    assert report.differences == 0 and report.skipped == {}
+    assert report.replayed == report.calls == 12 * 4
+    assert threading.active_count() == before

@@ -244,13 +244,22 @@ class _Capture:
 
 
 # -- threads ---------------------------------------------------------------------------------------
+#: Replaying threads kept at once: a server that ran a short-lived thread per request
+#: leaves thousands of thread numbers in its trace.
+MAX_WORKERS = 64
+
+
 class _Threads:
     """One replaying thread per recorded thread (the current device and context are per
     thread): the first recorded thread replays in the caller's, the others in threads of
-    their own, one call at a time in the recorded order."""
+    their own, one call at a time in the recorded order. At most :data:`MAX_WORKERS` are
+    kept; the one unused longest ends first, and ``retired`` is told its number (a
+    thread coming back later starts without a current device)."""
 
-    def __init__(self) -> None:
+    def __init__(self, retired: Callable[[int], None] | None = None) -> None:
         self.main: int | None = None
+        self._retired = retired
+        # Insertion order is use order: a worker is moved to the end when used.
         self._workers: dict[int, tuple[queue.SimpleQueue[Any], queue.SimpleQueue[Any],
                                        threading.Thread]] = {}
 
@@ -259,19 +268,29 @@ class _Threads:
             self.main = th
         if th == self.main:
             return work(*args)
-        worker = self._workers.get(th)
+        worker = self._workers.pop(th, None)
         if worker is None:
+            if len(self._workers) >= MAX_WORKERS:
+                self._retire(next(iter(self._workers)))
             inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
             outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
             thread = threading.Thread(target=_serve, args=(inbox, outbox), daemon=True,
                                       name=f"acl-mem replay of thread {th}")
             thread.start()
-            worker = self._workers[th] = (inbox, outbox, thread)
+            worker = (inbox, outbox, thread)
+        self._workers[th] = worker
         worker[0].put((work, args))
         ok, value = worker[1].get()
         if not ok:
             raise value
         return value
+
+    def _retire(self, th: int) -> None:
+        inbox, _, thread = self._workers.pop(th)
+        inbox.put(None)
+        thread.join(timeout=5)
+        if self._retired is not None:
+            self._retired(th)
 
     def close(self) -> None:
         for inbox, _, thread in self._workers.values():
@@ -316,12 +335,15 @@ class _Run:
                                    cann=self.release)
         self.replayer = CallReplayer(self.backend, options.pool, self.profile.capacity)
         self.capture = _Capture(self.replayer)
-        self.threads = _Threads()
+        self.threads = _Threads(retired=self._thread_retired)
         self.skipped: Counter[str] = Counter()
         self.first: list[Difference] = []
         self.differences = 0
         self.replayed = 0
         self.calls = 0
+
+    def _thread_retired(self, th: int) -> None:
+        self.replayer.current.pop(th, None)
 
     def _setup(self) -> None:
         """The state the recording began in: ACL initialised (unless the trace does it),
