@@ -71,6 +71,9 @@ class SortedInts:
     def floor(self, value: int) -> int | None:
         """The largest member <= ``value``, or None."""
         lists = self._lists
+        if len(lists) == 1:  # a small set (e.g. a few pinned blocks): one plain bisect
+            sub = lists[0]
+            return sub[bisect.bisect_right(sub, value) - 1] if sub[0] <= value else None
         i = bisect.bisect_right(lists, value, key=_first) - 1
         if i < 0:
             return None
@@ -377,7 +380,8 @@ class BlockIndex:
         block = self._blocks.get(address)
         if block is not None:
             return block
-        starts = self._sorted()
+        # Copies of pageable memory ask this of the pinned index: no call when sorted.
+        starts = self._sorted() if self._recent else self._starts
         while True:
             start = starts.floor(address)
             if start is None:
