@@ -57,7 +57,8 @@ class State:
         """This thread's current device, as far as this process's calls tell: None also
         when a reset to zero references (on any thread) released it since it was set."""
         current: tuple[int, int] | None = getattr(self._local, "current", None)
-        if current is None or self._device_epoch[current[0]] != current[1]:
+        # .get: a Counter's miss is a Python-level call (every allocation asks this).
+        if current is None or self._device_epoch.get(current[0], 0) != current[1]:
             return None
         return current[0]
 
