@@ -1,0 +1,285 @@
+"""The C source of the shim's three front libraries, generated from surface.json.
+
+Every function the real headers export (surface.json, stubs/gen_shim_surface.py) is
+defined with its exact prototype:
+
+- **supported** (bound by acl_mem/_native/cdef.py: memory, devices, contexts, streams,
+  events, VMM, run mode, versions, DVPP memory): starts the engine on first use (Python
+  with acl_mem, in this process; acl_mem/shim/_engine.py) and calls it through a table
+  of function pointers. If the engine cannot start, the call returns
+  ``START_FAILED`` = 500000 (ACL_ERROR_INTERNAL_ERROR; NULL for aclrtGetSocName) and the
+  reason is printed once on stderr: never 0.
+- **unsupported** (models, operators, DVPP processing, tensor queues, profiling ...):
+  returns ``UNSUPPORTED`` = 200006 (ACL_ERROR_FEATURE_UNSUPPORTED) when it returns
+  aclError, NULL for a pointer, 0 for other values; prints one line on stderr naming
+  the function (once per function and process); aborts instead when
+  ``ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1``. Python is not started for these.
+
+The same file builds each library: ``-DACL_MEM_SHIM_LIB=1`` libascendcl.so, ``2``
+libacl_dvpp.so, ``3`` libacl_dvpp_mpi.so. Without ``headers`` the types come from the
+surface's header-free declarations (same ABI); with ``headers`` the real headers are
+included instead, so a compiler checks every prototype against them (the tests do, as C
+and as C++). The code is valid C and C++.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ._decls import LIBRARIES, arg_names, function_names
+
+__all__ = ["START_FAILED", "UNSUPPORTED", "c_string", "config_header", "front_source",
+           "load_surface", "minimal_header", "unsupported_names"]
+
+#: What a supported call returns when the engine could not start: ACL_ERROR_INTERNAL_ERROR.
+START_FAILED = 500000
+#: What an unsupported call returning aclError returns: ACL_ERROR_FEATURE_UNSUPPORTED.
+UNSUPPORTED = 200006
+#: The hi_* types of ``hi_type.h`` (not in the wheel's headers).
+_HI_TYPES = """typedef int hi_s32;
+typedef unsigned int hi_u32;
+typedef unsigned long long hi_u64;
+typedef void hi_void;"""
+
+
+@cache
+def load_surface() -> dict[str, Any]:
+    """The committed surface (functions, header-free types, macros)."""
+    text = resources.files(__package__).joinpath("surface.json").read_text()
+    surface: dict[str, Any] = json.loads(text)
+    return surface
+
+
+def _start_machinery() -> str:
+    # Kept in one place: finds the engine next to this library, makes libpython's
+    # symbols global (so extension modules like _cffi_backend resolve them even when
+    # this library was dlopen()ed RTLD_LOCAL), and starts it once.
+    return r"""
+static const struct acl_mem_shim_table *acl_mem_shim_table_ptr;
+static pthread_once_t acl_mem_shim_once = PTHREAD_ONCE_INIT;
+
+static void acl_mem_shim_failed(const char *what, const char *detail)
+{
+    fprintf(stderr, "acl_mem shim: cannot start the fake: %s%s; every call of %s returns %d "
+            "(ACL_ERROR_INTERNAL_ERROR)\n", what, detail, ACL_MEM_SHIM_SONAME,
+            ACL_MEM_SHIM_START_FAILED);
+}
+
+static int acl_mem_shim_python_available(void)
+{
+    const char *libpython = getenv("ACL_MEM_SHIM_LIBPYTHON");
+    const char *(*version)(void);
+    char expected[32];
+    if (libpython == NULL || libpython[0] == '\0')
+        libpython = ACL_MEM_SHIM_LIBPYTHON;
+    /* Already loaded (a Python process, or loaded RTLD_LOCAL): make it global. */
+    if (dlopen(libpython, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) == NULL
+            && dlsym(RTLD_DEFAULT, "Py_IsInitialized") == NULL
+            && dlopen(libpython, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+        acl_mem_shim_failed("cannot load ", dlerror());
+        return 0;
+    }
+    /* A Python of another version in this process cannot run the engine. */
+    *(void **)(&version) = dlsym(RTLD_DEFAULT, "Py_GetVersion");
+    snprintf(expected, sizeof expected, "%s.", ACL_MEM_SHIM_PY_VERSION);
+    if (version == NULL || strncmp(version(), expected, strlen(expected)) != 0) {
+        acl_mem_shim_failed("this process runs another Python than the shim was built for: ",
+                            version ? version() : "(none)");
+        return 0;
+    }
+    return 1;
+}
+
+static void acl_mem_shim_start(void)
+{
+    Dl_info self;
+    char path[4096];
+    char *slash;
+    void *engine;
+    const struct acl_mem_shim_table *(*start)(void);
+    if (!dladdr((void *)&acl_mem_shim_start, &self) || self.dli_fname == NULL
+            || strlen(self.dli_fname) >= sizeof path - sizeof ACL_MEM_SHIM_ENGINE) {
+        acl_mem_shim_failed("cannot find this library's directory", "");
+        return;
+    }
+    strcpy(path, self.dli_fname);
+    slash = strrchr(path, '/');
+    strcpy(slash ? slash + 1 : path, ACL_MEM_SHIM_ENGINE);
+    if (!acl_mem_shim_python_available())
+        return;
+    engine = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (engine == NULL) {
+        acl_mem_shim_failed("cannot load the engine: ", dlerror());
+        return;
+    }
+    *(void **)(&start) = dlsym(engine, "acl_mem_shim_engine_start");
+    if (start == NULL) {
+        acl_mem_shim_failed("the engine lacks acl_mem_shim_engine_start: ", dlerror());
+        return;
+    }
+    /* The engine prints why when it returns NULL. */
+    __atomic_store_n(&acl_mem_shim_table_ptr, start(), __ATOMIC_RELEASE);
+}
+
+__attribute__((unused))
+static const struct acl_mem_shim_table *acl_mem_shim_ready(void)
+{
+    const struct acl_mem_shim_table *table =
+        __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
+    if (table != NULL)
+        return table;
+    pthread_once(&acl_mem_shim_once, acl_mem_shim_start);
+    return __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
+}
+
+__attribute__((unused))
+static void acl_mem_shim_unsupported(const char *name, int *said, const char *result)
+{
+    const char *abort_switch = getenv("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED");
+    int aborting = abort_switch != NULL && strcmp(abort_switch, "1") == 0;
+    if (aborting || !__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "acl_mem shim: %s is not supported: acl_mem covers memory, devices, "
+                "contexts, streams and events only; %s\n", name,
+                aborting ? "aborting (ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1)" : result);
+    if (aborting)
+        abort();
+}
+"""
+
+
+def _params_of(function: dict[str, Any]) -> str:
+    params = str(function["params"])
+    return params if params else ""
+
+
+def _supported(function: dict[str, Any]) -> list[str]:
+    name, ret = function["name"], function["ret"]
+    params = _params_of(function)
+    failed = "NULL" if ret.endswith("*") else "ACL_MEM_SHIM_START_FAILED"
+    return [
+        f"{ret} {name}({params})",
+        "{",
+        "    const struct acl_mem_shim_table *table = acl_mem_shim_ready();",
+        f"    if (table == NULL)\n        return {failed};",
+        f"    return table->{name}({arg_names(params or 'void')});",
+        "}",
+    ]
+
+
+def _unsupported(function: dict[str, Any], number: int) -> list[str]:
+    name, ret = function["name"], function["ret"]
+    if ret == "void":
+        result, value = "returning nothing", None
+    elif ret.endswith("*"):
+        result, value = "returning NULL", "NULL"
+    elif ret == "aclError":
+        result, value = f"returning {UNSUPPORTED} (ACL_ERROR_FEATURE_UNSUPPORTED)", \
+            "ACL_MEM_SHIM_UNSUPPORTED"
+    else:
+        result, value = "returning 0", "acl_mem_shim_zero"
+    lines = [f"{ret} {name}({_params_of(function)})", "{",
+             f'    acl_mem_shim_unsupported("{name}", &acl_mem_shim_said[{number}], "{result}");']
+    if value == "acl_mem_shim_zero":
+        lines += [f"    {ret} acl_mem_shim_zero;",
+                  "    memset(&acl_mem_shim_zero, 0, sizeof acl_mem_shim_zero);"]
+    if value is not None:
+        lines.append(f"    return {value};")
+    return [*lines, "}"]
+
+
+def front_source(headers: list[str] | None = None) -> str:
+    """The C source; ``headers`` (e.g. ["acl/acl.h"]) includes the real headers instead of
+    the surface's types, and keeps only the functions they declare (plus DVPP memory)."""
+    surface = load_surface()
+    functions = [f for f in surface["functions"]
+                 if headers is None or f["lib"] != 1 or f["header"] in headers]
+    by_name = {f["name"]: f for f in surface["functions"]}
+    bound = [by_name[name] for name in function_names()]
+    out = ["/* Generated by acl_mem/shim/_csource.py from acl_mem/shim/surface.json. */",
+           "#ifndef _GNU_SOURCE", "#define _GNU_SOURCE", "#endif",
+           *[f"#include <{h}>" for h in ("dlfcn.h", "pthread.h", "stdbool.h", "stddef.h",
+                                         "stdint.h", "stdio.h", "stdlib.h", "string.h")],
+           '#include "acl_mem_shim_config.h"',
+           f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
+           f"#define ACL_MEM_SHIM_UNSUPPORTED {UNSUPPORTED}",
+           "#if ACL_MEM_SHIM_LIB < 1 || ACL_MEM_SHIM_LIB > 3",
+           "#error define ACL_MEM_SHIM_LIB as 1, 2 or 3", "#endif"]
+    out += [f'#if ACL_MEM_SHIM_LIB == {lib}\n#define ACL_MEM_SHIM_SONAME "{soname}"\n#endif'
+            for lib, soname in LIBRARIES.items()]
+    if headers is None:
+        out.append("typedef int aclError;")
+        out += [f"#define {name} {value}" for name, value in surface["macros"].items()]
+        out += list(surface["types"].values())
+    else:
+        out += [f'#include "{header}"' for header in headers]
+    out += [_HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
+    out.append("struct acl_mem_shim_table {")
+    out += [f"    {f['ret']} (*{f['name']})({_params_of(f) or 'void'});" for f in bound]
+    out.append("};")
+    out.append(_start_machinery())
+    out.append(f"__attribute__((unused)) static int acl_mem_shim_said[{len(functions)}];")
+    supported = set(function_names())
+    for lib in LIBRARIES:
+        out.append(f"\n#if ACL_MEM_SHIM_LIB == {lib}")
+        for number, function in enumerate(functions):
+            if function["lib"] == lib:
+                out += (_supported(function) if function["name"] in supported
+                        else _unsupported(function, number))
+        out.append("#endif")
+    out += ["#ifdef __cplusplus", "}", "#endif"]
+    return "\n".join(out) + "\n"
+
+
+def config_header(*, libpython: str, py_version: str, engine: str) -> str:
+    """``acl_mem_shim_config.h``: what the front libraries learn at build time."""
+    return "\n".join([
+        "/* Written by acl_mem/shim/_build.py. */",
+        f"#define ACL_MEM_SHIM_LIBPYTHON {c_string(libpython)}",
+        f"#define ACL_MEM_SHIM_PY_VERSION {c_string(py_version)}",
+        f"#define ACL_MEM_SHIM_ENGINE {c_string(engine)}",
+    ]) + "\n"
+
+
+def c_string(text: str) -> str:
+    """A C string literal of ``text`` (UTF-8, anything unusual octal-escaped)."""
+    return '"' + "".join(chr(b) if 32 <= b < 127 and chr(b) not in '"\\?' else f"\\{b:03o}"
+                         for b in text.encode()) + '"'
+
+
+def unsupported_names() -> list[str]:
+    """Every exported function that fails loudly."""
+    supported = set(function_names())
+    return [f["name"] for f in load_surface()["functions"] if f["name"] not in supported]
+
+
+
+def minimal_header() -> str:
+    """A header-free stand-in for ``acl/acl.h``: every exported prototype, the enums of
+    acl_mem/_native/cdef.py (memory, copies, attributes) and the surface's types.
+
+    For building C programs where the real headers are absent (the tests do when
+    ACL_MEM_HEADERS_DIR is unset); the enum values are checked against the real headers
+    by tests/test_native_headers.py.
+    """
+    from .._native.cdef import TYPES
+
+    surface = load_surface()
+    defined = set(re.findall(r"}\s*(\w+)\s*;", TYPES))
+    defined |= set(re.findall(r"typedef [^;{}]*?(\w+)\s*;", TYPES))
+    out = ["/* Generated by acl_mem/shim/_csource.py: a minimal acl/acl.h for the shim. */",
+           "#ifndef ACL_MEM_SHIM_MINIMAL_ACL_H", "#define ACL_MEM_SHIM_MINIMAL_ACL_H",
+           "#include <stddef.h>", "#include <stdint.h>", "#include <stdbool.h>",
+           "#ifdef __cplusplus", 'extern "C" {', "#endif",
+           "#define ACL_SUCCESS 0",
+           f"#define ACL_ERROR_FEATURE_UNSUPPORTED {UNSUPPORTED}",
+           f"#define ACL_ERROR_INTERNAL_ERROR {START_FAILED}",
+           TYPES.strip(), _HI_TYPES]
+    out += [f"#define {name} {value}" for name, value in surface["macros"].items()]
+    out += [text for name, text in surface["types"].items() if name not in defined]
+    out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]]
+    out += ["#ifdef __cplusplus", "}", "#endif", "#endif"]
+    return "\n".join(out) + "\n"
