@@ -3,7 +3,8 @@
 acl-mem info shows the backend, why it was chosen and the memory of every device;
 acl-mem conformance runs the shipped conformance checks; acl-mem run runs a pyACL
 program with acl_mem.pyacl as its acl module; acl-mem trace summary summarises an
-allocation trace (acl_mem/trace/_cli.py).
+allocation trace (acl_mem/trace/_cli.py); acl-mem shim builds a drop-in libascendcl.so
+over the fake for C programs (acl_mem/shim/_cli.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .conformance.providers import brief
 from .device import Device
 from .errors import AclError, BackendError, FunctionNotAvailableError
 from .pyacl._install import RUN_DESCRIPTION, RUN_EPILOG, add_run_arguments, run_script
+from .shim._cli import add_shim_parser, run_shim
 from .trace._cli import add_trace_parser, run_trace
 from .versions import runtime_version
 
@@ -282,6 +284,7 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                          formatter_class=formatter)
     add_run_arguments(run)
     add_trace_parser(sub, formatter)
+    add_shim_parser(sub, formatter)
     return parser, check
 
 
@@ -366,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               backend=args.backend)
         if args.command == "trace":
             return run_trace(args)
+        if args.command == "shim":
+            return run_shim(args)
         return _run_info(args)
     except KeyboardInterrupt:
         print("acl-mem: interrupted", file=sys.stderr)

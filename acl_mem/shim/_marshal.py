@@ -19,7 +19,7 @@ import cffi
 
 from .._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 
-__all__ = ["forwarder", "roles"]
+__all__ = ["forwarder", "lowered_arg", "roles"]
 
 #: Pointer arguments that are inputs although C gives them no const (or cffi drops it).
 _INPUT_POINTERS = {
@@ -74,35 +74,103 @@ def _read_input(ffi: cffi.FFI, role: str, value: Any, count: int) -> Any:
             for i in range(count)]
 
 
-def _write_struct(ffi: cffi.FFI, target: Any, values: list[Any]) -> int:
-    """Fill an output struct from the backend's outputs; returns how many it used."""
-    cname = ffi.typeof(target).item.cname
+#: Output structs and how many of the backend's outputs each one takes.
+_STRUCT_OUTPUTS = {"aclrtPtrAttributes": 3, "aclrtPhysicalMemProp": 1}
+
+
+def _write_struct(cname: str, target: Any, values: tuple[Any, ...]) -> None:
+    """Fill an output struct from the backend's outputs."""
     if cname == "aclrtPtrAttributes":
-        target.location.type, target.location.id, target.pageSize = values[:3]
-        return 3
-    if cname == "aclrtPhysicalMemProp":
-        prop = values[0]
-        target.handleType, target.allocationType = prop.handleType, prop.allocationType
-        target.memAttr, target.reserve = prop.memAttr, prop.reserve
-        target.location.id, target.location.type = prop.location.id, prop.location.type
-        return 1
-    raise TypeError(f"acl_mem marshalling: no writer for output struct {cname}")
+        target.location.type, target.location.id, target.pageSize = values
+        return
+    prop = values[0]
+    target.handleType, target.allocationType = prop.handleType, prop.allocationType
+    target.memAttr, target.reserve = prop.memAttr, prop.reserve
+    target.location.id, target.location.type = prop.location.id, prop.location.type
 
 
-def forwarder(ffi: cffi.FFI, name: str, fntype: Any,
-              target: Callable[[], Any]) -> Callable[..., Any]:
+def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
+              *, lowered: bool = False) -> Callable[..., Any]:
     """A Python function of ``fntype``'s C arguments that calls ``target().<name>``.
 
     ``target`` is looked up on every call, so the backend can be replaced. A function
     returning a pointer (aclrtGetSocName) returns a ``char[]`` kept alive for good, as
-    the real library returns a static string.
+    the real library returns a static string. ``lowered``: the caller passes ``void *``
+    inputs as ``uintptr_t`` and ``void **`` outputs as ``uintptr_t *`` (see
+    :func:`lowered_arg`), so that no pointer is converted in Python.
+
+    The function is generated as Python source, one per C function: a C call into the
+    fake pays for the fake's work, not for a loop over argument roles.
     """
     if fntype.result.kind == "pointer":
         return _soc_name_forwarder(ffi, target)
-    arg_roles = roles(name, fntype)
-    if all(role in ("int", "ptr") for role in arg_roles):
-        return _inputs_only(ffi, name, arg_roles, target)
-    return _general(ffi, name, arg_roles, target)
+    source = _source(name, roles(name, fntype),
+                     [arg.item.cname.removeprefix("struct ") if arg.kind == "pointer" else ""
+                      for arg in fntype.args], lowered)
+    namespace: dict[str, Any] = {
+        "target": target, "NULL": ffi.NULL, "cast": ffi.cast, "string": ffi.string,
+        "memmove": ffi.memmove, "fsdecode": os.fsdecode, "VOIDP": ffi.typeof("void *"),
+        "UINTPTR": ffi.typeof("uintptr_t"), "read_input": _read_input, "ffi": ffi,
+        "write_struct": _write_struct,
+    }
+    exec(compile(source, f"<acl_mem marshalling of {name}>", "exec"), namespace)
+    function: Callable[..., Any] = namespace[name]
+    return function
+
+
+def lowered_arg(role: str, declared: str) -> str:
+    """The C type a lowered forwarder takes for an argument of ``role`` declared so."""
+    return {"ptr": "uintptr_t", "out_ptr": "uintptr_t *"}.get(role, declared)
+
+
+def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool) -> str:
+    """The Python source of the forwarder of ``name`` (see forwarder)."""
+    params = [f"a{i}" for i in range(len(arg_roles))]
+    body: list[str] = []
+    inputs: list[str] = []
+    writes: list[str] = []
+    taken = 0  # outputs of the backend's result written so far (after rc)
+    outputs = 0
+    for i, role in enumerate(arg_roles):
+        arg = f"a{i}"
+        if role == "int":
+            inputs.append(arg)
+        elif role == "ptr":
+            inputs.append(arg if lowered else f"int(cast(UINTPTR, {arg}))")
+        elif role == "str":
+            inputs.append(f"(None if {arg} == NULL else fsdecode(string({arg})))")
+        elif role.startswith("in_"):
+            count = f"a{i + 1}" if i + 1 < len(arg_roles) else "0"
+            inputs.append(f"read_input(ffi, {role!r}, {arg}, int({count}))")
+        else:
+            bit = 1 << outputs
+            outputs += 1
+            body.append(f"    if {arg} == NULL: mask |= {bit}")
+            if role == "out_struct":
+                used = _STRUCT_OUTPUTS[pointees[i]]
+                values = f"result[{taken + 1}:{taken + 1 + used}]"
+                writes.append(f"        if not mask & {bit}: "
+                              f"write_struct({pointees[i]!r}, {arg}, {values})")
+                taken += used
+                continue
+            value = f"result[{taken + 1}]"
+            taken += 1
+            if role == "out_str":
+                written = f"data = str({value}).encode() + b'\\0'; memmove({arg}, data, len(data))"
+            elif role == "out_ptr" and not lowered:
+                written = f"{arg}[0] = cast(VOIDP, {value})"
+            else:
+                written = f"{arg}[0] = {value}"
+            writes.append(f"        if not mask & {bit}: {written}")
+    lines = [f"def {name}({', '.join(params)}):"]
+    if not outputs:
+        return "\n".join([*lines, f"    return target().{name}({', '.join(inputs)})", ""])
+    plain = f"target().{name}({', '.join(inputs)})"
+    masked = f"target().{name}({', '.join([*inputs, 'null_outputs=mask'])})"
+    lines += ["    mask = 0", *body,
+              f"    result = {masked} if mask else {plain}",
+              "    if result[0] == 0:", *writes, "    return result[0]", ""]
+    return "\n".join(lines)
 
 
 def _soc_name_forwarder(ffi: cffi.FFI, target: Callable[[], Any]) -> Callable[..., Any]:
@@ -115,69 +183,3 @@ def _soc_name_forwarder(ffi: cffi.FFI, target: Callable[[], Any]) -> Callable[..
         return kept[name]
 
     return soc_name
-
-
-def _inputs_only(ffi: cffi.FFI, name: str, arg_roles: list[str],
-                 target: Callable[[], Any]) -> Callable[..., Any]:
-    # The hot calls (aclrtFree, aclrtMemcpy, aclrtMemset ...): ints and addresses only.
-    cast = ffi.cast
-    pointers = tuple(i for i, role in enumerate(arg_roles) if role == "ptr")
-
-    def call(*cargs: Any) -> int:
-        args = list(cargs)
-        for i in pointers:
-            args[i] = int(cast("uintptr_t", args[i]))
-        return int(getattr(target(), name)(*args))
-
-    return call
-
-
-def _general(ffi: cffi.FFI, name: str, arg_roles: list[str],
-             target: Callable[[], Any]) -> Callable[..., Any]:
-    null = ffi.NULL
-    cast = ffi.cast
-
-    def call(*cargs: Any) -> int:
-        inputs: list[Any] = []
-        outputs: list[tuple[str, Any]] = []
-        mask = 0
-        for index, (role, value) in enumerate(zip(arg_roles, cargs, strict=True)):
-            if role == "int":
-                inputs.append(int(value))
-            elif role == "ptr":
-                inputs.append(int(cast("uintptr_t", value)))
-            elif role.startswith("in_"):
-                count = int(cargs[index + 1]) if index + 1 < len(cargs) else 0
-                inputs.append(_read_input(ffi, role, value, count))
-            elif role == "str":
-                inputs.append(None if value == null else os.fsdecode(ffi.string(value)))
-            else:
-                if value == null:
-                    mask |= 1 << len(outputs)
-                outputs.append((role, value))
-        method = getattr(target(), name)
-        if not outputs:
-            return int(method(*inputs))
-        rc, *values = method(*inputs, null_outputs=mask)
-        if rc == 0:
-            _write_outputs(ffi, outputs, values)
-        return int(rc)
-
-    return call
-
-
-def _write_outputs(ffi: cffi.FFI, outputs: list[tuple[str, Any]], values: list[Any]) -> None:
-    null = ffi.NULL
-    for role, pointer in outputs:
-        if role == "out_struct":
-            if pointer != null:
-                values = values[_write_struct(ffi, pointer, values):]
-            continue
-        value = values.pop(0)
-        if pointer == null:
-            continue
-        if role == "out_str":
-            data = str(value).encode() + b"\0"
-            ffi.memmove(pointer, data, len(data))
-        else:
-            pointer[0] = ffi.cast("void *", value) if role == "out_ptr" else value

@@ -1,0 +1,233 @@
+"""Building the shim libraries for the running interpreter, cached per user.
+
+``libdir()`` returns ``<cache>/<key>/lib64`` (cache: ``$XDG_CACHE_HOME/acl_mem/shim``,
+default ``~/.cache/acl_mem/shim``), building it first if needed. The key covers the
+Python version and ABI, ``sys.prefix``, the interpreter, the libpython, acl_mem's version,
+cffi's version and a hash of the shim's sources, so another venv, interpreter or
+acl_mem gets its own build. A build happens in a temporary directory renamed into place
+under a lock file: concurrent builds wait for each other and never see a half-built
+directory. A C compiler, Python's headers and a shared libpython are needed only here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .. import __version__
+from ._csource import config_header, front_source
+from ._decls import LIBRARIES
+from ._engine import ENGINE, engine_ffi
+
+__all__ = ["BuildInputs", "ShimBuildError", "build_into", "cache_root", "inputs", "libdir"]
+
+#: Written last into a build: a directory with it is complete.
+STAMP = "shim.json"
+
+
+class ShimBuildError(RuntimeError):
+    """The shim cannot be built here; ``missing`` names what to install (or "compile")."""
+
+    def __init__(self, missing: str, message: str) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+@dataclass(frozen=True)
+class BuildInputs:
+    """Everything a build depends on (and records in its ``shim.json``)."""
+
+    python: str
+    py_version: str
+    abi: str
+    prefix: str
+    libpython: str
+    include: str
+    paths: tuple[str, ...]
+    acl_mem_version: str
+    cffi_version: str
+    sources: str
+
+    def key(self) -> str:
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()
+        return f"py{self.py_version}-{self.acl_mem_version}-{digest[:16]}"
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "acl_mem" / "shim"
+
+
+def _sources_hash() -> str:
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in [*sorted(here.glob("*.py")), here / "surface.json",
+                 here.parent / "_native" / "cdef.py"]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _libpython(version: str) -> str:
+    """The shared libpython of this interpreter: the one loaded now, else the installed one."""
+    with contextlib.suppress(OSError), open("/proc/self/maps") as maps:
+        for line in maps:
+            path = line.split(None, 5)[-1].strip()
+            if f"/libpython{version}" in path and ".so" in path and os.path.isfile(path):
+                return path
+    names = [sysconfig.get_config_var(v) for v in ("INSTSONAME", "LDLIBRARY")]
+    dirs = [sysconfig.get_config_var("LIBDIR"), os.path.join(sys.base_prefix, "lib")]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        dirs += [f"/usr/lib/{multiarch}", f"/lib/{multiarch}"]
+    for directory in filter(None, dirs):
+        for name in filter(None, names):
+            path = os.path.join(directory, str(name))
+            if ".so" in str(name) and os.path.isfile(path):
+                return path
+    raise ShimBuildError(
+        "libpython", f"no shared libpython{version} for {sys.executable}: the shim embeds "
+        f"Python and needs it. Install it (Debian/Ubuntu: apt-get install libpython{version}; "
+        f"Fedora/RHEL: dnf install python{version}-libs; pyenv: reinstall with "
+        "PYTHON_CONFIGURE_OPTS=--enable-shared) or build with an interpreter that has one.")
+
+
+def _acl_mem_home() -> str:
+    return str(Path(__file__).resolve().parent.parent.parent)
+
+
+def inputs() -> BuildInputs:
+    """The build inputs of the running interpreter (raises ShimBuildError if one is missing)."""
+    import _cffi_backend
+    import cffi
+
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    include = sysconfig.get_paths()["include"]
+    if not os.path.isfile(os.path.join(include, "Python.h")):
+        raise ShimBuildError(
+            "headers", f"Python.h is not in {include}: install Python's headers (Debian/"
+            f"Ubuntu: apt-get install python{version}-dev; Fedora/RHEL: dnf install "
+            f"python{version}-devel)")
+    import site
+
+    paths = [_acl_mem_home(), os.path.dirname(os.path.abspath(_cffi_backend.__file__)),
+             *site.getsitepackages()]
+    unique = tuple(dict.fromkeys(os.path.abspath(p) for p in paths))
+    return BuildInputs(
+        python=sys.executable, py_version=version, abi=sys.abiflags if hasattr(sys, "abiflags")
+        else "", prefix=sys.prefix, libpython=_libpython(version), include=include,
+        paths=unique, acl_mem_version=__version__, cffi_version=cffi.__version__,
+        sources=_sources_hash())
+
+
+def compiler() -> list[str]:
+    """The C compiler command: $CC, else cc, gcc or clang on PATH."""
+    configured = os.environ.get("CC", "").strip()
+    if configured:
+        command = shlex.split(configured)
+        if shutil.which(command[0]):
+            return command
+    else:
+        for name in ("cc", "gcc", "clang"):
+            found = shutil.which(name)
+            if found:
+                return [found]
+    tried = f"CC={configured!r}" if configured else "cc, gcc and clang on PATH"
+    raise ShimBuildError(
+        "compiler", f"no C compiler ({tried}): the shim is compiled on first use. Install "
+        "one (Debian/Ubuntu: apt-get install gcc; Fedora/RHEL: dnf install gcc; Alpine: "
+        "apk add gcc musl-dev) or set CC.")
+
+
+def _run(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ShimBuildError("compile", f"{shlex.join(command)} failed:\n{done.stderr}")
+
+
+def build_into(directory: Path, given: BuildInputs) -> Path:
+    """Compile the engine and the three front libraries into ``directory/lib64``."""
+    cc = compiler()
+    lib64 = directory / "lib64"
+    work = directory / "src"
+    lib64.mkdir(parents=True, exist_ok=True)
+    work.mkdir(exist_ok=True)
+    ffi = engine_ffi(python=given.python, paths=list(given.paths),
+                     version=given.acl_mem_version)
+    engine_c = work / "acl_mem_shim_engine.c"
+    with contextlib.redirect_stdout(io.StringIO()):  # cffi says "generating ..." on stdout
+        ffi.emit_c_code(str(engine_c))
+    _run([*cc, "-shared", "-fPIC", "-O2", "-pthread", f"-I{given.include}", str(engine_c),
+          "-o", str(lib64 / ENGINE)])
+    (work / "acl_mem_shim_config.h").write_text(config_header(
+        libpython=given.libpython, py_version=given.py_version, engine=ENGINE))
+    front_c = work / "acl_mem_shim_front.c"
+    front_c.write_text(front_source())
+    for number, soname in LIBRARIES.items():
+        _run([*cc, "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror",
+              f"-DACL_MEM_SHIM_LIB={number}", f"-I{work}", str(front_c),
+              f"-Wl,-soname,{soname}", "-o", str(lib64 / soname), "-ldl"])
+    (directory / STAMP).write_text(json.dumps(asdict(given), indent=2) + "\n")
+    return lib64
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _announce(target: Path) -> None:
+    print(f"acl_mem shim: building the libraries in {target} (once per interpreter and "
+          "acl_mem version)", file=sys.stderr)
+
+
+def libdir(out: Path | None = None, *, quiet: bool = False) -> Path:
+    """The directory holding libascendcl.so & co.; built first if needed.
+
+    Without ``out`` the build is cached per user and reused. With ``out`` the libraries
+    are (re)built into ``out/lib64``, each file replaced atomically.
+    """
+    given = inputs()
+    if out is None:
+        root = cache_root()
+        final = root / given.key()
+        if (final / STAMP).is_file():
+            return final / "lib64"
+        with _locked(root / f"{given.key()}.lock"):
+            if (final / STAMP).is_file():
+                return final / "lib64"
+            if not quiet:
+                _announce(final)
+            with tempfile.TemporaryDirectory(dir=root, prefix=f".{given.key()}.") as work:
+                build_into(Path(work) / "build", given)
+                os.rename(Path(work) / "build", final)
+        return final / "lib64"
+    out = out.resolve()
+    with _locked(out / ".acl_mem_shim.lock"):
+        if not quiet:
+            _announce(out)
+        with tempfile.TemporaryDirectory(dir=out, prefix=".build.") as work:
+            built = build_into(Path(work), given)
+            (out / "lib64").mkdir(exist_ok=True)
+            for item in built.iterdir():
+                os.replace(item, out / "lib64" / item.name)
+            os.replace(Path(work) / STAMP, out / STAMP)
+    return out / "lib64"

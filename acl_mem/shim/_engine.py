@@ -1,0 +1,211 @@
+"""The shim's engine: a cffi embedding library that runs acl_mem's fake inside a C process.
+
+``libacl_mem_shim_engine.so`` is loaded by the front libraries (acl_mem/shim/_csource.py)
+on their first supported call, after they made libpython's symbols global. Its
+``acl_mem_shim_engine_start()`` starts Python once (unless the process already runs it,
+e.g. a Python program using ctypes: then it joins that interpreter and its fake),
+imports acl_mem from where it was built, and returns the table of entry points: one
+``extern "Python"`` function per bound function, marshalled by acl_mem/shim/_marshal.py
+into the active backend (which it makes the fake). It returns NULL, having said why
+on stderr, if any of that fails.
+
+It is not linked against libpython, so that in a Python process whose interpreter is
+statically linked it binds to that interpreter instead of loading a second one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import cffi
+
+from .._native.cdef import TYPES
+from .._native.loader import make_ffi
+from ._csource import START_FAILED, c_string
+from ._decls import function_names, sections, table_declaration
+from ._marshal import lowered_arg, roles
+
+__all__ = ["ENGINE", "MODULE", "READY", "engine_ffi"]
+
+#: The engine's file name, next to the front libraries.
+ENGINE = "libacl_mem_shim_engine.so"
+#: The Python module name cffi gives the engine inside the interpreter.
+MODULE = "_acl_mem_shim_engine"
+#: What the start function returns when the fake is ready (0 is cffi's "init failed").
+READY = 0x5A11
+#: ... and when the init code failed and already printed why.
+EXPLAINED = 1
+
+_HI_TYPES = """typedef int hi_s32;
+typedef unsigned int hi_u32;
+typedef unsigned long long hi_u64;
+typedef void hi_void;
+"""
+
+# The C part. Python is started here rather than by cffi so that it starts as the
+# interpreter that built the shim (its program name: a venv's python finds the venv's
+# site-packages, where _cffi_backend lives), with the recorded paths first on sys.path
+# and the user's PYTHON* variables ignored.
+_START = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+int acl_mem_shim_py_start(void);
+static pthread_once_t acl_mem_shim_once = PTHREAD_ONCE_INIT;
+static int acl_mem_shim_ok;
+
+/* cffi's start-up (before Python 3.12) uses PyCapsule_Type.tp_version_tag as a spin
+   lock it expects to be 0; in a running interpreter that looked up an attribute of the
+   capsule type it is not, and cffi would spin (or assert) for ever. With the GIL held
+   (nothing else can look types up), the tag reads 0 while cffi starts, then comes back. */
+static int acl_mem_shim_start_cffi(void)
+{
+    int result;
+    PyGILState_STATE gil = PyGILState_Ensure();
+#if PY_VERSION_HEX < 0x030C0000
+    unsigned int tag = PyCapsule_Type.tp_version_tag;
+    PyCapsule_Type.tp_version_tag = 0;
+#endif
+    result = acl_mem_shim_py_start();
+#if PY_VERSION_HEX < 0x030C0000
+    PyCapsule_Type.tp_version_tag = tag;
+#endif
+    PyGILState_Release(gil);
+    return result;
+}
+
+static void acl_mem_shim_start_once(void)
+{
+    int result;
+    if (!Py_IsInitialized()) {
+        PyConfig config;
+        PyStatus status;
+        const char *paths = getenv("ACL_MEM_SHIM_SYS_PATH");
+        PyConfig_InitPythonConfig(&config);
+        config.install_signal_handlers = 0;
+        config.parse_argv = 0;
+        config.use_environment = 0;
+        status = PyConfig_SetBytesString(&config, &config.program_name, ACL_MEM_SHIM_PYTHON);
+        if (!PyStatus_Exception(status))
+            status = PyConfig_SetBytesString(&config, &config.pythonpath_env,
+                                             paths && paths[0] ? paths : ACL_MEM_SHIM_PATHS);
+        if (!PyStatus_Exception(status))
+            status = Py_InitializeFromConfig(&config);
+        PyConfig_Clear(&config);
+        if (PyStatus_Exception(status)) {
+            fprintf(stderr, "acl_mem shim: cannot start the fake: Python (%s) did not start: "
+                    "%s; every call returns %d (ACL_ERROR_INTERNAL_ERROR)\n",
+                    ACL_MEM_SHIM_PYTHON, status.err_msg ? status.err_msg : "?",
+                    ACL_MEM_SHIM_START_FAILED);
+            return;
+        }
+        PyEval_SaveThread();  /* cffi takes the GIL per call (PyGILState_Ensure) */
+    }
+    result = acl_mem_shim_start_cffi();
+    acl_mem_shim_ok = result == ACL_MEM_SHIM_READY;
+    if (result != ACL_MEM_SHIM_READY && result != ACL_MEM_SHIM_EXPLAINED)
+        fprintf(stderr, "acl_mem shim: cannot start the fake: the embedded Python failed "
+                "(cffi's report above says why); every call returns %d "
+                "(ACL_ERROR_INTERNAL_ERROR)\n", ACL_MEM_SHIM_START_FAILED);
+}
+
+__attribute__((visibility("default")))
+const struct acl_mem_shim_table *acl_mem_shim_engine_start(void)
+{
+    pthread_once(&acl_mem_shim_once, acl_mem_shim_start_once);
+    return acl_mem_shim_ok ? &acl_mem_shim_table_value : NULL;
+}
+"""
+
+# The Python part: runs once, inside the interpreter, when the engine starts.
+_INIT = '''
+import os, sys
+from {module} import ffi, lib
+
+def _start():
+    override = os.environ.get("ACL_MEM_SHIM_SYS_PATH")
+    paths = [p for p in override.split(os.pathsep) if p] if override else {paths!r}
+    for entry in reversed(paths):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    import acl_mem
+    home = os.path.dirname(os.path.dirname(os.path.abspath(acl_mem.__file__)))
+    if not (os.path.isdir(paths[0]) and os.path.samefile(home, paths[0])):
+        raise RuntimeError("acl_mem was imported from %s, not from %s where the shim was "
+                           "built; rebuild it: acl-mem shim build" % (home, paths[0]))
+    if acl_mem.__version__ != {version!r}:
+        raise RuntimeError("acl_mem %s is installed, the shim was built for %s; rebuild it: "
+                           "acl-mem shim build" % (acl_mem.__version__, {version!r}))
+    from acl_mem.shim._engine_runtime import install
+    install(ffi)
+
+try:
+    _start()
+except BaseException as exc:
+    _why = " ".join(("%s: %s" % (type(exc).__name__, exc)).split())
+
+    @ffi.def_extern(name="acl_mem_shim_py_start")
+    def _explain():
+        sys.stderr.write("acl_mem shim: cannot start the fake: %s; every call returns "
+                         "{failed} (ACL_ERROR_INTERNAL_ERROR)\\n" % _why)
+        sys.stderr.flush()
+        return {explained}
+else:
+    @ffi.def_extern(name="acl_mem_shim_py_start")
+    def _ready():
+        return {ready}
+'''
+
+
+def _lowered(decls: list[tuple[str, str, str]]) -> list[tuple[str, str, str, str]]:
+    """``(return type, name, lowered arguments, call arguments)`` per function: pointer
+    inputs and ``void **`` outputs pass to Python as integers (acl_mem/shim/_marshal.py)."""
+    abi = make_ffi()
+    abi.cdef(table_declaration("acl_mem_shim_roles"))
+    fields = dict(abi.typeof("struct acl_mem_shim_roles").fields)
+    out = []
+    for ret, name, args in decls:
+        declared = [] if args == "void" else [a.strip() for a in args.split(",")]
+        lowered, calls = [], []
+        for role, text in zip(roles(name, fields[name].type), declared, strict=True):
+            param = re.findall(r"\w+", text)[-1]
+            kind = lowered_arg(role, "")
+            lowered.append(f"{kind} {param}" if kind else text)
+            calls.append(f"({kind}){param}" if kind else param)
+        out.append((ret, name, ", ".join(lowered) or "void", ", ".join(calls)))
+    return out
+
+
+def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
+    """The engine's FFI, ready for ``emit_c_code``: ``python`` is the interpreter to start
+    as, ``paths`` what goes first on sys.path (acl_mem's directory first), ``version``
+    acl_mem's version."""
+    ffi = cffi.FFI()
+    decls = [decl for _, _, section in sections() for decl in section]
+    lowered = _lowered(decls)
+    # The functions' own types, for the marshalling to read the argument roles from.
+    types = "\n".join(f"typedef {ret} (*acl_mem_ft_{name})({args});" for ret, name, args in decls)
+    ffi.embedding_api("int acl_mem_shim_py_start(void);")
+    ffi.cdef(TYPES + _HI_TYPES + types)
+    ffi.cdef("\n".join(f'extern "Python" {ret} acl_mem_py_{name}({args});'
+                       for ret, name, args, _ in lowered))
+    table = ",\n".join(f"    acl_mem_c_{name}" for name in function_names())
+    source = "\n".join([
+        f"#define ACL_MEM_SHIM_PYTHON {c_string(python)}",
+        f"#define ACL_MEM_SHIM_PATHS {c_string(':'.join(paths))}",
+        f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
+        f"#define ACL_MEM_SHIM_READY {READY}",
+        f"#define ACL_MEM_SHIM_EXPLAINED {EXPLAINED}",
+        "#include <stdint.h>", "#include <stddef.h>",
+        TYPES, _HI_TYPES, types, table_declaration("acl_mem_shim_table"),
+        *[f"static {ret} acl_mem_py_{name}({args});" for ret, name, args, _ in lowered],
+        *[f"static {ret} acl_mem_c_{name}({args})\n{{\n    return acl_mem_py_{name}({calls});\n}}"
+          for (ret, name, args), (_, _, _, calls) in zip(decls, lowered, strict=True)],
+        f"static const struct acl_mem_shim_table acl_mem_shim_table_value = {{\n{table}\n}};",
+        _START,
+    ])
+    ffi.set_source(MODULE, source)
+    ffi.embedding_init_code(_INIT.format(module=MODULE, paths=paths, version=version,
+                                         failed=START_FAILED, explained=EXPLAINED,
+                                         ready=READY))
+    return ffi
