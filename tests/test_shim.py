@@ -259,3 +259,23 @@ def test_every_surface_function_is_exported_by_its_library(libdir):
         assert mine and all(hasattr(library, name) for name in mine), soname
         others = [f["name"] for f in functions if f["lib"] != number]
         assert not any(hasattr(library, name) for name in others), soname
+
+
+def test_the_readme_example_builds_with_the_printed_include_directory(libdir, cache_env,
+                                                                      tmp_path):
+    """examples/c/hello_acl.c as the README compiles it: headers from
+    --print-includedir (no CANN toolkit needed), run through `acl-mem shim exec`."""
+    printed = _cli("--print-includedir", env=cache_env).communicate()[0].strip()
+    include = Path(printed)
+    assert include == libdir.parent / "include" and (include / "acl" / "acl.h").is_file()
+    binary = tmp_path / "hello_acl"
+    done = subprocess.run([*_build.compiler(), "-std=c11", "-Wall", "-Werror", f"-I{include}",
+                           str(ROOT / "examples" / "c" / "hello_acl.c"), f"-L{libdir}",
+                           "-lascendcl", "-o", str(binary)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "exec", "--", str(binary)],
+                         env=cache_env, cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    values = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
+    assert values["read back"] == "hello, device"
+    assert run.stdout.splitlines()[-1] == "aclrtMalloc(1 TiB) -> 207001"

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
-from ._csource import config_header, front_source
+from ._csource import config_header, front_source, minimal_header
 from ._decls import LIBRARIES
 from ._engine import ENGINE, engine_ffi
 
@@ -179,6 +179,10 @@ def build_into(directory: Path, given: BuildInputs) -> Path:
         _run([*cc, "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror",
               f"-DACL_MEM_SHIM_LIB={number}", f"-I{work}", str(front_c),
               f"-Wl,-soname,{soname}", "-o", str(lib64 / soname), "-ldl"])
+    # Programs can be compiled without the CANN toolkit's headers (--print-includedir).
+    header = directory / "include" / "acl" / "acl.h"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    header.write_text(minimal_header())
     (directory / STAMP).write_text(json.dumps(asdict(given), indent=2) + "\n")
     return lib64
 
@@ -229,5 +233,7 @@ def libdir(out: Path | None = None, *, quiet: bool = False) -> Path:
             (out / "lib64").mkdir(exist_ok=True)
             for item in built.iterdir():
                 os.replace(item, out / "lib64" / item.name)
+            (out / "include" / "acl").mkdir(parents=True, exist_ok=True)
+            os.replace(Path(work) / "include" / "acl" / "acl.h", out / "include" / "acl" / "acl.h")
             os.replace(Path(work) / STAMP, out / STAMP)
     return out / "lib64"

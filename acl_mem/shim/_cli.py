@@ -20,6 +20,9 @@ device, with the rules and error codes acl_mem has from Python.
   cc prog.c -I<ACL headers> -L"$(acl-mem shim --print-libdir)" -lascendcl -o prog
   acl-mem shim exec -- ./prog args...
 
+Without the CANN toolkit, -I"$(acl-mem shim --print-includedir)" gives an acl/acl.h
+with every exported prototype and the memory enums.
+
 The libraries are compiled on first use for this interpreter and acl_mem version
 (a C compiler, Python's headers and a shared libpython are needed then) and cached
 in $XDG_CACHE_HOME/acl_mem/shim (default ~/.cache/acl_mem/shim).
@@ -49,6 +52,9 @@ def add_shim_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 def _arguments(shim: argparse.ArgumentParser, formatter: type[argparse.HelpFormatter]) -> None:
     shim.add_argument("--print-libdir", action="store_true",
                       help="print the directory holding the libraries (built on first use)")
+    shim.add_argument("--print-includedir", action="store_true",
+                      help="print a directory holding acl/acl.h with every exported "
+                      "prototype, for compiling without the CANN toolkit's headers")
     commands = shim.add_subparsers(dest="shim_command", title="commands", metavar="COMMAND")
     build = commands.add_parser("build", help="build the libraries (if needed) and print "
                                 "their directory", formatter_class=formatter)
@@ -72,15 +78,17 @@ def _libdir(out: Path | None = None) -> Path | None:
 
 def run_shim(args: argparse.Namespace) -> int:
     command = getattr(args, "shim_command", None)
-    if command is None and not args.print_libdir:
-        print("acl-mem shim: give --print-libdir or a command (build, exec); "
+    if command is None and not (args.print_libdir or args.print_includedir):
+        print("acl-mem shim: give --print-libdir, --print-includedir or a command (build, "
+              "exec); "
               "'acl-mem shim --help' explains them", file=sys.stderr)
         return 2
     directory = _libdir(getattr(args, "out", None) if command == "build" else None)
     if directory is None:
         return 1
     if command != "exec":
-        print(directory)
+        print(directory.parent / "include" if args.print_includedir and command is None
+              else directory)
         return 0
     program = list(args.program)
     if program[:1] == ["--"]:
