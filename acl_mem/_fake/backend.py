@@ -37,6 +37,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
+from ..sizes import GiB
 from . import codes
 from .addresses import DEVICE_SPACE_END, AddressMap
 from .checker import Checker
@@ -65,6 +66,8 @@ __all__ = ["FakeBackend"]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 _address_space_reserved: bool | None = None
+#: How far into the VMM window the reservation may start when its beginning is taken.
+_SHADOW_SKIP_LIMIT = 4 * GiB
 _reserve_lock = threading.Lock()
 
 
@@ -76,7 +79,15 @@ def _reserve_device_space() -> bool:
             low = VMM_WINDOW[0]
             high = VMM_WINDOW[1] + MIRROR_OFFSET
             assert low < DEVICE_SPACE_BASE and VMM_WINDOW[0] + MIRROR_OFFSET >= DEVICE_SPACE_END
-            _address_space_reserved = reserve_address_space(low, high - low)
+            reserved = reserve_address_space(low, high - low)
+            # AddressSanitizer's shadow memory ends 2 GiB - 32 KiB into the VMM window
+            # (x86-64: high shadow up to 0x10007fff7fff): under ASan the rest is reserved,
+            # and the shadow keeps host allocations out of the first part just as well.
+            start = low
+            while not reserved and start - low < _SHADOW_SKIP_LIMIT:
+                start += GiB
+                reserved = reserve_address_space(start, high - start)
+            _address_space_reserved = reserved
         return _address_space_reserved
 
 

@@ -1,0 +1,73 @@
+"""The fake under AddressSanitizer: its address-space reservation makes room for ASan's
+shadow memory, and a C program built with -fsanitize=address runs against the shim."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux address layout")
+def test_the_reservation_starts_after_memory_already_taken_at_the_window_start():
+    """ASan's high shadow ends 2 GiB - 32 KiB into the VMM window (x86-64); with that
+    taken, the fake still reserves the rest, so no host allocation lands on a device
+    address."""
+    script = textwrap.dedent("""
+        import mmap
+        from acl_mem._fake import hostmem
+        from acl_mem.sizes import GiB, TiB
+        # What ASan's shadow occupies: the first 2 GiB of [16 TiB, 24 TiB).
+        assert hostmem.reserve_address_space(16 * TiB, 2 * GiB)
+        from acl_mem._fake.backend import _reserve_device_space
+        print("reserved", _reserve_device_space())
+        # Inside the window past the shadow, in the device ranges, in the VMM mirror:
+        print("free after", [hostmem.reserve_address_space(a, mmap.PAGESIZE)
+                             for a in (17 * TiB, 24 * TiB, 60 * TiB)])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["reserved True", "free after [False, False, False]"]
+
+
+def test_a_program_built_with_address_sanitizer_runs_on_the_shim(tmp_path):
+    from acl_mem.shim import _build
+
+    try:
+        compiler = _build.compiler()
+        _build.inputs()
+    except _build.ShimBuildError as exc:
+        pytest.skip(f"cannot build the shim here ({exc.missing}): {exc}")
+    probe = subprocess.run([*compiler, "-fsanitize=address", "-x", "c", "-", "-o",
+                            str(tmp_path / "probe")], input="int main(void){return 0;}",
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("the C compiler cannot build with -fsanitize=address (no libasan)")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
+    libdir = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "--print-libdir"],
+                            env=env, capture_output=True, text=True)
+    assert libdir.returncode == 0, libdir.stderr
+    lib = Path(libdir.stdout.strip())
+    headers = os.environ.get("ACL_MEM_HEADERS_DIR")
+    include = Path(headers) if headers and (Path(headers) / "acl" / "acl.h").is_file() \
+        else lib.parent / "include"
+    binary = tmp_path / "asan_vmm"
+    built = subprocess.run([*compiler, "-fsanitize=address", "-g", "-Wall", "-Werror",
+                            f"-I{include}", str(ROOT / "tests" / "c" / "asan_vmm.c"),
+                            f"-L{lib}", "-lascendcl", "-o", str(binary)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    # detect_leaks=0: the interpreter the library starts keeps its own allocations to
+    # the end of the process, which LeakSanitizer would report as leaks.
+    run = subprocess.run([str(binary)], env=dict(env, LD_LIBRARY_PATH=str(lib),
+                                                 ASAN_OPTIONS="detect_leaks=0"),
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip() == "ok"
