@@ -124,8 +124,8 @@ def test_unsupported_calls_fail_loudly_once_per_function(programs, libdir, tmp_p
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines.count(f"aclmdlLoadFromFile {UNSUPPORTED}") == 2
-    assert "aclmdlCreateDesc NULL" in lines and "aclDataTypeSize 0" in lines
-    for name in ("aclmdlLoadFromFile", "aclmdlCreateDesc", "aclDataTypeSize"):
+    assert "aclmdlCreateDesc NULL" in lines and "aclGetTensorDescSize 0" in lines
+    for name in ("aclmdlLoadFromFile", "aclmdlCreateDesc", "aclGetTensorDescSize"):
         assert _lines_naming(done.stderr, name) == 1, done.stderr
     assert len(done.stderr.splitlines()) == 3
 

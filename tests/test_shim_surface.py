@@ -123,3 +123,20 @@ def test_surface_holds_every_bound_function_once():
     assert by_lib == {2: ["acldvppFree", "acldvppMalloc"],
                       3: ["hi_mpi_dvpp_free", "hi_mpi_dvpp_malloc"]}
     assert json.loads((ROOT / "acl_mem" / "shim" / "surface.json").read_text())["functions"]
+
+
+def test_minimal_header_constants_match_the_real_headers(headers, tmp_path):
+    """The error codes and aclDataType values the minimal acl/acl.h adds for programs
+    (acl_mem/shim/_extra.py) are the real headers' values."""
+    from acl_mem.shim._extra import DATA_TYPES, HEADER_CONSTANTS
+
+    lines = ['#include "acl/acl.h"']
+    for name, value in {**HEADER_CONSTANTS, **DATA_TYPES}.items():
+        lines.append(f'static_assert({name} == {value}, "{name}");')
+    done = _syntax_ok("c++", "\n".join(lines) + "\n", headers, tmp_path)
+    assert done.returncode == 0, done.stderr[:4000]
+    # Every aclDataType enumerator of the real header is listed.
+    text = (headers / "acl" / "acl_base_rt.h").read_text()
+    enum = re.search(r"typedef enum \{([^}]*)\} aclDataType;", text)
+    assert enum is not None
+    assert set(re.findall(r"(ACL_\w+)\s*=", enum[1])) == set(DATA_TYPES)

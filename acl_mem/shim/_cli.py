@@ -30,9 +30,12 @@ in $XDG_CACHE_HOME/acl_mem/shim (default ~/.cache/acl_mem/shim).
 
 _EPILOG = """\
 Memory, devices, contexts, streams, events, virtual memory, run mode and versions
-run on the fake. Every other ACL function (models, operators, DVPP processing,
-tensor queues ...) returns 200006 (ACL_ERROR_FEATURE_UNSUPPORTED; NULL or 0 when it
-returns something else) and prints one line on standard error naming it;
+run on the fake; data buffers, aclDataTypeSize, aclGetRecentErrMsg (the text of the
+thread's last failed call) and aclrtDeviceGetBareTgid are answered by the library.
+With ACL_MEM_LEAK_REPORT=1 the fake's leak report is printed at exit. Every other
+ACL function (models, operators, DVPP processing, tensor queues ...) returns 200006
+(ACL_ERROR_FEATURE_UNSUPPORTED; NULL or 0 when it returns something else) and prints
+one line on standard error naming it;
 ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1 aborts instead. If the fake cannot start, every
 call returns 500000 (ACL_ERROR_INTERNAL_ERROR) and the reason is printed once.
 

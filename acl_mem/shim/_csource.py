@@ -4,16 +4,23 @@ Every function the real headers export (surface.json, stubs/gen_shim_surface.py)
 defined with its exact prototype:
 
 - **supported** (bound by acl_mem/_native/cdef.py: memory, devices, contexts, streams,
-  events, VMM, run mode, versions, DVPP memory): starts the engine on first use (Python
-  with acl_mem, in this process; acl_mem/shim/_engine.py) and calls it through a table
-  of function pointers. If the engine cannot start, the call returns
-  ``START_FAILED`` = 500000 (ACL_ERROR_INTERNAL_ERROR; NULL for aclrtGetSocName) and the
-  reason is printed once on stderr: never 0.
+  events, VMM, run mode, versions, DVPP memory; and the engine's own,
+  acl_mem/shim/_extra.py ENGINE): starts the engine on first use (Python with acl_mem,
+  in this process; acl_mem/shim/_engine.py) and calls it through a table of function
+  pointers. If the engine cannot start, the call returns ``START_FAILED`` = 500000
+  (ACL_ERROR_INTERNAL_ERROR; NULL for aclrtGetSocName) and the reason is printed once on
+  stderr: never 0. When the engine started, an exit hook prints the leak report
+  (ACL_MEM_LEAK_REPORT).
+- **answered in C** (acl_mem/shim/_extra.py FRONT_C: data buffers, aclDataTypeSize,
+  aclGetRecentErrMsg, aclrtDeviceGetBareTgid): host-side bookkeeping, no Python.
 - **unsupported** (models, operators, DVPP processing, tensor queues, profiling ...):
   returns ``UNSUPPORTED`` = 200006 (ACL_ERROR_FEATURE_UNSUPPORTED) when it returns
   aclError, NULL for a pointer, 0 for other values; prints one line on stderr naming
   the function (once per function and process); aborts instead when
   ``ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1``. Python is not started for these.
+
+Every failed call leaves its text for the calling thread's aclGetRecentErrMsg: in the
+engine once it runs (the marshalling writes it), before that in this library.
 
 The same file builds each library: ``-DACL_MEM_SHIM_LIB=1`` libascendcl.so, ``2``
 libacl_dvpp.so, ``3`` libacl_dvpp_mpi.so. Without ``headers`` the types come from the
@@ -31,6 +38,15 @@ from importlib import resources
 from typing import Any
 
 from ._decls import LIBRARIES, arg_names, function_names
+from ._extra import (
+    DATA_TYPES,
+    ENGINE,
+    FRONT_C,
+    FRONT_C_SUPPORT,
+    HEADER_CONSTANTS,
+    service_fields,
+    supported_names,
+)
 
 __all__ = ["START_FAILED", "UNSUPPORTED", "c_string", "config_header", "front_source",
            "load_surface", "minimal_header", "unsupported_names"]
@@ -61,6 +77,39 @@ def _start_machinery() -> str:
     return r"""
 static const struct acl_mem_shim_table *acl_mem_shim_table_ptr;
 static pthread_once_t acl_mem_shim_once = PTHREAD_ONCE_INIT;
+/* The calling thread's last failure while the engine is not running (aclGetRecentErrMsg);
+   once it runs, failures are noted in the engine's per-thread text instead. */
+static __thread char acl_mem_shim_front_recent[1024];
+static __thread int acl_mem_shim_front_has_recent;
+
+__attribute__((unused, format(printf, 1, 2)))
+static void acl_mem_shim_note(const char *format, ...)
+{
+    char text[sizeof acl_mem_shim_front_recent];
+    const struct acl_mem_shim_table *table =
+        __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
+    va_list args;
+    va_start(args, format);
+    vsnprintf(text, sizeof text, format, args);
+    va_end(args);
+    if (table != NULL) {
+        table->acl_mem_note_error(text);
+        return;
+    }
+    memcpy(acl_mem_shim_front_recent, text, sizeof text);
+    acl_mem_shim_front_has_recent = 1;
+}
+
+/* At exit, while the embedded interpreter is alive: the leak report
+   (ACL_MEM_LEAK_REPORT). The engine does nothing if Python has already finalized
+   (a Python program that loaded this library) and runs once per process. */
+static void acl_mem_shim_at_exit(void)
+{
+    const struct acl_mem_shim_table *table =
+        __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
+    if (table != NULL)
+        table->acl_mem_at_exit();
+}
 
 static void acl_mem_shim_failed(const char *what, const char *detail)
 {
@@ -123,6 +172,10 @@ static void acl_mem_shim_start(void)
     }
     /* The engine prints why when it returns NULL. */
     __atomic_store_n(&acl_mem_shim_table_ptr, start(), __ATOMIC_RELEASE);
+    /* atexit() from a shared library: glibc runs it at exit, or when the library is
+       unloaded, so the hook never outlives its code. */
+    if (__atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE) != NULL)
+        atexit(acl_mem_shim_at_exit);
 }
 
 __attribute__((unused))
@@ -147,6 +200,8 @@ static void acl_mem_shim_unsupported(const char *name, int *said, const char *re
                 aborting ? "aborting (ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1)" : result);
     if (aborting)
         abort();
+    acl_mem_shim_note("%s: not supported by acl_mem's drop-in library (memory, devices, "
+                      "contexts, streams and events only); %s", name, result);
 }
 """
 
@@ -164,10 +219,19 @@ def _supported(function: dict[str, Any]) -> list[str]:
         f"{ret} {name}({params})",
         "{",
         "    const struct acl_mem_shim_table *table = acl_mem_shim_ready();",
-        f"    if (table == NULL)\n        return {failed};",
+        "    if (table == NULL) {",
+        f'        acl_mem_shim_note("{name}: ACL_ERROR_INTERNAL_ERROR ({START_FAILED}): the '
+        'fake did not start (the reason is on standard error)");',
+        f"        return {failed};",
+        "    }",
         f"    return table->{name}({arg_names(params or 'void')});",
         "}",
     ]
+
+
+def _front_c(function: dict[str, Any]) -> list[str]:
+    return [f"{function['ret']} {function['name']}({_params_of(function) or 'void'})",
+            "{" + FRONT_C[function["name"]], "}"]
 
 
 def _unsupported(function: dict[str, Any], number: int) -> list[str]:
@@ -201,8 +265,9 @@ def front_source(headers: list[str] | None = None) -> str:
     bound = [by_name[name] for name in function_names()]
     out = ["/* Generated by acl_mem/shim/_csource.py from acl_mem/shim/surface.json. */",
            "#ifndef _GNU_SOURCE", "#define _GNU_SOURCE", "#endif",
-           *[f"#include <{h}>" for h in ("dlfcn.h", "pthread.h", "stdbool.h", "stddef.h",
-                                         "stdint.h", "stdio.h", "stdlib.h", "string.h")],
+           *[f"#include <{h}>" for h in ("dlfcn.h", "pthread.h", "stdarg.h", "stdbool.h",
+                                         "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
+                                         "string.h", "unistd.h")],
            '#include "acl_mem_shim_config.h"',
            f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
            f"#define ACL_MEM_SHIM_UNSUPPORTED {UNSUPPORTED}",
@@ -218,16 +283,20 @@ def front_source(headers: list[str] | None = None) -> str:
         out += [f'#include "{header}"' for header in headers]
     out += [_HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
     out.append("struct acl_mem_shim_table {")
-    out += [f"    {f['ret']} (*{f['name']})({_params_of(f) or 'void'});" for f in bound]
+    out += [f"    {f['ret']} (*{f['name']})({_params_of(f) or 'void'});"
+            for f in [*bound, *(by_name[name] for name in ENGINE)]]
+    out += service_fields()
     out.append("};")
     out.append(_start_machinery())
+    out.append(FRONT_C_SUPPORT)
     out.append(f"__attribute__((unused)) static int acl_mem_shim_said[{len(functions)}];")
-    supported = set(function_names())
+    supported = set(supported_names())
     for lib in LIBRARIES:
         out.append(f"\n#if ACL_MEM_SHIM_LIB == {lib}")
         for number, function in enumerate(functions):
             if function["lib"] == lib:
-                out += (_supported(function) if function["name"] in supported
+                out += (_front_c(function) if function["name"] in FRONT_C
+                        else _supported(function) if function["name"] in supported
                         else _unsupported(function, number))
         out.append("#endif")
     out += ["#ifdef __cplusplus", "}", "#endif"]
@@ -252,7 +321,7 @@ def c_string(text: str) -> str:
 
 def unsupported_names() -> list[str]:
     """Every exported function that fails loudly."""
-    supported = set(function_names())
+    supported = set(supported_names())
     return [f["name"] for f in load_surface()["functions"] if f["name"] not in supported]
 
 
@@ -277,9 +346,12 @@ def minimal_header() -> str:
            "#define ACL_SUCCESS 0",
            f"#define ACL_ERROR_FEATURE_UNSUPPORTED {UNSUPPORTED}",
            f"#define ACL_ERROR_INTERNAL_ERROR {START_FAILED}",
+           *[f"#define {name} {value}" for name, value in HEADER_CONSTANTS.items()],
            TYPES.strip(), _HI_TYPES]
     out += [f"#define {name} {value}" for name, value in surface["macros"].items()]
     out += [text for name, text in surface["types"].items() if name not in defined]
+    # aclDataType is an int here (surface.json); its enumerators as constants of that type.
+    out += ["enum {", *[f"    {name} = {value}," for name, value in DATA_TYPES.items()], "};"]
     out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]]
     out += ["#ifdef __cplusplus", "}", "#endif", "#endif"]
     return "\n".join(out) + "\n"

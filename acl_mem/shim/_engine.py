@@ -23,6 +23,8 @@ from .._native.cdef import TYPES
 from .._native.loader import make_ffi
 from ._csource import START_FAILED, c_string
 from ._decls import function_names, sections, table_declaration
+from ._extra import ENGINE as EXTRA_ENGINE
+from ._extra import service_fields
 from ._marshal import lowered_arg, roles
 
 __all__ = ["ENGINE", "MODULE", "READY", "engine_ffi"]
@@ -117,6 +119,98 @@ const struct acl_mem_shim_table *acl_mem_shim_engine_start(void)
 }
 """
 
+# What the engine answers in C: the per-thread text of the last failed call
+# (aclGetRecentErrMsg), the aclInit reference count (aclFinalizeReference) and the exit
+# hook (the leak report). acl_mem/shim/_extra.py explains the choices.
+_OWN = r"""
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+static __thread char acl_mem_shim_recent[2048];
+static __thread int acl_mem_shim_has_recent;
+
+/* Called by the marshalling (Python) and by the front libraries. */
+static void acl_mem_shim_note(const char *text)
+{
+    snprintf(acl_mem_shim_recent, sizeof acl_mem_shim_recent, "%s", text ? text : "");
+    acl_mem_shim_has_recent = 1;
+}
+
+static const char *acl_mem_shim_recent_error(void)
+{
+    return acl_mem_shim_has_recent ? acl_mem_shim_recent : NULL;
+}
+
+static pthread_mutex_t acl_mem_shim_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t acl_mem_shim_init_count;
+
+static aclError acl_mem_c_aclInit(const char *configPath)
+{
+    aclError rc;
+    pthread_mutex_lock(&acl_mem_shim_init_lock);
+    rc = acl_mem_py_aclInit(configPath);
+    if (rc == 0)
+        acl_mem_shim_init_count = 1;
+    else if (rc == ACL_MEM_SHIM_REPEAT_INITIALIZE)
+        acl_mem_shim_init_count++;
+    pthread_mutex_unlock(&acl_mem_shim_init_lock);
+    return rc;
+}
+
+static aclError acl_mem_c_aclFinalize(void)
+{
+    aclError rc;
+    pthread_mutex_lock(&acl_mem_shim_init_lock);
+    rc = acl_mem_py_aclFinalize();
+    if (rc == 0)
+        acl_mem_shim_init_count = 0;
+    pthread_mutex_unlock(&acl_mem_shim_init_lock);
+    return rc;
+}
+
+static aclError acl_mem_c_aclFinalizeReference(uint64_t *refCount)
+{
+    aclError rc = 0;
+    pthread_mutex_lock(&acl_mem_shim_init_lock);
+    if (acl_mem_shim_init_count > 1) {
+        acl_mem_shim_init_count--;
+    } else if (acl_mem_shim_init_count == 0) {
+        rc = ACL_MEM_SHIM_REPEAT_FINALIZE;
+        acl_mem_shim_note("aclFinalizeReference(): ACL_ERROR_REPEAT_FINALIZE (100037). "
+                          "The aclInit reference count is 0: aclFinalize or "
+                          "aclFinalizeReference already ran, or aclInit never did");
+    } else {
+        rc = acl_mem_py_aclFinalize();  /* notes its own failure */
+        if (rc == 0)
+            acl_mem_shim_init_count = 0;
+    }
+    if (refCount != NULL)
+        *refCount = acl_mem_shim_init_count;
+    pthread_mutex_unlock(&acl_mem_shim_init_lock);
+    return rc;
+}
+
+static int acl_mem_shim_exited;
+
+static void acl_mem_shim_at_exit(void)
+{
+    if (__atomic_exchange_n(&acl_mem_shim_exited, 1, __ATOMIC_ACQ_REL))
+        return;
+    /* A Python program finalized its interpreter before the C exit handlers ran (its
+       own atexit handlers did the report); calling into Python now would start it anew. */
+    if (!Py_IsInitialized())
+        return;
+#if PY_VERSION_HEX >= 0x030D0000
+    if (Py_IsFinalizing())
+        return;
+#else
+    if (_Py_IsFinalizing())
+        return;
+#endif
+    acl_mem_py_at_exit();
+}
+"""
+
 # The Python part: runs once, inside the interpreter, when the engine starts.
 _INIT = '''
 import os, sys
@@ -137,7 +231,7 @@ def _start():
         raise RuntimeError("acl_mem %s is installed, the shim was built for %s; rebuild it: "
                            "acl-mem shim build" % (acl_mem.__version__, {version!r}))
     from acl_mem.shim._engine_runtime import install
-    install(ffi)
+    install(ffi, lib)
 
 try:
     _start()
@@ -189,18 +283,37 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
     ffi.cdef(TYPES + _HI_TYPES + types)
     ffi.cdef("\n".join(f'extern "Python" {ret} acl_mem_py_{name}({args});'
                        for ret, name, args, _ in lowered))
-    table = ",\n".join(f"    acl_mem_c_{name}" for name in function_names())
+    ffi.cdef('extern "Python" aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);\n'
+             'extern "Python" void acl_mem_py_at_exit(void);\n'
+             "void acl_mem_shim_note(const char *text);")
+    # The table: the bound functions, then the engine's own (_extra.ENGINE), then services.
+    entries = [f"acl_mem_c_{name}" for name in [*function_names(), *EXTRA_ENGINE]]
+    entries += ["acl_mem_shim_recent_error", "acl_mem_shim_note", "acl_mem_shim_at_exit"]
+    table = ",\n".join(f"    {entry}" for entry in entries)
+    struct = table_declaration("acl_mem_shim_table").removesuffix("};")
+    struct += "\n".join([*(f"    {ret} (*{name})({params});"
+                           for name, (ret, params) in EXTRA_ENGINE.items()),
+                         *service_fields(), "};"])
+    own = {"aclInit", "aclFinalize"}  # answered in _OWN around the Python call
     source = "\n".join([
         f"#define ACL_MEM_SHIM_PYTHON {c_string(python)}",
         f"#define ACL_MEM_SHIM_PATHS {c_string(':'.join(paths))}",
         f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
         f"#define ACL_MEM_SHIM_READY {READY}",
         f"#define ACL_MEM_SHIM_EXPLAINED {EXPLAINED}",
+        "#define ACL_MEM_SHIM_REPEAT_INITIALIZE 100002",
+        "#define ACL_MEM_SHIM_REPEAT_FINALIZE 100037",
         "#include <stdint.h>", "#include <stddef.h>",
-        TYPES, _HI_TYPES, types, table_declaration("acl_mem_shim_table"),
+        TYPES, _HI_TYPES, types, struct,
         *[f"static {ret} acl_mem_py_{name}({args});" for ret, name, args, _ in lowered],
+        "static aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);",
+        "static void acl_mem_py_at_exit(void);",
         *[f"static {ret} acl_mem_c_{name}({args})\n{{\n    return acl_mem_py_{name}({calls});\n}}"
-          for (ret, name, args), (_, _, _, calls) in zip(decls, lowered, strict=True)],
+          for (ret, name, args), (_, _, _, calls) in zip(decls, lowered, strict=True)
+          if name not in own],
+        "static aclError acl_mem_c_aclrtResetDeviceForce(int32_t deviceId)\n"
+        "{\n    return acl_mem_py_aclrtResetDeviceForce(deviceId);\n}",
+        _OWN,
         f"static const struct acl_mem_shim_table acl_mem_shim_table_value = {{\n{table}\n}};",
         _START,
     ])

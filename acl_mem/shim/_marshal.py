@@ -90,7 +90,9 @@ def _write_struct(cname: str, target: Any, values: tuple[Any, ...]) -> None:
 
 
 def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
-              *, lowered: bool = False) -> Callable[..., Any]:
+              *, lowered: bool = False,
+              failed: Callable[[int, dict[str, object]], None] | None = None,
+              names: list[str] | None = None) -> Callable[..., Any]:
     """A Python function of ``fntype``'s C arguments that calls ``target().<name>``.
 
     ``target`` is looked up on every call, so the backend can be replaced. A function
@@ -99,19 +101,25 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
     inputs as ``uintptr_t`` and ``void **`` outputs as ``uintptr_t *`` (see
     :func:`lowered_arg`), so that no pointer is converted in Python.
 
+    ``failed``, given with the parameters' C ``names``, is called when the call returns
+    a non-zero code, with the code and the input arguments by name (ints, addresses as
+    ints, strings): the shim's aclGetRecentErrMsg text is made from them.
+
     The function is generated as Python source, one per C function: a C call into the
     fake pays for the fake's work, not for a loop over argument roles.
     """
     if fntype.result.kind == "pointer":
         return _soc_name_forwarder(ffi, target)
+    if failed is not None and (names is None or len(names) != len(fntype.args)):
+        raise ValueError(f"forwarder({name}): failed needs one name per argument, got {names}")
     source = _source(name, roles(name, fntype),
                      [arg.item.cname.removeprefix("struct ") if arg.kind == "pointer" else ""
-                      for arg in fntype.args], lowered)
+                      for arg in fntype.args], lowered, names if failed is not None else None)
     namespace: dict[str, Any] = {
         "target": target, "NULL": ffi.NULL, "cast": ffi.cast, "string": ffi.string,
         "memmove": ffi.memmove, "fsdecode": os.fsdecode, "VOIDP": ffi.typeof("void *"),
         "UINTPTR": ffi.typeof("uintptr_t"), "read_input": _read_input, "ffi": ffi,
-        "write_struct": _write_struct,
+        "write_struct": _write_struct, "failed": failed,
     }
     exec(compile(source, f"<acl_mem marshalling of {name}>", "exec"), namespace)
     function: Callable[..., Any] = namespace[name]
@@ -123,16 +131,23 @@ def lowered_arg(role: str, declared: str) -> str:
     return {"ptr": "uintptr_t", "out_ptr": "uintptr_t *"}.get(role, declared)
 
 
-def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool) -> str:
-    """The Python source of the forwarder of ``name`` (see forwarder)."""
+def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool,
+            names: list[str] | None = None) -> str:
+    """The Python source of the forwarder of ``name`` (see forwarder); with ``names``, a
+    failed call calls ``failed(rc, {name: input, ...})``."""
     params = [f"a{i}" for i in range(len(arg_roles))]
     body: list[str] = []
     inputs: list[str] = []
+    described: list[str] = []  # "'name': expression" of each plain input
     writes: list[str] = []
     taken = 0  # outputs of the backend's result written so far (after rc)
     outputs = 0
     for i, role in enumerate(arg_roles):
         arg = f"a{i}"
+        if role in ("int", "ptr", "str") and names is not None:
+            expression = {"int": arg, "ptr": arg if lowered else f"int(cast(UINTPTR, {arg}))",
+                          "str": f"(None if {arg} == NULL else fsdecode(string({arg})))"}[role]
+            described.append(f"{names[i]!r}: {expression}")
         if role == "int":
             inputs.append(arg)
         elif role == "ptr":
@@ -163,13 +178,21 @@ def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool)
                 written = f"{arg}[0] = {value}"
             writes.append(f"        if not mask & {bit}: {written}")
     lines = [f"def {name}({', '.join(params)}):"]
+    note = f"failed({{rc}}, {{{{{', '.join(described)}}}}})" if names is not None else ""
     if not outputs:
-        return "\n".join([*lines, f"    return target().{name}({', '.join(inputs)})", ""])
+        call = f"target().{name}({', '.join(inputs)})"
+        if not note:
+            return "\n".join([*lines, f"    return {call}", ""])
+        return "\n".join([*lines, f"    rc = {call}", f"    if rc: {note.format(rc='rc')}",
+                          "    return rc", ""])
     plain = f"target().{name}({', '.join(inputs)})"
     masked = f"target().{name}({', '.join([*inputs, 'null_outputs=mask'])})"
     lines += ["    mask = 0", *body,
               f"    result = {masked} if mask else {plain}",
-              "    if result[0] == 0:", *writes, "    return result[0]", ""]
+              "    if result[0] == 0:", *writes]
+    if note:
+        lines += ["    else:", f"        {note.format(rc='result[0]')}"]
+    lines += ["    return result[0]", ""]
     return "\n".join(lines)
 
 

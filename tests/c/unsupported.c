@@ -11,6 +11,6 @@ int main(void)
     for (i = 0; i < 2; ++i)
         printf("aclmdlLoadFromFile %d\n", (int)aclmdlLoadFromFile("model.om", &modelId));
     printf("aclmdlCreateDesc %s\n", aclmdlCreateDesc() == NULL ? "NULL" : "non-NULL");
-    printf("aclDataTypeSize %zu\n", aclDataTypeSize((aclDataType)1));
+    printf("aclGetTensorDescSize %zu\n", aclGetTensorDescSize(NULL));
     return 0;
 }
