@@ -1,0 +1,217 @@
+"""C and C++ programs on the drop-in libascendcl.so beyond plain memory calls: data
+buffers, teardown, the recent error text, start-up defaults, threads on two devices,
+RAII in C++, and the leak report at exit (acl_mem/shim/_extra.py has the choices).
+
+The programs in tests/c/ are compiled against the real headers when
+ACL_MEM_HEADERS_DIR is set, else against the minimal acl/acl.h the shim generates; the
+libraries are built once for this module into a fresh cache. Skipped, with the reason,
+where there is no C compiler or no shared libpython.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from acl_mem.shim import _build
+from acl_mem.shim._csource import load_surface, minimal_header, unsupported_names
+from acl_mem.shim._decls import function_names
+from acl_mem.shim._extra import ENGINE, FRONT_C, supported_names
+
+ROOT = Path(__file__).resolve().parent.parent
+C_DIR = ROOT / "tests" / "c"
+PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c",
+            "leak_at_exit.c", "raii_streams.cpp"]
+
+try:
+    _build.compiler()
+    _build.inputs()
+except _build.ShimBuildError as exc:
+    pytest.skip(f"cannot build the shim here ({exc.missing}): {exc}", allow_module_level=True)
+
+
+def _cxx() -> list[str] | None:
+    found = next((shutil.which(n) for n in ("c++", "g++", "clang++") if shutil.which(n)), None)
+    return [found] if found else None
+
+
+@pytest.fixture(scope="module")
+def libdir(tmp_path_factory) -> Path:
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg")))
+    done = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "--print-libdir"],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+@pytest.fixture(scope="module")
+def include(tmp_path_factory) -> Path:
+    real = os.environ.get("ACL_MEM_HEADERS_DIR")
+    if real and (Path(real) / "acl" / "acl.h").is_file():
+        return Path(real)
+    directory = tmp_path_factory.mktemp("include")
+    (directory / "acl").mkdir()
+    (directory / "acl" / "acl.h").write_text(minimal_header())
+    return directory
+
+
+@pytest.fixture(scope="module")
+def programs(libdir, include, tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("programs")
+    built = {}
+    for name in PROGRAMS:
+        source = C_DIR / name
+        if source.suffix == ".cpp":
+            cxx = _cxx()
+            if cxx is None:
+                continue  # the C++ test skips itself
+            command = [*cxx, "-std=c++17"]
+        else:
+            command = [*_build.compiler(), "-std=c11"]
+        binary = out / source.stem
+        command += ["-Wall", "-Werror", "-pthread", f"-I{include}", str(source), f"-L{libdir}",
+                    "-lascendcl", "-o", str(binary)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        built[source.stem] = binary
+    return built
+
+
+def _run(binary: Path, libdir: Path, cwd: Path, *args: str,
+         **extra: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, LD_LIBRARY_PATH=str(libdir))
+    for name in ("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", "ACL_MEM_LEAK_REPORT",
+                 "ACL_MEM_FAKE_PROFILE"):
+        env.pop(name, None)
+    env.update(extra)
+    return subprocess.run([str(binary), *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("FAIL")], done.stdout
+    assert lines[-1] == "done", done.stdout
+    return lines
+
+
+def _value(lines: list[str], key: str) -> str:
+    found = [line.split(" ", 1)[1] for line in lines if line.startswith(key + " ")]
+    assert len(found) == 1, (key, lines)
+    return found[0]
+
+
+def test_supported_set_is_the_bound_functions_and_the_shims_own():
+    """59 bound + 9 in C in the front + 2 in the engine; every other export fails loudly."""
+    surface = {f["name"]: f for f in load_surface()["functions"]}
+    supported = supported_names()
+    assert len(function_names()) == 59 and len(FRONT_C) == 9 and len(ENGINE) == 2
+    assert len(supported) == len(set(supported)) == 70
+    assert set(supported) <= set(surface)
+    assert set(unsupported_names()) == set(surface) - set(supported)
+    for name, (ret, params) in ENGINE.items():  # the engine's header-free prototypes
+        assert (surface[name]["ret"], surface[name]["params"]) == (ret, params)
+
+
+def test_data_buffers_and_type_sizes(programs, libdir, tmp_path):
+    lines = _ok(_run(programs["data_buffer"], libdir, tmp_path))
+    assert "ok empty buffer" in lines and "ok big size truncated" in lines
+    recent = _value(lines, "recent")
+    assert recent.startswith("aclDestroyDataBuffer(dataBuffer=NULL): ACL_ERROR_INVALID_PARAM")
+
+
+def test_force_reset_finalize_reference_recent_error_and_tgid(programs, libdir, tmp_path):
+    done = _run(programs["teardown_errors"], libdir, tmp_path)
+    lines = _ok(done)
+    # The text of a failed call: the call and its arguments, the code, acl_mem's hint.
+    oom = _value(lines, "oom")
+    assert oom.startswith("aclrtMalloc(size=1099511627776, policy=0x0): "
+                          "ACL_ERROR_RT_MEMORY_ALLOCATION (207001). Asked for 1024 GiB")
+    assert re.match(r"aclrtFree\(devPtr=0x[0-9a-f]+\): ACL_ERROR_RT_PARAM_INVALID \(107000\)"
+                    r"\. The pointer is not a live allocation", _value(lines, "free"))
+    assert done.stderr.count("aclmdlCreateDesc is not supported") == 1
+
+
+def _fake_init_code(path: str) -> int:
+    """What the fake's aclInit returns for ``path`` when asked from Python."""
+    from acl_mem._fake import FakeBackend
+    from acl_mem._fake.config import current_profile
+
+    return FakeBackend(current_profile()).aclInit(path)
+
+
+def test_init_config_run_mode_default_context_and_default_stream(programs, libdir, tmp_path):
+    config = tmp_path / "acl.json"
+    config.write_text(json.dumps({"dump": {"dump_list": []}}))
+    lines = _ok(_run(programs["init_defaults"], libdir, tmp_path, str(config)))
+    assert int(_value(lines, "init-empty")) == _fake_init_code("")
+    from acl_mem._fake.profiles import DEFAULT_PROFILE, resolve_profile
+
+    assert int(_value(lines, "runMode")) == resolve_profile(DEFAULT_PROFILE).run_mode
+    assert _value(lines, "device") == "0"
+    assert "ok default stream round trip" in lines
+
+
+def test_four_threads_on_two_devices(programs, libdir, tmp_path):
+    lines = _ok(_run(programs["threads"], libdir, tmp_path))
+    assert sorted(line for line in lines if line.startswith("thread ")) == [
+        f"thread {i} device {i % 2} ok" for i in range(4)]
+
+
+def test_cxx_raii_wrappers_and_a_vector_of_streams(programs, libdir, tmp_path):
+    if "raii_streams" not in programs:
+        pytest.skip("no C++ compiler")
+    lines = _ok(_run(programs["raii_streams"], libdir, tmp_path))
+    assert "ok 4 streams" in lines and "ok round trips" in lines
+    assert "207001" in _value(lines, "ok exception")
+
+
+def test_leak_report_at_exit(programs, libdir, tmp_path):
+    done = _run(programs["leak_at_exit"], libdir, tmp_path, ACL_MEM_LEAK_REPORT="1")
+    lines = _ok(done)
+    leaks = [line.split()[1:] for line in lines if line.startswith("leak ")]
+    report = done.stderr
+    assert "acl_mem: 3 allocation(s) never freed:" in report, report
+    for address, size in leaks:
+        assert re.search(rf"{int(address, 16):#x} \({size} bytes", report), (address, report)
+    assert _value(lines, "freed") not in report
+    assert report.count("never freed") == 1
+    # Without the switch: nothing at exit.
+    quiet = _run(programs["leak_at_exit"], libdir, tmp_path)
+    _ok(quiet)
+    assert "never freed" not in quiet.stderr
+
+
+_CTYPES_EXIT = """
+import ctypes, os, sys
+lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL)
+p = ctypes.c_void_p()
+assert lib.aclrtSetDevice(0) == 0
+assert lib.aclrtMalloc(ctypes.byref(p), 4096, 0) == 0
+print("leaked", hex(p.value))
+"""
+
+
+def test_leak_report_once_in_a_python_program_and_no_crash_after_finalize(libdir, tmp_path):
+    """A Python program that loads the library: Python's own atexit reports (acl_mem.fake
+    imported with the switch set), the C hook must neither report again nor touch the
+    finalized interpreter."""
+    env = dict(os.environ, ACL_MEM_BACKEND="fake", ACL_MEM_LEAK_REPORT="1")
+    code = "import acl_mem.fake\n" + _CTYPES_EXIT
+    done = subprocess.run([sys.executable, "-c", code, str(libdir / "libascendcl.so")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("never freed") == 1, done.stderr
+    # Without acl_mem.fake imported before exit: no report (Python finalized first), no crash.
+    done = subprocess.run([sys.executable, "-c", _CTYPES_EXIT, str(libdir / "libascendcl.so")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "leaked 0x" in done.stdout
