@@ -51,11 +51,19 @@ int main(void)
     ACL_CHECK("bare tgid", aclrtDeviceGetBareTgid(&pid), ACL_SUCCESS);
     EXPECT("bare tgid is getpid", pid == (int32_t)getpid());
     ACL_CHECK("bare tgid null", aclrtDeviceGetBareTgid(NULL), ACL_ERROR_INVALID_PARAM);
+    /* Noted before Python started (no device call yet) ... */
+    msg = aclGetRecentErrMsg();
+    EXPECT("tgid message", msg != NULL && strstr(msg, "aclrtDeviceGetBareTgid(pid=NULL)"));
 
     /* aclInit three times: a count of 3; two references released, the third tears down. */
     ACL_CHECK("init", aclInit(NULL), ACL_SUCCESS);
+    /* ... and still the thread's last failure once it runs; a repeated aclInit fails. */
+    msg = aclGetRecentErrMsg();
+    EXPECT("tgid message kept", msg != NULL && strstr(msg, "aclrtDeviceGetBareTgid"));
     ACL_CHECK("init again", aclInit(NULL), ACL_ERROR_REPEAT_INITIALIZE);
     ACL_CHECK("init third", aclInit(NULL), ACL_ERROR_REPEAT_INITIALIZE);
+    msg = aclGetRecentErrMsg();
+    EXPECT("repeat init message", msg != NULL && strstr(msg, "ACL_ERROR_REPEAT_INITIALIZE"));
     ACL_CHECK("finalize reference 1", aclFinalizeReference(&refCount), ACL_SUCCESS);
     EXPECT("count 2", refCount == 2);
     ACL_CHECK("finalize reference 2", aclFinalizeReference(NULL), ACL_SUCCESS);

@@ -2,7 +2,7 @@
  * pools: 4 pthreads, each with its own current device (0 or 1, set in the thread),
  * allocating, filling, copying device to device and back, and freeing, concurrently,
  * round after round; every byte read back is checked. A barrier makes the threads start
- * together. tests/test_shim_programs.py runs it and checks the output and exit status.
+ * together; at the end each checks that aclGetRecentErrMsg reports its own failed call. tests/test_shim_programs.py runs it and checks the output and exit status.
  *
  * Output: "thread <n> device <d> ok" per thread, then "done"; a failure prints
  * "FAIL thread <n> ..." and exits with status 1. */
@@ -74,6 +74,26 @@ static void *Worker(void *arg)
         }
         THREAD_CHECK(args, aclrtFree(devA));
         THREAD_CHECK(args, aclrtFree(devB));
+    }
+    /* Each thread's error text is its own: a bad free of an address only it uses. */
+    {
+        char expected[64];
+        const char *msg = NULL;
+        void *bogus = (void *)(uintptr_t)(0x1000u * (unsigned)(args->index + 1));
+        if (aclrtFree(bogus) == ACL_SUCCESS) {
+            snprintf(args->why, sizeof args->why, "aclrtFree(%p) succeeded", bogus);
+            args->failed = 1;
+            return NULL;
+        }
+        pthread_barrier_wait(&startTogether);  /* every thread has failed by now */
+        msg = aclGetRecentErrMsg();
+        snprintf(expected, sizeof expected, "aclrtFree(devPtr=%p)", bogus);
+        if (msg == NULL || strstr(msg, expected) == NULL) {
+            snprintf(args->why, sizeof args->why, "recent error %s, expected %s",
+                     msg ? msg : "NULL", expected);
+            args->failed = 1;
+            return NULL;
+        }
     }
     THREAD_CHECK(args, aclrtResetDevice(args->deviceId));
     free(hostIn);
