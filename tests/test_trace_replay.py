@@ -369,3 +369,22 @@ def test_many_recorded_threads_replay_on_a_bounded_number(tmp_path, monkeypatch)
     assert report.differences == 0 and report.skipped == {}
     assert report.replayed == report.calls == 12 * 4
     assert threading.active_count() == before
+
+
+def test_a_backend_switch_in_the_recording_releases_the_replays_memory(tmp_path):
+    from acl_mem import _backend
+    from acl_mem._fake import FakeBackend
+    from acl_mem._fake.config import current_profile
+
+    first, second = FakeBackend(current_profile()), FakeBackend(current_profile())
+    path = tmp_path / "run.jsonl"
+    with _backend.using_backend(first), record(path):
+        acl_mem.Device(0).use()
+        raw.aclrtMalloc(64)
+        with _backend.using_backend(second):
+            acl_mem.Device(0).use()
+            raw.aclrtMalloc(128)
+    report = replay(path)
+    assert report.differences == 0 and report.skipped == {}
+    assert [a.size for a in report.replayed_summary.never_freed] == \
+        [a.size for a in report.recorded_summary.never_freed] == [128]

@@ -342,6 +342,13 @@ class _Run:
         self.replayed = 0
         self.calls = 0
 
+    def _fresh_runtime(self) -> None:
+        """Another backend became active in the recording: everything of the previous one
+        is gone, as after aclFinalize; ACL starts initialised again."""
+        self.capture.th = self.threads.main or 0
+        self.replayer.replay(self.capture.th, {"call": "aclFinalize", "rc": 0})
+        self.backend.aclInit(None)
+
     def _thread_retired(self, th: int) -> None:
         self.replayer.current.pop(th, None)
 
@@ -387,6 +394,10 @@ class _Run:
             if self.progress is not None:
                 self.progress.update(index)
             if "call" not in event:
+                if event.get("type") == "backend" and self.threads.main is not None:
+                    # The recording's memory went with its backend: so does the replay's.
+                    self.capture.t = int(event.get("t", 0))
+                    self.threads.run(self.threads.main, self._fresh_runtime)
                 continue
             self.calls += 1
             th = int(event.get("th", 0))
