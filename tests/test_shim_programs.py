@@ -1,6 +1,8 @@
 """C and C++ programs on the drop-in libascendcl.so beyond plain memory calls: data
 buffers, teardown, the recent error text, start-up defaults, threads on two devices,
-RAII in C++, and the leak report at exit (acl_mem/shim/_extra.py has the choices).
+RAII in C++, the leak report at exit, fork() from a busy multithreaded program, two
+processes sharing VMM memory, and allocation sites that name the C caller
+(acl_mem/shim/_extra.py has the choices).
 
 The programs in tests/c/ are compiled against the real headers when
 ACL_MEM_HEADERS_DIR is set, else against the minimal acl/acl.h the shim generates; the
@@ -28,7 +30,8 @@ from acl_mem.shim._extra import ENGINE, FRONT_C, supported_names
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c",
-            "leak_at_exit.c", "raii_streams.cpp"]
+            "leak_at_exit.c", "raii_streams.cpp", "fork_threads.c", "share_ipc.c",
+            "leak_site.c"]
 
 try:
     _build.compiler()
@@ -76,8 +79,10 @@ def programs(libdir, include, tmp_path_factory) -> dict[str, Path]:
         else:
             command = [*_build.compiler(), "-std=c11"]
         binary = out / source.stem
-        command += ["-Wall", "-Werror", "-pthread", f"-I{include}", str(source), f"-L{libdir}",
-                    "-lascendcl", "-o", str(binary)]
+        # -rdynamic: the program's functions get dynamic symbols, so that the checker's
+        # stacks can name them (leak_site.c; acl_mem/shim/_extra.py, "Sites").
+        command += ["-Wall", "-Werror", "-pthread", "-rdynamic", f"-I{include}", str(source),
+                    f"-L{libdir}", "-lascendcl", "-o", str(binary)]
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         built[source.stem] = binary
@@ -88,7 +93,7 @@ def _run(binary: Path, libdir: Path, cwd: Path, *args: str,
          **extra: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, LD_LIBRARY_PATH=str(libdir))
     for name in ("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", "ACL_MEM_LEAK_REPORT",
-                 "ACL_MEM_FAKE_PROFILE"):
+                 "ACL_MEM_FAKE_PROFILE", "ACL_MEM_CHECK"):
         env.pop(name, None)
     env.update(extra)
     return subprocess.run([str(binary), *args], env=env, cwd=cwd, capture_output=True,
@@ -215,3 +220,114 @@ def test_leak_report_once_in_a_python_program_and_no_crash_after_finalize(libdir
                           env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "leaked 0x" in done.stdout
+
+
+def test_fork_while_threads_are_busy_in_the_fake(programs, libdir, tmp_path):
+    """20 forks while 4 threads allocate and free: every child sets its device, allocates
+    and frees in time (the program kills a child after 10 s and fails); the parent's
+    block freed in a child gives 107000, before and after aclrtSetDevice, as in a child
+    forked by a Python program (tests/test_fork.py)."""
+    lines = _ok(_run(programs["fork_threads"], libdir, tmp_path))
+    assert "forks 20 ok" in lines
+    assert _value(lines, "parent-pointer") == "107000 107000"
+    assert int(_value(lines, "workers").split()[0]) > 0
+
+
+def test_fork_while_another_thread_starts_the_fake(programs, libdir, tmp_path):
+    """A child forked during the start cannot finish it: its calls return 500000 (and say
+    why) instead of waiting for a thread it does not have; later children work."""
+    done = _run(programs["fork_threads"], libdir, tmp_path, "during-start")
+    lines = _ok(done)
+    codes = [line.split()[2] for line in lines if line.startswith("child ")]
+    assert len(codes) == 5 and set(codes) <= {"0", "500000"}, lines
+    if "500000" in codes:
+        assert "forked while another thread was starting it" in done.stderr
+
+
+_CTYPES_FORK = """
+import ctypes, os, sys, threading, time
+lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL)
+libc = ctypes.CDLL(None)
+assert lib.aclrtSetDevice(0) == 0  # the fake runs before the threads and the forks
+stop = threading.Event()
+
+def busy():
+    p = ctypes.c_void_p()
+    assert lib.aclrtSetDevice(0) == 0
+    while not stop.is_set():
+        assert lib.aclrtMalloc(ctypes.byref(p), 4096, 0) == 0
+        assert lib.aclrtFree(p) == 0
+
+threads = [threading.Thread(target=busy) for _ in range(2)]
+for t in threads:
+    t.start()
+results = []
+for how in ("os.fork", "fork through ctypes") * 3:
+    pid = os.fork() if how == "os.fork" else libc.fork()
+    if pid == 0:
+        p = ctypes.c_void_p()
+        ok = (lib.aclrtSetDevice(0) == 0 and lib.aclrtMalloc(ctypes.byref(p), 4096, 0) == 0
+              and lib.aclrtFree(p) == 0)
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 10
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            results.append(how + " hung")
+            break
+        time.sleep(0.01)
+    else:
+        results.append(how)
+stop.set()
+for t in threads:
+    t.join()
+print(" / ".join(results))
+"""
+
+
+def test_fork_in_a_python_program_that_loaded_the_library(libdir, tmp_path):
+    """os.fork() does Python's fork handling itself (the shim's handlers see it holds the
+    GIL and stay out); fork() called through ctypes (GIL released) gets it from them."""
+    env = dict(os.environ, ACL_MEM_BACKEND="fake")
+    done = subprocess.run([sys.executable, "-c", _CTYPES_FORK, str(libdir / "libascendcl.so")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == " / ".join(["os.fork", "fork through ctypes"] * 3)
+
+
+def test_two_processes_share_device_memory(programs, libdir, tmp_path):
+    """A exports with pid validation and allows B's pid (aclrtDeviceGetBareTgid); B
+    imports, maps and writes; A reads the bytes back. An export B is not allowed is
+    refused with 107000."""
+    share = tmp_path / "share"
+    done = _run(programs["share_ipc"], libdir, tmp_path, ACL_MEM_FAKE_SHARE_DIR=str(share))
+    lines = _ok(done)
+    assert _value(lines, "refused") == "107000"
+    assert "read back ok" in lines and "B done" in lines
+    assert [p.name for p in share.iterdir()] == [".lock"]  # every record went with its handle
+
+
+def test_checker_stacks_name_the_c_caller(programs, libdir, tmp_path):
+    """With the checker on, the leak report says which C function allocated each block:
+    leak_here (exported: -rdynamic) by name, the static one by its offset."""
+    done = _run(programs["leak_site"], libdir, tmp_path, ACL_MEM_LEAK_REPORT="1",
+                ACL_MEM_CHECK="1")
+    lines = _ok(done)
+    report = done.stderr
+    binary = str(programs["leak_site"])
+    entries = report.split("\n\n")
+    for line in lines:
+        if line.startswith("leak "):
+            _, address, function = line.split()
+            entry = next(e for e in entries if f"{int(address, 16):#x} (" in e)
+            if function == "leak_here":
+                assert re.search(rf'File "{re.escape(binary)}", line 0, in leak_here\+0x[0-9a-f]+$',
+                                 entry), entry
+            else:
+                assert re.search(rf'File "{re.escape(binary)}", line 0, in \+0x[0-9a-f]+ '
+                                 r"\(no exported symbol here", entry), entry
+    assert "marshalling" not in report and "acl_mem" not in report.split("never freed:")[1]
+    # Without the checker no stack is recorded, as for a Python program.
+    plain = _run(programs["leak_site"], libdir, tmp_path, ACL_MEM_LEAK_REPORT="1")
+    _ok(plain)
+    assert "leak_here" not in plain.stderr and "never freed" in plain.stderr

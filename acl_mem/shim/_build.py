@@ -170,7 +170,7 @@ def build_into(directory: Path, given: BuildInputs) -> Path:
     with contextlib.redirect_stdout(io.StringIO()):  # cffi says "generating ..." on stdout
         ffi.emit_c_code(str(engine_c))
     _run([*cc, "-shared", "-fPIC", "-O2", "-pthread", f"-I{given.include}", str(engine_c),
-          "-o", str(lib64 / ENGINE)])
+          "-o", str(lib64 / ENGINE), "-ldl"])
     (work / "acl_mem_shim_config.h").write_text(config_header(
         libpython=given.libpython, py_version=given.py_version, engine=ENGINE))
     front_c = work / "acl_mem_shim_front.c"

@@ -76,7 +76,13 @@ def _start_machinery() -> str:
     # this library was dlopen()ed RTLD_LOCAL), and starts it once.
     return r"""
 static const struct acl_mem_shim_table *acl_mem_shim_table_ptr;
-static pthread_once_t acl_mem_shim_once = PTHREAD_ONCE_INIT;
+/* The start, once per process: 0 not begun, 1 under way (in acl_mem_shim_starter, which
+   holds acl_mem_shim_start_lock), 2 over (the table is set, or the start failed and said
+   why), 3 this process was forked while another thread was starting (pthread_once would
+   wait for that thread for ever; see acl_mem_shim_forked_child). */
+static int acl_mem_shim_start_state;
+static pthread_t acl_mem_shim_starter;
+static pthread_mutex_t acl_mem_shim_start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The calling thread's last failure while the engine is not running (aclGetRecentErrMsg);
    once it runs, failures are noted in the engine's per-thread text instead. */
 static __thread char acl_mem_shim_front_recent[1024];
@@ -178,6 +184,34 @@ static void acl_mem_shim_start(void)
         atexit(acl_mem_shim_at_exit);
 }
 
+/* In a forked child (the only thread now). A start another thread had under way stops
+   here half done (Python half started or half imported): this process cannot finish it,
+   and its calls fail (500000) rather than wait for a thread that does not exist. If the
+   start got as far as the table, it is usable: the engine's own fork handlers ran. */
+static void acl_mem_shim_forked_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    if (pthread_mutex_trylock(&acl_mem_shim_start_lock) == 0) {
+        pthread_mutex_unlock(&acl_mem_shim_start_lock);  /* nobody was in there */
+        return;
+    }
+    if (acl_mem_shim_start_state == 1 && pthread_equal(acl_mem_shim_starter, pthread_self()))
+        return;  /* forked by the start itself (a subprocess of an import): it goes on */
+    /* Held by a thread that does not exist here. Before the start began (state 0) there
+       is nothing half done: this process starts on its own. */
+    if (acl_mem_shim_start_state == 1)
+        acl_mem_shim_start_state =
+            __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE) != NULL ? 2 : 3;
+    memcpy(&acl_mem_shim_start_lock, &fresh, sizeof fresh);
+}
+
+/* Registered when the library is loaded, before any thread of the program can call it. */
+__attribute__((constructor))
+static void acl_mem_shim_loaded(void)
+{
+    pthread_atfork(NULL, NULL, acl_mem_shim_forked_child);
+}
+
 __attribute__((unused))
 static const struct acl_mem_shim_table *acl_mem_shim_ready(void)
 {
@@ -185,7 +219,18 @@ static const struct acl_mem_shim_table *acl_mem_shim_ready(void)
         __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
     if (table != NULL)
         return table;
-    pthread_once(&acl_mem_shim_once, acl_mem_shim_start);
+    pthread_mutex_lock(&acl_mem_shim_start_lock);
+    if (acl_mem_shim_start_state == 0) {
+        acl_mem_shim_start_state = 1;
+        acl_mem_shim_starter = pthread_self();
+        acl_mem_shim_start();
+        acl_mem_shim_start_state = 2;
+    } else if (acl_mem_shim_start_state == 3) {
+        acl_mem_shim_start_state = 4;
+        acl_mem_shim_failed("this process was forked while another thread was starting it",
+                            "");
+    }
+    pthread_mutex_unlock(&acl_mem_shim_start_lock);
     return __atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE);
 }
 
@@ -224,6 +269,7 @@ def _supported(function: dict[str, Any]) -> list[str]:
         'fake did not start (the reason is on standard error)");',
         f"        return {failed};",
         "    }",
+        "    table->acl_mem_set_caller(__builtin_return_address(0));",
         f"    return table->{name}({arg_names(params or 'void')});",
         "}",
     ]

@@ -76,6 +76,66 @@ static int acl_mem_shim_start_cffi(void)
     return result;
 }
 
+/* fork() from a C thread while other threads are inside the engine (acl_mem/shim/_extra.py,
+   "fork"): the forking thread takes aclInit's lock and then the GIL, as aclInit does, so
+   no other thread is inside Python or aclInit at the fork; the child then re-initialises
+   Python as os.fork() does (its at-fork handlers give the fake fresh locks and empty
+   devices). A thread that already holds the GIL is Python forking (os.fork: it does all
+   this itself) or an extension that chose not to: nothing is done then. */
+static __thread int acl_mem_shim_fork_gil_taken;
+static __thread int acl_mem_shim_fork_init_locked;
+static __thread PyGILState_STATE acl_mem_shim_fork_gil;
+
+static int acl_mem_shim_python_running(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+    return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+static void acl_mem_shim_before_fork(void)
+{
+    acl_mem_shim_fork_gil_taken = 0;
+    acl_mem_shim_fork_init_locked = 0;
+    if (!acl_mem_shim_python_running() || PyGILState_Check())
+        return;
+    pthread_mutex_lock(&acl_mem_shim_init_lock);
+    acl_mem_shim_fork_init_locked = 1;
+    acl_mem_shim_fork_gil = PyGILState_Ensure();
+    PyOS_BeforeFork();
+    acl_mem_shim_fork_gil_taken = 1;
+}
+
+static void acl_mem_shim_after_fork_parent(void)
+{
+    if (acl_mem_shim_fork_gil_taken) {
+        PyOS_AfterFork_Parent();
+        PyGILState_Release(acl_mem_shim_fork_gil);
+    }
+    if (acl_mem_shim_fork_init_locked)
+        pthread_mutex_unlock(&acl_mem_shim_init_lock);
+    acl_mem_shim_fork_gil_taken = acl_mem_shim_fork_init_locked = 0;
+}
+
+static void acl_mem_shim_after_fork_child(void)
+{
+    /* The only thread: a lock another thread held at the fork is held by nobody now. */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&acl_mem_shim_init_lock, &fresh, sizeof fresh);
+    if (acl_mem_shim_fork_gil_taken) {
+        PyOS_AfterFork_Child();
+        /* Not PyGILState_Release: the thread state made for this thread would go, and
+           with the other threads' states gone too, Python 3.11 would hand the next one
+           its first thread state again, still marked in use (a fatal error). It is kept
+           for this thread's later calls; only the GIL is given back. */
+        (void)acl_mem_shim_fork_gil;
+        PyEval_SaveThread();
+    }
+    acl_mem_shim_fork_gil_taken = acl_mem_shim_fork_init_locked = 0;
+}
+
 static void acl_mem_shim_start_once(void)
 {
     int result;
@@ -105,6 +165,9 @@ static void acl_mem_shim_start_once(void)
     }
     result = acl_mem_shim_start_cffi();
     acl_mem_shim_ok = result == ACL_MEM_SHIM_READY;
+    if (acl_mem_shim_ok)
+        pthread_atfork(acl_mem_shim_before_fork, acl_mem_shim_after_fork_parent,
+                       acl_mem_shim_after_fork_child);
     if (result != ACL_MEM_SHIM_READY && result != ACL_MEM_SHIM_EXPLAINED)
         fprintf(stderr, "acl_mem shim: cannot start the fake: the embedded Python failed "
                 "(cffi's report above says why); every call returns %d "
@@ -123,6 +186,7 @@ const struct acl_mem_shim_table *acl_mem_shim_engine_start(void)
 # (aclGetRecentErrMsg), the aclInit reference count (aclFinalizeReference) and the exit
 # hook (the leak report). acl_mem/shim/_extra.py explains the choices.
 _OWN = r"""
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -139,6 +203,33 @@ static void acl_mem_shim_note(const char *text)
 static const char *acl_mem_shim_recent_error(void)
 {
     return acl_mem_shim_has_recent ? acl_mem_shim_recent : NULL;
+}
+
+/* The C caller of the call being made on this thread (acl_mem/shim/_extra.py, "Sites"). */
+static __thread void *acl_mem_shim_caller_address;
+
+static void acl_mem_shim_set_caller(void *address)
+{
+    acl_mem_shim_caller_address = address;
+}
+
+static uintptr_t acl_mem_shim_caller(void)
+{
+    return (uintptr_t)acl_mem_shim_caller_address;
+}
+
+/* What dladdr says about a return address: its object file, the exported symbol it is
+   in (NULL if none) and that symbol's address (else the object's base). Looked up one
+   byte before the return address: a call ending a function returns past its end. */
+static int acl_mem_shim_where(uintptr_t address, char **file, char **symbol, uintptr_t *start)
+{
+    Dl_info info;
+    if (address == 0 || !dladdr((void *)(address - 1), &info) || info.dli_fname == NULL)
+        return 0;
+    *file = (char *)info.dli_fname;
+    *symbol = (char *)info.dli_sname;
+    *start = (uintptr_t)(info.dli_sname != NULL ? info.dli_saddr : info.dli_fbase);
+    return 1;
 }
 
 static pthread_mutex_t acl_mem_shim_init_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -285,10 +376,14 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
                        for ret, name, args, _ in lowered))
     ffi.cdef('extern "Python" aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);\n'
              'extern "Python" void acl_mem_py_at_exit(void);\n'
-             "void acl_mem_shim_note(const char *text);")
+             "void acl_mem_shim_note(const char *text);\n"
+             "uintptr_t acl_mem_shim_caller(void);\n"
+             "int acl_mem_shim_where(uintptr_t address, char **file, char **symbol,\n"
+             "                       uintptr_t *start);")
     # The table: the bound functions, then the engine's own (_extra.ENGINE), then services.
     entries = [f"acl_mem_c_{name}" for name in [*function_names(), *EXTRA_ENGINE]]
-    entries += ["acl_mem_shim_recent_error", "acl_mem_shim_note", "acl_mem_shim_at_exit"]
+    entries += ["acl_mem_shim_recent_error", "acl_mem_shim_note", "acl_mem_shim_at_exit",
+                "acl_mem_shim_set_caller"]
     table = ",\n".join(f"    {entry}" for entry in entries)
     struct = table_declaration("acl_mem_shim_table").removesuffix("};")
     struct += "\n".join([*(f"    {ret} (*{name})({params});"

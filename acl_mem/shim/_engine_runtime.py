@@ -14,8 +14,8 @@ from ..errors import error_name
 from ._decls import arg_names, sections
 from ._marshal import forwarder
 
-__all__ = ["CALLBACK_FAILED", "failure_text", "install", "leak_report_at_exit",
-           "reset_device_force"]
+__all__ = ["ALLOCATING", "CALLBACK_FAILED", "CallerSites", "failure_text", "install",
+           "leak_report_at_exit", "reset_device_force"]
 
 #: What an entry point returns if the engine raised (a bug in acl_mem: cffi prints the
 #: traceback): ACL_ERROR_RT_INTERNAL_ERROR, as the test suite's stand-in does.
@@ -79,6 +79,75 @@ def leak_report_at_exit() -> None:
         sys.stderr.flush()
 
 
+#: The calls that make a block (the checker records where: acl_mem/shim/_extra.py, "Sites").
+ALLOCATING = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached",
+                        "aclrtMallocHost", "acldvppMalloc", "hi_mpi_dvpp_malloc"})
+#: Callers whose Python frames already say who called (ctypes and cffi call through libffi).
+_PYTHON_CALLERS = ("libffi", "_ctypes", "_cffi_backend")
+_SITE_SOURCE = "def site(function, *args): return function(*args)\n"
+_SITES_KEPT = 4096
+
+
+class CallerSites:
+    """A Python frame per C caller, for the checker's allocation stacks.
+
+    ``call(function, *args)`` calls ``function`` inside a frame whose code names the C
+    caller the front library noted for this thread: file = the caller's object, function
+    = ``symbol+0xoffset`` (or the offset in the object when it exports no symbol there),
+    line 0. Frames are made once per return address (at most 4096 kept).
+    """
+
+    def __init__(self, ffi: Any, lib: Any) -> None:
+        self._ffi = ffi
+        self._lib = lib
+        self._sites: dict[int, Callable[..., Any] | None] = {}
+
+    def describe(self, address: int) -> tuple[str, str] | None:
+        """(object file, ``symbol+0xoffset``) of a return address; None if unknown or a
+        call from libffi."""
+        ffi = self._ffi
+        out, start = ffi.new("char *[2]"), ffi.new("uintptr_t *")  # cffi drops the GIL
+        if not self._lib.acl_mem_shim_where(address, out, out + 1, start):
+            return None
+        file = os.fsdecode(ffi.string(out[0]))
+        if os.path.basename(file).startswith(_PYTHON_CALLERS):
+            return None
+        offset = address - int(start[0])
+        if out[1] == ffi.NULL:
+            return file, (f"+{offset:#x} (no exported symbol here: a static function, or a "
+                          "program linked without -rdynamic)")
+        return file, f"{os.fsdecode(ffi.string(out[1]))}+{offset:#x}"
+
+    def site(self, address: int) -> Callable[..., Any] | None:
+        if address in self._sites:
+            return self._sites[address]
+        where = self.describe(address)
+        site: Callable[..., Any] | None = None
+        if where is not None:
+            namespace: dict[str, Any] = {}
+            exec(compile(_SITE_SOURCE, where[0], "exec"), namespace)
+            site = namespace["site"]
+            site.__code__ = site.__code__.replace(co_name=where[1], co_firstlineno=0)
+        if len(self._sites) >= _SITES_KEPT:
+            self._sites.clear()
+        self._sites[address] = site
+        return site
+
+    def wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        """``function``, run inside its caller's frame while the fake's checker is on."""
+        caller = self._lib.acl_mem_shim_caller
+        get = _backend.get
+        site_of = self.site
+
+        def allocating(*args: Any) -> Any:
+            if getattr(get(), "checker", None) is None:
+                return function(*args)
+            site = site_of(caller())
+            return function(*args) if site is None else site(function, *args)
+
+        return allocating
+
+
 def install(ffi: Any, lib: Any) -> None:
     """Make the fake the active backend and route every entry point to it.
 
@@ -86,6 +155,7 @@ def install(ffi: Any, lib: Any) -> None:
     shim runs the fake only (the native backend over the shim would call itself).
     """
     _backend.use_backend("fake")
+    sites = CallerSites(ffi, lib)
     for _, _, decls in sections():
         for _, name, args in decls:
             # The function's own type (the entry point itself takes pointers as integers).
@@ -93,6 +163,8 @@ def install(ffi: Any, lib: Any) -> None:
             names = [n for n in arg_names(args).split(", ") if n]
             function = forwarder(ffi, name, fntype, _backend.get, lowered=True,
                                  failed=_noter(lib, name), names=names)
+            if name in ALLOCATING:
+                function = sites.wrap(function)
             if fntype.result.kind == "pointer":
                 ffi.def_extern(name=f"acl_mem_py_{name}")(function)
             else:

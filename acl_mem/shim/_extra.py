@@ -11,7 +11,9 @@ Three kinds:
   and aclFinalize). Reached through the table like the bound functions.
 - :data:`SERVICES`: table entries that are no ACL function: the engine's per-thread
   "recent error" text (written by the marshalling when a call fails), a way for the
-  front to add to it, and the exit hook that prints the leak report.
+  front to add to it, the exit hook that prints the leak report, and the C caller of
+  the call about to be made (the front passes its return address, for the checker's
+  allocation stacks: see "Sites" below).
 
 The choices, with what the public CANN runtime source does (hicann/runtime,
 ``data_buffer.cpp``, ``acl.cpp``, ``runtime.cpp``):
@@ -37,6 +39,35 @@ The choices, with what the public CANN runtime source does (hicann/runtime,
   under the fake's lock (no other thread's aclrtSetDevice slips in between); a device
   without references -> 507007 and an id out of range -> 107001, as aclrtResetDevice.
   Contexts from aclrtCreateContext keep the device open, as they do for aclrtResetDevice.
+- fork: once Python runs, the engine registers pthread_atfork handlers. Before a fork
+  from a thread that does not hold the GIL, the forking thread takes aclInit's lock,
+  then the GIL (the order aclInit takes them), then PyOS_BeforeFork: no other thread is
+  inside Python, the fake or aclInit at the fork; threads blocked on the GIL stay
+  blocked in the parent and do not exist in the child. The parent then gets
+  PyOS_AfterFork_Parent and both back; the child PyOS_AfterFork_Child (Python's own
+  at-fork handlers: the fake's child rules of docs/fidelity.md row 60, fresh locks, no
+  current context, the parent's pointers unknown, 107000) and a fresh aclInit lock. A
+  thread that holds the GIL when it forks is Python's os.fork (which does all of this
+  itself) or an extension that forks under the GIL: the handlers leave it alone. A
+  fork while another thread is still starting the engine (its first call: Python and
+  acl_mem loading) leaves that start half done in the child, where the thread doing it
+  does not exist: the child's calls return 500000 and say why on stderr, instead of
+  waiting for ever (the front library's own fork handler, registered when it loads).
+  Known limit: a C thread and a Python thread forking at the same moment can deadlock
+  (the C fork waits for the GIL inside glibc's fork-handler lock, which os.fork, holding
+  the GIL, then waits for).
+- Sites: every call through the table first hands the engine its C caller
+  (``__builtin_return_address(0)`` of the exported function, a thread-local). When the
+  fake's memory checker is on (ACL_MEM_CHECK=1: it records where each block was
+  allocated, and the leak report and canary findings print it), the allocating calls
+  (aclrtMalloc*, aclrtMallocHost, acldvppMalloc, hi_mpi_dvpp_malloc) run inside a
+  Python frame made for that caller, whose file is the caller's object (``dladdr``)
+  and whose function is ``symbol+0xoffset`` (line 0: no line is known); the
+  marshalling's own frames are acl_mem's and left out like the rest of acl_mem. A
+  caller's name is found only if the object exports it: functions of an executable
+  need ``-rdynamic`` (or ``-Wl,--export-dynamic``), and ``static`` functions never
+  have one; without a name the frame says the offset in the object. Calls that come
+  from libffi (ctypes, cffi) get no C frame: the Python frames name the caller.
 - aclFinalizeReference: docs/runtime-model.md §3.1: count above 1 -> decrement, 0;
   count 1 -> aclFinalize; count 0 -> 100037. ``*refCount`` (if not NULL) receives the
   count afterwards. The count is the engine's: a successful aclInit sets it to 1, each
@@ -62,6 +93,7 @@ SERVICES: list[tuple[str, str, str]] = [
     ("const char *", "acl_mem_recent_error", "void"),
     ("void", "acl_mem_note_error", "const char *text"),
     ("void", "acl_mem_at_exit", "void"),
+    ("void", "acl_mem_set_caller", "void *address"),
 ]
 
 #: What the FRONT_C bodies use: the buffer's layout, defined in the front library only.
