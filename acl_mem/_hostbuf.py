@@ -9,15 +9,14 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import _cffi_backend
-import cffi
+
+from ._cffi_lite import LiteFFI
 
 __all__ = ["BufferSlots", "HostSpan", "ffi", "host_bytes", "host_span", "vouched",
            "vouched_spans", "vouching"]
 
-ffi = cffi.FFI()
-# Parsed now, not on a call path: cffi parses a type string under a lock on first use.
-for _name in ("uintptr_t", "char *", "void *", "void **"):
-    ffi.typeof(_name)
+# Types built at import (acl_mem/_cffi_lite.py): no C parser, nothing parsed on a call path.
+ffi = LiteFFI()
 #: What ffi.from_buffer(obj) and ffi.cast("uintptr_t", ...) pass to cffi's C functions,
 #: which host_span calls directly (the ffi methods add a Python call each, on every copy).
 _CHAR_ARRAY = ffi.typeof("char[]")
@@ -249,6 +248,8 @@ def _dlpack_setup() -> dict[str, Any]:
         if _dlpack:
             return _dlpack
         import ctypes
+
+        import cffi  # its C parser only for DLPack, on first use
 
         dl = cffi.FFI()
         dl.cdef(_DLPACK_CDEF)

@@ -19,10 +19,10 @@ import errno
 import mmap
 import os
 import sys
+from types import SimpleNamespace
 from typing import Any
 
-import cffi
-
+from .._cffi_lite import LiteFFI, libc_function
 from .._hostbuf import vouched
 from ..sizes import MiB
 
@@ -33,29 +33,21 @@ __all__ = [
     "reserve_address_space",
 ]
 
-ffi = cffi.FFI()
-ffi.cdef(
-    """
-    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
-    int mincore(void *addr, size_t length, unsigned char *vec);
-    struct iovec { void *iov_base; size_t iov_len; };
-    long process_vm_readv(int pid, const struct iovec *local, unsigned long liovcnt,
-                          const struct iovec *remote, unsigned long riovcnt,
-                          unsigned long flags);
-    long process_vm_writev(int pid, const struct iovec *local, unsigned long liovcnt,
-                           const struct iovec *remote, unsigned long riovcnt,
-                           unsigned long flags);
-    int fallocate(int fd, int mode, long offset, long len);
-    """
+# The C library's functions with their prototypes, and the C types, built at import from
+# _cffi_backend (acl_mem/_cffi_lite.py): no C parser, and nothing parsed or resolved on a
+# call path, where an interrupt could leave cffi's parser lock behind a memory call.
+ffi = LiteFFI()
+_libc: Any = SimpleNamespace(
+    mmap=libc_function("void *", "mmap", "void *", "size_t", "int", "int", "int", "long"),
+    mincore=libc_function("int", "mincore", "void *", "size_t", "unsigned char *"),
+    process_vm_readv=libc_function("long", "process_vm_readv", "int", "const struct iovec *",
+                                   "unsigned long", "const struct iovec *", "unsigned long",
+                                   "unsigned long"),
+    process_vm_writev=libc_function("long", "process_vm_writev", "int",
+                                    "const struct iovec *", "unsigned long",
+                                    "const struct iovec *", "unsigned long", "unsigned long"),
+    fallocate=libc_function("int", "fallocate", "int", "int", "long", "long"),
 )
-_libc: Any = ffi.dlopen(None)
-# Parsed now, not on a call path: cffi parses a type string under a lock on first use,
-# and an interrupt there must not leave that lock behind a memory call.
-for _name in ("void *", "uintptr_t", "char *", "unsigned char[]", "struct iovec *",
-              "struct iovec[2]", "struct iovec[]"):
-    ffi.typeof(_name)
-for _name in ("mmap", "mincore", "process_vm_readv", "process_vm_writev", "fallocate"):
-    getattr(_libc, _name)  # functions of a dlopen'ed lib are also resolved on first use
 HOST_PAGE = mmap.PAGESIZE
 _MAP_PRIVATE = 0x02
 _MAP_ANONYMOUS = 0x20 if sys.platform.startswith("linux") else 0x1000
