@@ -155,24 +155,10 @@ class Device:
     ) -> DeviceBuffer:
         if state.current_device() != self._id:
             self._require_current(api.value)
-        # _adopt() spelled out (see there why under the lock, and the undo), without its
-        # two closures: every allocation runs this. The raw call validates both as C
-        # integers.
-        with state.lock:
-            buffer: DeviceBuffer | None = None
-            ptr = allocate(size, policy)
-            # Nothing between the allocation and the try: an interrupt there would lose ptr.
-            try:
-                buffer = DeviceBuffer(ptr, operator.index(size), api, self,
-                                      operator.index(policy))
-                return buffer
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    if buffer is not None:
-                        buffer.free()  # through the buffer, so its finalizer has nothing left
-                    else:
-                        raw.aclrtFree(ptr)
-                raise
+        # No closures on this path (every allocation runs it); the raw call validates
+        # size and policy as C integers before _device_buffer sees them.
+        return _adopt(allocate, (size, policy), raw.aclrtFree, _device_buffer,
+                      size, api, self, policy)
 
     def malloc(self, size: int, policy: int = MallocPolicy.HUGE_FIRST) -> DeviceBuffer:
         """aclrtMalloc: ``ALIGN_UP(size,32)+padding`` bytes (docs/runtime-model.md §3.5)."""
@@ -192,7 +178,7 @@ class Device:
         """aclrtMallocHost: page-locked host memory, viewable without copying (docs/runtime-model.md
         §3.7)."""
         self._require_current("aclrtMallocHost")
-        return _adopt(lambda: raw.aclrtMallocHost(size), raw.aclrtFreeHost,
+        return _adopt(raw.aclrtMallocHost, (size,), raw.aclrtFreeHost,
                       lambda ptr: HostBuffer(ptr, int(size), AllocApi.MALLOC_HOST, self))
 
     def dvpp_malloc(
@@ -205,9 +191,9 @@ class Device:
                              f"got {chosen.value}")
         self._require_current(chosen.value)
         if chosen is AllocApi.DVPP_MALLOC:
-            return _adopt(lambda: raw.acldvppMalloc(size), raw.acldvppFree,
+            return _adopt(raw.acldvppMalloc, (size,), raw.acldvppFree,
                           lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
-        return _adopt(lambda: raw.hi_mpi_dvpp_malloc(self._id, size), raw.hi_mpi_dvpp_free,
+        return _adopt(raw.hi_mpi_dvpp_malloc, (self._id, size), raw.hi_mpi_dvpp_free,
                       lambda ptr: DeviceBuffer(ptr, int(size), chosen, self))
 
     # -- typed arrays (numpy needed) ---------------------------------------------------------
@@ -280,9 +266,14 @@ def device_id(device: Device | int, call: str, name: str = "device") -> int:
 _B = TypeVar("_B", DeviceBuffer, HostBuffer)
 
 
-def _adopt(allocate: Callable[[], int], free: Callable[[int], None],
-           wrap: Callable[[int], _B]) -> _B:
-    """Allocate and wrap as one step.
+def _device_buffer(ptr: int, size: int, api: AllocApi, device: Device,
+                   policy: int) -> DeviceBuffer:
+    return DeviceBuffer(ptr, operator.index(size), api, device, operator.index(policy))
+
+
+def _adopt(allocate: Callable[..., int], args: tuple[Any, ...], free: Callable[[int], None],
+           wrap: Callable[..., _B], *details: Any) -> _B:
+    """``wrap(allocate(*args), *details)`` as one step.
 
     Under the lock that device set/reset take, so no reset on another thread can fall
     between the allocation and the buffer's ownership token (the buffer would look
@@ -291,10 +282,10 @@ def _adopt(allocate: Callable[[], int], free: Callable[[int], None],
     """
     with state.lock:
         buffer: _B | None = None
-        ptr = allocate()
+        ptr = allocate(*args)
         # Nothing between the allocation and the try: an interrupt there would lose ptr.
         try:
-            buffer = wrap(ptr)
+            buffer = wrap(ptr, *details)
             return buffer
         except BaseException:
             with contextlib.suppress(Exception):

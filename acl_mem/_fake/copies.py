@@ -55,11 +55,9 @@ class Copies:
         state.copy_codes.add(Copies.aclrtMemcpy.__code__)
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
-        # acl_copy_checks spelled out (the hot path: one call fewer).
-        if self._count_first and count == 0:
-            return codes.SUCCESS
-        if dst == 0 or src == 0 or kind > 5:
-            return codes.INVALID_PARAM
+        rc = acl_copy_checks(self._count_first, dst, src, count, kind)
+        if rc is not None:
+            return rc
         if destMax == 0 or count == 0 or count > destMax:
             return codes.RT_PARAM_INVALID
         if dst == src:
