@@ -279,3 +279,48 @@ def test_the_readme_example_builds_with_the_printed_include_directory(libdir, ca
     values = dict(line.split(": ", 1) for line in run.stdout.splitlines() if ": " in line)
     assert values["read back"] == "hello, device"
     assert run.stdout.splitlines()[-1] == "aclrtMalloc(1 TiB) -> 207001"
+
+
+@pytest.mark.parametrize("make", ["foreign", "symlink", "group-writable"])
+def test_a_cache_another_user_could_write_is_refused(tmp_path, monkeypatch, make):
+    """Libraries from a directory another user controls would run their code in every
+    program that loads them: refused before anything is built or loaded. A directory of
+    our own that others may write is closed to them instead."""
+    cache = tmp_path / "xdg" / "acl_mem" / "shim"
+    if make == "symlink":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir(mode=0o700)
+        cache.parent.mkdir(parents=True)
+        cache.symlink_to(elsewhere)
+    else:
+        cache.mkdir(parents=True)
+        cache.chmod(0o777)
+        if make == "foreign":
+            if os.geteuid() != 0:
+                pytest.skip("giving a directory to another user needs root")
+            os.chown(cache, 65534, 65534)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    if make == "group-writable":
+        monkeypatch.setattr(_build, "inputs", _no_build)
+        with pytest.raises(_NotBuilt):
+            _build.libdir(quiet=True)
+        assert cache.stat().st_mode & 0o777 == 0o755
+        return
+    with pytest.raises(_build.ShimBuildError) as refused:
+        _build.libdir(quiet=True)
+    assert refused.value.missing == "cache"
+    assert not any(p.name.endswith(".so") for p in tmp_path.rglob("*"))
+
+
+class _NotBuilt(Exception):
+    pass
+
+
+class _Key:
+    @staticmethod
+    def key() -> str:
+        raise _NotBuilt  # past the directory checks: stop before building anything
+
+
+def _no_build() -> _Key:
+    return _Key()

@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -203,6 +204,20 @@ def _announce(target: Path) -> None:
           "acl_mem version)", file=sys.stderr)
 
 
+def _own_directory(path: Path) -> None:
+    """Refuse a cache directory that is a symbolic link or belongs to another user: the
+    programs loading its libraries would run that user's code. One of ours that others
+    may write (a umask of 002) is closed to them."""
+    info = os.lstat(path)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+        raise ShimBuildError(
+            "cache", f"{path} is a symbolic link or belongs to another user (uid "
+            f"{info.st_uid}): the libraries in it will not be used. Remove it, or set "
+            "XDG_CACHE_HOME to a directory of your own")
+    if info.st_mode & 0o022:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
 def libdir(out: Path | None = None, *, quiet: bool = False) -> Path:
     """The directory holding libascendcl.so & co.; built first if needed.
 
@@ -212,8 +227,11 @@ def libdir(out: Path | None = None, *, quiet: bool = False) -> Path:
     given = inputs()
     if out is None:
         root = cache_root()
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _own_directory(root)
         final = root / given.key()
         if (final / STAMP).is_file():
+            _own_directory(final)
             return final / "lib64"
         with _locked(root / f"{given.key()}.lock"):
             if (final / STAMP).is_file():
