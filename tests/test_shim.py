@@ -16,18 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from shim_support import skip_without_a_build
 
 from acl_mem.shim import _build
-from acl_mem.shim._csource import START_FAILED, UNSUPPORTED, minimal_header
+from acl_mem.shim._csource import START_FAILED, UNSUPPORTED
 
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 
-try:
-    _build.compiler()
-    _build.inputs()
-except _build.ShimBuildError as exc:
-    pytest.skip(f"cannot build the shim here ({exc.missing}): {exc}", allow_module_level=True)
+skip_without_a_build()
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -56,15 +53,8 @@ def libdir(cache_env) -> Path:
 
 
 @pytest.fixture(scope="module")
-def include(tmp_path_factory) -> Path:
-    real = os.environ.get("ACL_MEM_HEADERS_DIR")
-    if real and (Path(real) / "acl" / "acl.h").is_file():
-        return Path(real)
-    # No real headers: the shim's own minimal acl/acl.h (same prototypes, fewer enums).
-    directory = tmp_path_factory.mktemp("include")
-    (directory / "acl").mkdir()
-    (directory / "acl" / "acl.h").write_text(minimal_header())
-    return directory
+def include(headers: Path) -> Path:
+    return headers
 
 
 @pytest.fixture(scope="module")

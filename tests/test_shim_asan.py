@@ -37,7 +37,7 @@ def test_the_reservation_starts_after_memory_already_taken_at_the_window_start()
     assert done.stdout.splitlines() == ["reserved True", "free after [False, False, False]"]
 
 
-def test_a_program_built_with_address_sanitizer_runs_on_the_shim(tmp_path):
+def test_a_program_built_with_address_sanitizer_runs_on_the_shim(tmp_path, request):
     from acl_mem.shim import _build
 
     try:
@@ -50,14 +50,9 @@ def test_a_program_built_with_address_sanitizer_runs_on_the_shim(tmp_path):
                            capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip("the C compiler cannot build with -fsanitize=address (no libasan)")
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))
-    libdir = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "--print-libdir"],
-                            env=env, capture_output=True, text=True)
-    assert libdir.returncode == 0, libdir.stderr
-    lib = Path(libdir.stdout.strip())
-    headers = os.environ.get("ACL_MEM_HEADERS_DIR")
-    include = Path(headers) if headers and (Path(headers) / "acl" / "acl.h").is_file() \
-        else lib.parent / "include"
+    lib = request.getfixturevalue("shim_libdir")
+    include = request.getfixturevalue("headers")
+    env = dict(os.environ)
     binary = tmp_path / "asan_vmm"
     built = subprocess.run([*compiler, "-fsanitize=address", "-g", "-Wall", "-Werror",
                             f"-I{include}", str(ROOT / "tests" / "c" / "asan_vmm.c"),

@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from shim_support import skip_without_a_build
 
 from acl_mem.shim import _build
-from acl_mem.shim._csource import load_surface, minimal_header, unsupported_names
+from acl_mem.shim._csource import load_surface, unsupported_names
 from acl_mem.shim._decls import function_names
 from acl_mem.shim._extra import ENGINE, FRONT_C, supported_names
 
@@ -33,11 +34,7 @@ PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c"
             "leak_at_exit.c", "raii_streams.cpp", "fork_threads.c", "share_ipc.c",
             "leak_site.c"]
 
-try:
-    _build.compiler()
-    _build.inputs()
-except _build.ShimBuildError as exc:
-    pytest.skip(f"cannot build the shim here ({exc.missing}): {exc}", allow_module_level=True)
+skip_without_a_build()
 
 
 def _cxx() -> list[str] | None:
@@ -46,23 +43,13 @@ def _cxx() -> list[str] | None:
 
 
 @pytest.fixture(scope="module")
-def libdir(tmp_path_factory) -> Path:
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg")))
-    done = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "--print-libdir"],
-                          env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return Path(done.stdout.strip())
+def libdir(shim_libdir: Path) -> Path:
+    return shim_libdir
 
 
 @pytest.fixture(scope="module")
-def include(tmp_path_factory) -> Path:
-    real = os.environ.get("ACL_MEM_HEADERS_DIR")
-    if real and (Path(real) / "acl" / "acl.h").is_file():
-        return Path(real)
-    directory = tmp_path_factory.mktemp("include")
-    (directory / "acl").mkdir()
-    (directory / "acl" / "acl.h").write_text(minimal_header())
-    return directory
+def include(headers: Path) -> Path:
+    return headers
 
 
 @pytest.fixture(scope="module")
