@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import _backend
@@ -146,22 +147,32 @@ class Allocation:
     stack: str
 
 
+_NO_STACK = "(stack recorded only with check=True)"
+
+
 def leaks() -> list[Allocation]:
     """Every allocation the active fake still holds (stacks recorded while checking)."""
     fake = _active_fake("leaks")
     return [Allocation(b.start, b.requested, b.api, b.device,
-                       "".join(b.stack or ()) or "(stack recorded only with check=True)")
+                       "".join(b.stack or ()) or _NO_STACK)
             for b in fake.live_blocks()]
 
 
-def _report_leaks_at_exit() -> None:
+def _report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> None:
+    """Print the active fake's leaks; ``where(address)``, if given, says where a block
+    was allocated when the checker recorded no stack (the drop-in library's C caller)."""
     active = _backend._active
-    if isinstance(active, FakeBackend) and active.live_blocks():
-        print(f"acl_mem: {len(active.live_blocks())} allocation(s) never freed:",
-              file=sys.stderr)
-        for leak in leaks():
-            print(f"  {leak.api} {leak.address:#x} ({leak.size} bytes, device {leak.device})"
-                  f"\n{leak.stack}", file=sys.stderr)
+    if not isinstance(active, FakeBackend):
+        return
+    blocks = active.live_blocks()
+    if not blocks:
+        return
+    print(f"acl_mem: {len(blocks)} allocation(s) never freed:", file=sys.stderr)
+    for block in blocks:
+        stack = "".join(block.stack or ()) or (where(block.start) if where else None) or \
+            _NO_STACK
+        print(f"  {block.api} {block.start:#x} ({block.requested} bytes, device "
+              f"{block.device})\n{stack}", file=sys.stderr)
 
 
 if os.environ.get("ACL_MEM_LEAK_REPORT", "0") not in ("", "0"):

@@ -314,3 +314,39 @@ class _Key:
 
 def _no_build() -> _Key:
     return _Key()
+
+
+class _CallerLib:
+    """The engine's C helpers as CallerSites uses them: a fixed caller address."""
+
+    def __init__(self) -> None:
+        self.caller = 0x1234
+
+    def acl_mem_shim_caller(self) -> int:
+        return self.caller
+
+
+def test_noted_callers_forget_freed_blocks_and_keep_live_ones(monkeypatch):
+    """The notes behind the leak report's C callers stay bounded: past the bound, the
+    addresses of freed blocks are forgotten and every live block keeps its caller."""
+    import acl_mem
+    from acl_mem.shim import _engine_runtime
+
+    monkeypatch.setattr(_engine_runtime, "_NOTED_KEPT", 8)
+    lib = _CallerLib()
+    sites = _engine_runtime.CallerSites(None, lib)
+    acl_mem.fake.configure()
+    with acl_mem.Device(0) as device:
+        live = [device.malloc(512) for _ in range(3)]
+        for buffer in live:
+            sites.note(buffer.ptr)
+        lib.caller = 0x5678
+        for k in range(20):  # blocks allocated and freed since: no live block there
+            buffer = device.malloc(k * 4096 + 512)
+            sites.note(buffer.ptr)
+            buffer.free()
+            sites.note(0x1000 * (k + 1))
+        assert len(sites._noted) <= 8
+        assert all(sites._noted.get(b.ptr) == 0x1234 for b in live)
+        for buffer in live:
+            buffer.free()

@@ -65,18 +65,23 @@ def reset_device_force(deviceId: int) -> int:
         return rc
 
 
-def leak_report_at_exit() -> None:
+def leak_report_at_exit(where: Callable[[int], str | None] | None = None) -> None:
     """The C program's exit (the front library's atexit hook): the fake's leak report,
-    as a Python program gets it from acl_mem.fake when ACL_MEM_LEAK_REPORT is set."""
-    if os.environ.get("ACL_MEM_LEAK_REPORT", "0") in ("", "0"):
+    as a Python program gets it from acl_mem.fake when ACL_MEM_LEAK_REPORT is set;
+    ``where(address)`` names the C caller of a block the checker recorded no stack for."""
+    if not leak_report_wanted():
         return
     from .. import fake
 
     atexit.unregister(fake._report_leaks_at_exit)  # never twice, should Python finalize
     try:
-        fake._report_leaks_at_exit()
+        fake._report_leaks_at_exit(where)
     finally:
         sys.stderr.flush()
+
+
+def leak_report_wanted() -> bool:
+    return os.environ.get("ACL_MEM_LEAK_REPORT", "0") not in ("", "0")
 
 
 #: The calls that make a block (the checker records where: acl_mem/shim/_extra.py, "Sites").
@@ -86,6 +91,9 @@ ALLOCATING = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached"
 _PYTHON_CALLERS = ("libffi", "_ctypes", "_cffi_backend")
 _SITE_SOURCE = "def site(function, *args): return function(*args)\n"
 _SITES_KEPT = 4096
+#: Allocation callers noted for the leak report before the live blocks are looked up to
+#: forget the freed ones (the bound doubles when most are still live).
+_NOTED_KEPT = 1 << 16
 
 
 class CallerSites:
@@ -101,6 +109,8 @@ class CallerSites:
         self._ffi = ffi
         self._lib = lib
         self._sites: dict[int, Callable[..., Any] | None] = {}
+        self._noted: dict[int, int] = {}
+        self._noted_kept = _NOTED_KEPT
 
     def describe(self, address: int) -> tuple[str, str] | None:
         """(object file, ``symbol+0xoffset``) of a return address; None if unknown or a
@@ -133,19 +143,34 @@ class CallerSites:
         self._sites[address] = site
         return site
 
-    def wrap(self, function: Callable[..., Any]) -> Callable[..., Any]:
-        """``function``, run inside its caller's frame while the fake's checker is on."""
-        caller = self._lib.acl_mem_shim_caller
-        get = _backend.get
-        site_of = self.site
+    def call(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)`` inside a frame named after this thread's C caller (the
+        marshalling calls this while the fake's checker is on)."""
+        site = self.site(self._lib.acl_mem_shim_caller())
+        return function(*args) if site is None else site(function, *args)
 
-        def allocating(*args: Any) -> Any:
-            if getattr(get(), "checker", None) is None:
-                return function(*args)
-            site = site_of(caller())
-            return function(*args) if site is None else site(function, *args)
+    def note(self, address: int) -> None:
+        """The block at ``address`` was just allocated by this thread's C caller (kept
+        for the leak report: only the return address, described when a leak is shown)."""
+        noted = self._noted
+        noted[address] = self._lib.acl_mem_shim_caller()
+        if len(noted) > self._noted_kept:
+            self._forget_freed()
 
-        return allocating
+    def _forget_freed(self) -> None:
+        # A block freed and its address taken again is noted again: an old entry is only
+        # wrong for an address no live block starts at, and those are dropped here.
+        backend = _backend.get()
+        live_blocks = getattr(backend, "live_blocks", None)
+        live = {b.start for b in live_blocks()} if live_blocks is not None else set()
+        self._noted = {a: c for a, c in self._noted.items() if a in live}
+        self._noted_kept = max(_NOTED_KEPT, 2 * len(self._noted))
+
+    def where(self, address: int) -> str | None:
+        """Traceback-style line naming the C caller that allocated ``address``."""
+        caller = self._noted.get(address)
+        found = None if caller is None else self.describe(caller)
+        return None if found is None else f'  File "{found[0]}", line 0, in {found[1]}\n'
 
 
 def install(ffi: Any, lib: Any) -> None:
@@ -156,15 +181,18 @@ def install(ffi: Any, lib: Any) -> None:
     """
     _backend.use_backend("fake")
     sites = CallerSites(ffi, lib)
+    # Noting each block's C caller costs a call per allocation: only for the leak report.
+    noted = sites.note if leak_report_wanted() else None
     for _, _, decls in sections():
         for _, name, args in decls:
             # The function's own type (the entry point itself takes pointers as integers).
             fntype = ffi.typeof(f"acl_mem_ft_{name}")
             names = [n for n in arg_names(args).split(", ") if n]
+            allocating = name in ALLOCATING
             function = forwarder(ffi, name, fntype, _backend.get, lowered=True,
-                                 failed=_noter(lib, name), names=names)
-            if name in ALLOCATING:
-                function = sites.wrap(function)
+                                 failed=_noter(lib, name), names=names,
+                                 sited=sites.call if allocating else None,
+                                 noted=noted if allocating else None)
             if fntype.result.kind == "pointer":
                 ffi.def_extern(name=f"acl_mem_py_{name}")(function)
             else:
@@ -178,4 +206,4 @@ def install(ffi: Any, lib: Any) -> None:
         return rc
 
     ffi.def_extern(name="acl_mem_py_aclrtResetDeviceForce", error=CALLBACK_FAILED)(force)
-    ffi.def_extern(name="acl_mem_py_at_exit")(leak_report_at_exit)
+    ffi.def_extern(name="acl_mem_py_at_exit")(lambda: leak_report_at_exit(sites.where))

@@ -68,6 +68,11 @@ The choices, with what the public CANN runtime source does (hicann/runtime,
   need ``-rdynamic`` (or ``-Wl,--export-dynamic``), and ``static`` functions never
   have one; without a name the frame says the offset in the object. Calls that come
   from libffi (ctypes, cffi) get no C frame: the Python frames name the caller.
+  Without the checker, when ACL_MEM_LEAK_REPORT is set at the start, each successful
+  allocating call notes its caller's return address by the block's address (only the
+  address: it is described when a leak is printed), so the leak report names the C
+  caller of every leaked block all the same. The notes forget freed blocks in bulk,
+  once more than 65536 are kept (the bound doubles while most are live).
 - aclFinalizeReference: docs/runtime-model.md §3.1: count above 1 -> decrement, 0;
   count 1 -> aclFinalize; count 0 -> 100037. ``*refCount`` (if not NULL) receives the
   count afterwards. The count is the engine's: a successful aclInit sets it to 1, each

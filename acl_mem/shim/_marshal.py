@@ -93,7 +93,9 @@ def _write_struct(cname: str, target: Any, values: tuple[Any, ...]) -> None:
 def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
               *, lowered: bool = False,
               failed: Callable[[int, dict[str, object]], None] | None = None,
-              names: list[str] | None = None) -> Callable[..., Any]:
+              names: list[str] | None = None,
+              sited: Callable[..., Any] | None = None,
+              noted: Callable[[int], None] | None = None) -> Callable[..., Any]:
     """A Python function of ``fntype``'s C arguments that calls ``target().<name>``.
 
     ``target`` is looked up on every call, so the backend can be replaced. A function
@@ -106,6 +108,10 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
     a non-zero code, with the code and the input arguments by name (ints, addresses as
     ints, strings): the shim's aclGetRecentErrMsg text is made from them.
 
+    ``sited(plain, *args)`` is called instead when the backend's memory checker is on
+    (the shim runs the call inside a frame naming its C caller); ``noted(pointer)`` hears
+    the first pointer output of each successful call (the shim notes who allocated it).
+
     The function is generated as Python source, one per C function: a C call into the
     fake pays for the fake's work, not for a loop over argument roles.
     """
@@ -115,12 +121,13 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
         raise ValueError(f"forwarder({name}): failed needs one name per argument, got {names}")
     source = _source(name, roles(name, fntype),
                      [arg.item.cname.removeprefix("struct ") if arg.kind == "pointer" else ""
-                      for arg in fntype.args], lowered, names if failed is not None else None)
+                      for arg in fntype.args], lowered, names if failed is not None else None,
+                     sited=sited is not None, noted=noted is not None)
     namespace: dict[str, Any] = {
         "target": target, "NULL": ffi.NULL, "cast": ffi.cast, "string": ffi.string,
         "memmove": ffi.memmove, "fsdecode": os.fsdecode, "VOIDP": ffi.typeof("void *"),
         "UINTPTR": ffi.typeof("uintptr_t"), "read_input": _read_input, "ffi": ffi,
-        "write_struct": _write_struct, "failed": failed,
+        "write_struct": _write_struct, "failed": failed, "sited": sited, "noted": noted,
     }
     # Named as a file of acl_mem's: the checker leaves the frame out of allocation stacks.
     exec(compile(source, os.path.join(_HERE, f"<marshalling of {name}>"), "exec"), namespace)
@@ -134,9 +141,25 @@ def lowered_arg(role: str, declared: str) -> str:
 
 
 def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool,
-            names: list[str] | None = None) -> str:
+            names: list[str] | None = None, *, sited: bool = False, noted: bool = False) -> str:
     """The Python source of the forwarder of ``name`` (see forwarder); with ``names``, a
-    failed call calls ``failed(rc, {name: input, ...})``."""
+    failed call calls ``failed(rc, {name: input, ...})``. With ``sited`` it is two
+    functions: ``name`` hands the call to ``sited(plain, ...)`` while the checker is on."""
+    if sited:
+        args = ", ".join(f"a{i}" for i in range(len(arg_roles)))
+        plain = _source(name, arg_roles, pointees, lowered, names, noted=noted)
+        # One backend lookup serves the checker test and the call (no wrapper frame).
+        plain = plain.replace(f"def {name}(", f"def plain_{name}(backend, ", 1).replace(
+            "target().", "backend.")
+        # The common case (checker off) runs plain's body inline: no second frame.
+        body = plain.split("\n", 1)[1]
+        return "\n".join([
+            plain,
+            f"def {name}({args}):",
+            "    backend = target()",
+            "    if getattr(backend, 'checker', None) is not None:",
+            f"        return sited(plain_{name}, backend, {args})",
+            body])
     params = [f"a{i}" for i in range(len(arg_roles))]
     body: list[str] = []
     inputs: list[str] = []
@@ -178,6 +201,8 @@ def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool,
                 written = f"{arg}[0] = cast(VOIDP, {value})"
             else:
                 written = f"{arg}[0] = {value}"
+            if noted and role == "out_ptr" and taken == 1:
+                written += f"; noted({value})"
             writes.append(f"        if not mask & {bit}: {written}")
     lines = [f"def {name}({', '.join(params)}):"]
     note = f"failed({{rc}}, {{{{{', '.join(described)}}}}})" if names is not None else ""
