@@ -152,14 +152,14 @@ def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool,
         plain = plain.replace(f"def {name}(", f"def plain_{name}(backend, ", 1).replace(
             "target().", "backend.")
         # The common case (checker off) runs plain's body inline: no second frame.
-        body = plain.split("\n", 1)[1]
+        plain_body = plain.split("\n", 1)[1]
         return "\n".join([
             plain,
             f"def {name}({args}):",
             "    backend = target()",
             "    if getattr(backend, 'checker', None) is not None:",
             f"        return sited(plain_{name}, backend, {args})",
-            body])
+            plain_body])
     params = [f"a{i}" for i in range(len(arg_roles))]
     body: list[str] = []
     inputs: list[str] = []
