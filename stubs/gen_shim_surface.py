@@ -37,6 +37,11 @@ OUTPUT = HERE.parent / "acl_mem" / "shim" / "surface.json"
 SOURCE = "torch-npu 2.14.0 wheel, torch_npu/include/acl"
 #: Functions of libacl_dvpp.so / libacl_dvpp_mpi.so that the wheel's headers lack.
 EXTRA_HEADERS = {2: "acl/ops/acl_dvpp.h", 3: "acl/dvpp/hi_dvpp.h"}
+#: The headers' export macros and the library each one's functions go to: profiling
+#: (acl_prof.h) is libmsprofiler.so's, as in the toolkit.
+VISIBILITY = {"ACL_FUNC_VISIBILITY": 1, "MSVP_PROF_API": 4}
+#: Headers whose prototypes carry no export macro (they go to libascendcl.so).
+PLAIN_PROTOTYPES = frozenset({"acl/acl_platform.h"})
 _BUILTIN = frozenset([
     "void", "const", "char", "short", "int", "long", "float", "double", "signed", "unsigned",
     "bool", "_Bool", "size_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
@@ -85,9 +90,16 @@ def read_headers(headers: Path) -> tuple[list[dict[str, object]], str]:
         text = _strip_comments(path.read_text(errors="replace"))
         texts.append(text)
         header = path.relative_to(headers).as_posix()
-        for statement in _statements(_code(text), "ACL_FUNC_VISIBILITY"):
-            if statement.startswith("ACL_FUNC_VISIBILITY ") and "(" in statement:
-                ret, name, params = _split_decl(statement[len("ACL_FUNC_VISIBILITY "):])
+        for macro, lib in VISIBILITY.items():
+            for statement in _statements(_code(text), macro):
+                if statement.startswith(f"{macro} ") and "(" in statement:
+                    ret, name, params = _split_decl(statement[len(macro) + 1:])
+                    functions.append({"name": name, "ret": ret, "params": params,
+                                      "header": header, "lib": lib})
+        if header in PLAIN_PROTOTYPES:
+            for match in re.finditer(r"^[ \t]*(\w[\w \t\*]*?\bacl\w+\s*\([^;{}]*\)\s*;)",
+                                     _code(text), re.M):
+                ret, name, params = _split_decl(" ".join(match[1].split()))
                 functions.append({"name": name, "ret": ret, "params": params,
                                   "header": header, "lib": 1})
     return functions, "\n".join(texts)
@@ -190,7 +202,7 @@ def generate(headers: Path) -> str:
     how = Lowering(_typedef_index(text), dict(re.findall(r"#define\s+(\w+)\s+(\S+)", text)),
                    _by_value(functions))
     for function in functions:
-        if function["lib"] == 1:
+        if function["lib"] in (1, 4):
             how.words(f"{function['ret']} {function['params']}")
     types, macros = how.types, how.macros
     lines = ["{", f'  "source": {json.dumps(SOURCE)},',

@@ -57,6 +57,11 @@ def include(headers: Path) -> Path:
     return headers
 
 
+#: Programs linked with more of the toolkit's libraries than libascendcl.so.
+_EXTRA_LIBRARIES = {"toolkit_libraries": ("-lmsprofiler", "-lacl_op_compiler", "-lacl_cblas",
+                                          "-lacl_tdt_channel", "-lacl_tdt_queue")}
+
+
 @pytest.fixture(scope="module")
 def programs(libdir, include, tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("programs")
@@ -64,7 +69,8 @@ def programs(libdir, include, tmp_path_factory) -> dict[str, Path]:
     for source in sorted(C_DIR.glob("*.c")):
         binary = out / source.stem
         command = [*_build.compiler(), "-std=c11", "-Wall", "-Werror", f"-I{include}",
-                   str(source), f"-L{libdir}", "-lascendcl", "-o", str(binary)]
+                   str(source), f"-L{libdir}", "-lascendcl",
+                   *_EXTRA_LIBRARIES.get(source.stem, ()), "-o", str(binary)]
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         built[source.stem] = binary
@@ -118,6 +124,19 @@ def test_unsupported_calls_fail_loudly_once_per_function(programs, libdir, tmp_p
     for name in ("aclmdlLoadFromFile", "aclmdlCreateDesc", "aclGetTensorDescSize"):
         assert _lines_naming(done.stderr, name) == 1, done.stderr
     assert len(done.stderr.splitlines()) == 3
+
+
+def test_programs_linking_the_other_toolkit_libraries_link_and_run(programs, libdir,
+                                                                    tmp_path):
+    """libmsprofiler.so and the companions of libascendcl.so exist, so a program linked
+    with them runs: memory works, profiling and operator compiling fail loudly."""
+    done = _run(programs["toolkit_libraries"], libdir, tmp_path)
+    assert done.returncode == 0, done.stderr
+    values = _values(done.stdout)
+    assert values["aclrtMalloc"] == "0" and values["aclrtFree"] == "0"
+    assert values["aclprofInit"] == values["aclopSetCompileFlag"] == str(UNSUPPORTED)
+    assert _lines_naming(done.stderr, "aclprofInit") == 1
+    assert _lines_naming(done.stderr, "aclopSetCompileFlag") == 1
 
 
 def test_abort_switch_aborts_on_the_first_unsupported_call(programs, libdir, tmp_path):
@@ -205,8 +224,10 @@ def test_build_out_directory(tmp_path, cache_env):
     assert done.returncode == 0, done.stderr
     assert Path(done.stdout.strip()) == tmp_path / "lib64"
     names = sorted(p.name for p in (tmp_path / "lib64").iterdir())
-    assert names == ["libacl_dvpp.so", "libacl_dvpp_mpi.so", "libacl_mem_shim_engine.so",
-                     "libascendcl.so"]
+    assert names == ["libacl_cblas.so", "libacl_dvpp.so", "libacl_dvpp_mpi.so",
+                     "libacl_mem_shim_engine.so", "libacl_op_compiler.so",
+                     "libacl_tdt_channel.so", "libacl_tdt_queue.so", "libascendcl.so",
+                     "libmsprofiler.so"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".build")]
 
 
@@ -239,11 +260,10 @@ def test_every_surface_function_is_exported_by_its_library(libdir):
     """Each library exports exactly its part of acl_mem/shim/surface.json."""
     import ctypes
 
-    from acl_mem.shim._csource import load_surface
-    from acl_mem.shim._decls import LIBRARIES
+    from acl_mem.shim._csource import FRONT_LIBRARIES, load_surface
 
     functions = load_surface()["functions"]
-    for number, soname in LIBRARIES.items():
+    for number, soname in FRONT_LIBRARIES.items():
         library = ctypes.CDLL(str(libdir / soname), mode=os.RTLD_LOCAL)
         mine = [f["name"] for f in functions if f["lib"] == number]
         assert mine and all(hasattr(library, name) for name in mine), soname

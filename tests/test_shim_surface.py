@@ -59,7 +59,7 @@ def _syntax_ok(language: str, source: str, headers: Path, tmp_path: Path,
 
 
 def _header_files() -> list[str]:
-    return sorted({f["header"] for f in load_surface()["functions"] if f["lib"] == 1})
+    return sorted({f["header"] for f in load_surface()["functions"] if f["lib"] in (1, 4)})
 
 
 def test_surface_is_current(headers):
@@ -69,7 +69,7 @@ def test_surface_is_current(headers):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("lib", [1, 2, 3])
+@pytest.mark.parametrize("lib", [1, 2, 3, 4])
 def test_exports_compile_against_the_real_headers_as_c(headers, tmp_path, lib):
     c_headers = [h for h in _header_files()
                  if _syntax_ok("c", f'#include "{h}"\n', headers, tmp_path).returncode == 0]
@@ -79,7 +79,7 @@ def test_exports_compile_against_the_real_headers_as_c(headers, tmp_path, lib):
     assert done.returncode == 0, done.stderr[:4000]
 
 
-@pytest.mark.parametrize("lib", [1, 2, 3])
+@pytest.mark.parametrize("lib", [1, 2, 3, 4])
 def test_exports_compile_against_every_real_header_as_cxx(headers, tmp_path, lib):
     done = _syntax_ok("c++", front_source(_header_files()), headers, tmp_path,
                       f"-DACL_MEM_SHIM_LIB={lib}")

@@ -29,8 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
-from ._csource import config_header, front_source, minimal_header
-from ._decls import LIBRARIES
+from ._csource import COMPANIONS, FRONT_LIBRARIES, config_header, front_source, minimal_header
 from ._engine import ENGINE, engine_ffi
 
 __all__ = ["BuildInputs", "ShimBuildError", "build_into", "cache_root", "inputs", "libdir"]
@@ -159,7 +158,8 @@ def _run(command: list[str]) -> None:
 
 
 def build_into(directory: Path, given: BuildInputs) -> Path:
-    """Compile the engine and the three front libraries into ``directory/lib64``."""
+    """Compile the engine, the front libraries and their companions into
+    ``directory/lib64``."""
     cc = compiler()
     lib64 = directory / "lib64"
     work = directory / "src"
@@ -176,10 +176,17 @@ def build_into(directory: Path, given: BuildInputs) -> Path:
         libpython=given.libpython, py_version=given.py_version, engine=ENGINE))
     front_c = work / "acl_mem_shim_front.c"
     front_c.write_text(front_source())
-    for number, soname in LIBRARIES.items():
+    for number, soname in FRONT_LIBRARIES.items():
         _run([*cc, "-shared", "-fPIC", "-O2", "-pthread", "-Wall", "-Werror",
               f"-DACL_MEM_SHIM_LIB={number}", f"-I{work}", str(front_c),
               f"-Wl,-soname,{soname}", "-o", str(lib64 / soname), "-ldl"])
+    empty_c = work / "acl_mem_shim_companion.c"
+    empty_c.write_text("/* Its functions are libascendcl.so's (acl_mem/shim/_csource.py). */\n"
+                       "typedef int acl_mem_shim_companion;\n")
+    for soname in COMPANIONS:
+        _run([*cc, "-shared", "-fPIC", str(empty_c), f"-Wl,-soname,{soname}",
+              "-Wl,--no-as-needed", "-Wl,-rpath,$ORIGIN", f"-L{lib64}", "-lascendcl",
+              "-o", str(lib64 / soname)])
     # Programs can be compiled without the CANN toolkit's headers (--print-includedir).
     header = directory / "include" / "acl" / "acl.h"
     header.parent.mkdir(parents=True, exist_ok=True)
