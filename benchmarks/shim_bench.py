@@ -8,8 +8,10 @@ shim's minimal acl/acl.h. Each round runs the C program once, a fresh process: i
 call starts Python and imports acl_mem (the first-call figure), then it alternates a
 block of C pairs with a block of the same pairs from Python through acl_mem.raw, run in
 the interpreter the library started (same process, same fake, same thread). The pair
-ratio is the median over neighbouring blocks, which see the same machine load. Goals:
-pair ratio <= 1.2, first call <= 150 ms.
+ratio is the median over neighbouring blocks, which see the same machine load. Last,
+1 and then 4 pthreads each allocate, copy 64 KiB in and out, check and free, and the
+rounds per second of 4 threads are reported against 1. Goals: pair ratio <= 1.2, first
+call <= 150 ms.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from acl_mem.shim._csource import minimal_header
 C_PROGRAM = r"""
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "acl/acl.h"
 
@@ -62,6 +66,52 @@ static int python(const char *code)
     release(state);
     fflush(stdout);
     return rc;
+}
+
+#define THREAD_BYTES (64 * 1024)
+
+struct worker {
+    pthread_t thread;
+    long rounds;
+    int ok;
+};
+
+/* One thread's share of the threads figure: malloc, copy in, copy out, check, free. */
+static void *work(void *arg)
+{
+    struct worker *w = (struct worker *)arg;
+    static __thread unsigned char in[THREAD_BYTES], out[THREAD_BYTES];
+    void *block;
+    long i;
+    w->ok = aclrtSetDevice(0) == ACL_SUCCESS;
+    for (i = 0; w->ok && i < w->rounds; ++i) {
+        memset(in, (int)(i & 0xff), sizeof in);
+        w->ok = aclrtMalloc(&block, THREAD_BYTES, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS
+            && aclrtMemcpy(block, THREAD_BYTES, in, THREAD_BYTES,
+                           ACL_MEMCPY_HOST_TO_DEVICE) == ACL_SUCCESS
+            && aclrtMemcpy(out, THREAD_BYTES, block, THREAD_BYTES,
+                           ACL_MEMCPY_DEVICE_TO_HOST) == ACL_SUCCESS
+            && memcmp(in, out, sizeof in) == 0
+            && aclrtFree(block) == ACL_SUCCESS;
+    }
+    return NULL;
+}
+
+/* Rounds per second of ``count`` threads together; negative if any went wrong. */
+static double threads(int count, long rounds)
+{
+    struct worker workers[8];
+    double start = now();
+    int i, ok = 1;
+    for (i = 0; i < count; ++i) {
+        workers[i].rounds = rounds;
+        pthread_create(&workers[i].thread, NULL, work, &workers[i]);
+    }
+    for (i = 0; i < count; ++i) {
+        pthread_join(workers[i].thread, NULL);
+        ok = ok && workers[i].ok;
+    }
+    return ok ? count * rounds / (now() - start) : -1.0;
 }
 
 int main(int argc, char **argv)
@@ -98,6 +148,8 @@ int main(int argc, char **argv)
         if (python(code) != 0)
             return 2;
     }
+    printf("threads1 %.3f\n", threads(1, pairs / 10));
+    printf("threads4 %.3f\n", threads(4, pairs / 10));
     return 0;
 }
 """
@@ -121,16 +173,23 @@ def main() -> int:
         (Path(work) / "bench.c").write_text(C_PROGRAM)
         binary = Path(work) / "bench"
         subprocess.run([*compiler(), "-O2", f"-I{work}", str(Path(work) / "bench.c"),
-                        f"-L{lib}", "-lascendcl", "-ldl", "-o", str(binary)], check=True)
+                        f"-L{lib}", "-lascendcl", "-ldl", "-pthread", "-o", str(binary)],
+                       check=True)
         firsts: list[float] = []
         c_pairs: list[float] = []
         py_pairs: list[float] = []
+        one: list[float] = []
+        four: list[float] = []
         for _ in range(args.rounds):
             out = subprocess.run([str(binary), str(args.pairs), str(args.blocks)], env=env,
                                  cwd=work, capture_output=True, text=True, check=True).stdout
             for line in out.splitlines():
                 kind, value = line.split()
-                {"first": firsts, "c": c_pairs, "py": py_pairs}[kind].append(float(value))
+                {"first": firsts, "c": c_pairs, "py": py_pairs, "threads1": one,
+                 "threads4": four}[kind].append(float(value))
+    if min(one + four) < 0:
+        print("a thread's malloc/copy/check/free went wrong", file=sys.stderr)
+        return 1
     c_pair, py_pair = statistics.median(c_pairs), statistics.median(py_pairs)
     # Each C block against the Python block right after it (same process, same moment).
     ratios = sorted(c / p for c, p in zip(c_pairs, py_pairs, strict=True))
@@ -142,6 +201,10 @@ def main() -> int:
         "ratio_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)],
         "first_call_ms": round(statistics.median(firsts) * 1e3, 1),
         "first_call_ms_per_round": [round(f * 1e3, 1) for f in firsts],
+        "threads_1_rounds_per_s": round(statistics.median(one)),
+        "threads_4_rounds_per_s": round(statistics.median(four)),
+        "threads_4_vs_1": round(statistics.median(f / o for f, o in zip(four, one,
+                                                                       strict=True)), 3),
     }
     if args.json:
         print(json.dumps(result))
@@ -151,6 +214,10 @@ def main() -> int:
               f"{result['ratio']}, quartiles {result['ratio_quartiles']} (goal <= 1.2)")
         print(f"first call (Python start + import acl_mem): {result['first_call_ms']} ms "
               f"(goal <= 150; per round {result['first_call_ms_per_round']})")
+        print(f"4 threads x (malloc + copy in + copy out + check + free of 64 KiB) vs 1: "
+              f"{result['threads_4_vs_1']}x the rounds per second "
+              f"({result['threads_4_rounds_per_s']} vs {result['threads_1_rounds_per_s']}), "
+              "every byte checked")
     return 0
 
 

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c",
             "leak_at_exit.c", "raii_streams.cpp", "fork_threads.c", "share_ipc.c",
-            "leak_site.c"]
+            "leak_site.c", "overwrite.c"]
 
 skip_without_a_build()
 
@@ -334,3 +334,52 @@ def test_leak_report_names_the_c_caller(programs, libdir, tmp_path, checking):
     assert found == 2
     assert "marshalling" not in report and "acl_mem" not in report.split("never freed:")[1]
     assert "stack recorded only" not in report
+
+
+def test_checker_catches_an_overwrite_from_c(programs, libdir, tmp_path):
+    """A copy past the requested bytes succeeds (it lands in the runtime's padding), and
+    with the checker on both findings are reported, naming the allocating C function."""
+    checked = _run(programs["overwrite"], libdir, tmp_path, ACL_MEM_CHECK="1")
+    lines = _ok(checked)
+    assert _value(lines, "aclrtMemcpy") == "0" and _value(lines, "aclrtFree") == "0"
+    kinds = re.findall(r"MemoryCheckWarning: ([a-z-]+):", checked.stderr)
+    assert kinds == ["boundary-crossed", "canary-overwritten"], checked.stderr
+    binary = re.escape(str(programs["overwrite"]))
+    assert re.search(rf'File "{binary}", line 0, in fill_past_the_end\+0x', checked.stderr)
+    plain = _run(programs["overwrite"], libdir, tmp_path)
+    assert _ok(plain) == lines and "MemoryCheckWarning" not in plain.stderr
+
+
+_LINK_STUB = """
+/* What link-only stubs of libascendcl.so do: every call fails with 100039. */
+typedef int aclError;
+aclError aclInit(const char *config) { (void)config; return 100039; }
+aclError aclrtSetDevice(int deviceId) { (void)deviceId; return 100039; }
+aclError aclrtMalloc(void **p, unsigned long size, int policy)
+{ (void)p; (void)size; (void)policy; return 100039; }
+aclError aclrtMemcpy(void *d, unsigned long m, const void *s, unsigned long c, int k)
+{ (void)d; (void)m; (void)s; (void)c; (void)k; return 100039; }
+aclError aclrtFree(void *p) { (void)p; return 100039; }
+"""
+
+
+def test_ld_preload_runs_a_program_built_against_another_library(programs, libdir,
+                                                                 tmp_path):
+    """A program linked against some other libascendcl.so (here a link stub that fails
+    every call) runs on the fake when the shim is preloaded."""
+    stub_dir = tmp_path / "stub"
+    stub_dir.mkdir()
+    (stub_dir / "stub.c").write_text(_LINK_STUB)
+    subprocess.run([*_build.compiler(), "-shared", "-fPIC", str(stub_dir / "stub.c"),
+                    "-Wl,-soname,libascendcl.so", "-o", str(stub_dir / "libascendcl.so")],
+                   check=True)
+    binary = tmp_path / "overwrite"
+    subprocess.run([*_build.compiler(), "-std=c11", "-rdynamic", f"-I{libdir.parent / 'include'}",
+                    str(C_DIR / "overwrite.c"), f"-L{stub_dir}", "-lascendcl", "-o",
+                    str(binary)], check=True)
+    on_stub = _run(binary, stub_dir, tmp_path)
+    assert on_stub.returncode == 1 and on_stub.stdout.splitlines() == ["FAIL setup"]
+    preloaded = _run(binary, stub_dir, tmp_path,
+                     LD_PRELOAD=str(libdir / "libascendcl.so"))
+    lines = _ok(preloaded)
+    assert _value(lines, "aclrtMemcpy") == "0" and _value(lines, "aclrtFree") == "0"
