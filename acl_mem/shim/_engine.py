@@ -16,6 +16,7 @@ statically linked it binds to that interpreter instead of loading a second one.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import cffi
 
@@ -23,9 +24,10 @@ from .._native.cdef import TYPES
 from .._native.loader import make_ffi
 from ._csource import START_FAILED, c_string
 from ._decls import function_names, sections, table_declaration
+from ._engine_runtime import ALLOCATING
 from ._extra import ENGINE as EXTRA_ENGINE
 from ._extra import service_fields
-from ._marshal import lowered_arg, roles
+from ._marshal import fast_eligible, lowered_arg, roles
 
 __all__ = ["ENGINE", "MODULE", "READY", "engine_ffi"]
 
@@ -345,9 +347,7 @@ else:
 def _lowered(decls: list[tuple[str, str, str]]) -> list[tuple[str, str, str, str]]:
     """``(return type, name, lowered arguments, call arguments)`` per function: pointer
     inputs and ``void **`` outputs pass to Python as integers (acl_mem/shim/_marshal.py)."""
-    abi = make_ffi()
-    abi.cdef(table_declaration("acl_mem_shim_roles"))
-    fields = dict(abi.typeof("struct acl_mem_shim_roles").fields)
+    fields = _function_types()
     out = []
     for ret, name, args in decls:
         declared = [] if args == "void" else [a.strip() for a in args.split(",")]
@@ -359,6 +359,47 @@ def _lowered(decls: list[tuple[str, str, str]]) -> list[tuple[str, str, str, str
             calls.append(f"({kind}){param}" if kind else param)
         out.append((ret, name, ", ".join(lowered) or "void", ", ".join(calls)))
     return out
+
+
+def _function_types() -> dict[str, Any]:
+    abi = make_ffi()
+    abi.cdef(table_declaration("acl_mem_shim_roles"))
+    return dict(abi.typeof("struct acl_mem_shim_roles").fields)
+
+
+def fast_names() -> list[str]:
+    """The allocating calls with a fast entry (acl_mem/shim/_marshal.py, forwarder)."""
+    fields = _function_types()
+    return [name for name in function_names()
+            if name in ALLOCATING and fast_eligible(roles(name, fields[name].type))]
+
+
+def _fast_entry(ret: str, name: str, args: str, lowered_args: str,
+                calls: str) -> tuple[str, str]:
+    """``(extern "Python" declaration, C wrapper)`` of an allocating call's fast entry:
+    with a non-NULL output, the output comes back as the result (minus the code on
+    failure) and is written here; a NULL output takes the general entry."""
+    declared = [a.strip() for a in args.split(",")]
+    is_output = ["**" in d for d in declared]
+    output = re.findall(r"\w+", declared[is_output.index(True)])[-1]
+    inputs = [low.strip() for low, out in zip(lowered_args.split(","), is_output, strict=True)
+              if not out]
+    fast_calls = [c.strip() for c, out in zip(calls.split(","), is_output, strict=True)
+                  if not out]
+    extern = f'extern "Python" int64_t acl_mem_py_fast_{name}({", ".join(inputs)});'
+    wrapper = "\n".join([
+        f"static {ret} acl_mem_c_{name}({args})", "{",
+        f"    if ({output} != NULL) {{",
+        f"        int64_t result = acl_mem_py_fast_{name}({', '.join(fast_calls)});",
+        "        if (result >= 0) {",
+        f"            *{output} = (void *)(uintptr_t)result;",
+        "            return 0;",
+        "        }",
+        f"        return ({ret})(-result);",
+        "    }",
+        f"    return acl_mem_py_{name}({calls});",
+        "}"])
+    return extern, wrapper
 
 
 def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
@@ -374,6 +415,11 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
     ffi.cdef(TYPES + _HI_TYPES + types)
     ffi.cdef("\n".join(f'extern "Python" {ret} acl_mem_py_{name}({args});'
                        for ret, name, args, _ in lowered))
+    fast = set(fast_names())
+    entries_fast = {name: _fast_entry(ret, name, args, low, calls)
+                    for (ret, name, args), (_, _, low, calls) in zip(decls, lowered, strict=True)
+                    if name in fast}
+    ffi.cdef("\n".join(extern for extern, _ in entries_fast.values()))
     ffi.cdef('extern "Python" aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);\n'
              'extern "Python" void acl_mem_py_at_exit(void);\n'
              "void acl_mem_shim_note(const char *text);\n"
@@ -401,11 +447,14 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
         "#include <stdint.h>", "#include <stddef.h>",
         TYPES, _HI_TYPES, types, struct,
         *[f"static {ret} acl_mem_py_{name}({args});" for ret, name, args, _ in lowered],
+        *[extern.replace('extern "Python" ', "static ")
+          for extern, _ in entries_fast.values()],
         "static aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);",
         "static void acl_mem_py_at_exit(void);",
         *[f"static {ret} acl_mem_c_{name}({args})\n{{\n    return acl_mem_py_{name}({calls});\n}}"
           for (ret, name, args), (_, _, _, calls) in zip(decls, lowered, strict=True)
-          if name not in own],
+          if name not in own and name not in fast],
+        *[wrapper for _, wrapper in entries_fast.values()],
         "static aclError acl_mem_c_aclrtResetDeviceForce(int32_t deviceId)\n"
         "{\n    return acl_mem_py_aclrtResetDeviceForce(deviceId);\n}",
         _OWN,

@@ -12,7 +12,7 @@ from typing import Any
 from .. import _backend, _hints
 from ..errors import error_name
 from ._decls import arg_names, sections
-from ._marshal import forwarder
+from ._marshal import fast_eligible, forwarder, roles
 
 __all__ = ["ALLOCATING", "CALLBACK_FAILED", "CallerSites", "failure_text", "install",
            "leak_report_at_exit", "reset_device_force"]
@@ -197,6 +197,11 @@ def install(ffi: Any, lib: Any) -> None:
                 ffi.def_extern(name=f"acl_mem_py_{name}")(function)
             else:
                 ffi.def_extern(name=f"acl_mem_py_{name}", error=CALLBACK_FAILED)(function)
+            if allocating and fast_eligible(roles(name, fntype)):
+                fast = forwarder(ffi, name, fntype, _backend.get, lowered=True,
+                                 failed=_noter(lib, name), names=names, sited=sites.call,
+                                 noted=noted, fast=True)
+                ffi.def_extern(name=f"acl_mem_py_fast_{name}", error=-CALLBACK_FAILED)(fast)
     note_force = _noter(lib, "aclrtResetDeviceForce")
 
     def force(deviceId: int) -> int:

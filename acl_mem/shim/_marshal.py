@@ -20,7 +20,7 @@ import cffi
 from .. import _backend
 from .._structs import aclrtMemAccessDesc, aclrtMemLocation, aclrtPhysicalMemProp
 
-__all__ = ["forwarder", "lowered_arg", "roles"]
+__all__ = ["fast_eligible", "forwarder", "lowered_arg", "roles"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Pointer arguments that are inputs although C gives them no const (or cffi drops it).
@@ -96,7 +96,8 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
               failed: Callable[[int, dict[str, object]], None] | None = None,
               names: list[str] | None = None,
               sited: Callable[..., Any] | None = None,
-              noted: Callable[[int], None] | None = None) -> Callable[..., Any]:
+              noted: Callable[[int], None] | None = None,
+              fast: bool = False) -> Callable[..., Any]:
     """A Python function of ``fntype``'s C arguments that calls ``target().<name>``.
 
     ``target`` is looked up on every call, so the backend can be replaced. A function
@@ -113,6 +114,11 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
     (the shim runs the call inside a frame naming its C caller); ``noted(pointer)`` hears
     the first pointer output of each successful call (the shim notes who allocated it).
 
+    ``fast`` (lowered, for a function :func:`fast_eligible` accepts): the function takes
+    the inputs only and returns the output on success, minus the code on failure; the
+    shim's engine calls it when the output pointer is not NULL and writes the output in
+    C, which saves making and writing a pointer object per call.
+
     The function is generated as Python source, one per C function: a C call into the
     fake pays for the fake's work, not for a loop over argument roles.
     """
@@ -123,7 +129,7 @@ def forwarder(ffi: cffi.FFI, name: str, fntype: Any, target: Callable[[], Any],
     source = _source(name, roles(name, fntype),
                      [arg.item.cname.removeprefix("struct ") if arg.kind == "pointer" else ""
                       for arg in fntype.args], lowered, names if failed is not None else None,
-                     sited=sited is not None, noted=noted is not None)
+                     sited=sited is not None, noted=noted is not None, fast=fast)
     namespace: dict[str, Any] = {
         "target": target, "NULL": ffi.NULL, "cast": ffi.cast, "string": ffi.string,
         "memmove": ffi.memmove, "fsdecode": os.fsdecode, "VOIDP": ffi.typeof("void *"),
@@ -145,30 +151,66 @@ def lowered_arg(role: str, declared: str) -> str:
     return {"ptr": "uintptr_t", "out_ptr": "uintptr_t *"}.get(role, declared)
 
 
+def _sited(name: str, plain: str) -> str:
+    """``plain`` (the source of function ``name``) as two functions: ``name`` hands the
+    call to ``sited(plain_<name>, backend, ...)`` while the fake's checker is on."""
+    header, body = plain.split("\n", 1)
+    args = header[header.index("(") + 1:header.rindex(")")]
+    # One backend lookup serves the checker test and the call (no wrapper frame).
+    plain = plain.replace(f"def {name}(", f"def plain_{name}(backend, ", 1).replace(
+        "target().", "backend.")
+    body = body.replace("target().", "backend.")
+    # The common case (checker off) runs plain's body inline: no second frame.
+    return "\n".join([
+        plain,
+        header,
+        "    backend = target()",
+        # The fake's state read directly (the checker property costs a call); any other
+        # backend has no checker.
+        "    try: checking = backend._state.checker is not None",
+        "    except AttributeError: checking = False",
+        "    if checking:",
+        f"        return sited(plain_{name}, backend, {args})",
+        body])
+
+
+def fast_eligible(arg_roles: list[str]) -> bool:
+    """Whether a function can have a fast entry (see forwarder): plain inputs and one
+    ``void **`` output."""
+    outputs = [r for r in arg_roles if r not in ("int", "ptr")]
+    return outputs == ["out_ptr"]
+
+
+def _fast_source(name: str, arg_roles: list[str], names: list[str] | None,
+                 noted: bool) -> str:
+    """The fast entry of ``name``: the inputs only; returns the output on success,
+    minus the code on failure (the engine's C writes the output)."""
+    params = [f"a{i}" for i, role in enumerate(arg_roles) if role != "out_ptr"]
+    call = f"target().{name}({', '.join(params)})"
+    lines = [f"def {name}({', '.join(params)}):", f"    result = {call}",
+             "    if result[0] == 0:"]
+    if noted:
+        lines.append("        noted(result[1])")
+    lines.append("        return result[1]")
+    if names is not None:
+        described = ", ".join(f"{names[i]!r}: a{i}" for i, role in enumerate(arg_roles)
+                              if role != "out_ptr")
+        lines.append(f"    failed(result[0], {{{described}}})")
+    lines += ["    return -result[0]", ""]
+    return "\n".join(lines)
+
+
 def _source(name: str, arg_roles: list[str], pointees: list[str], lowered: bool,
-            names: list[str] | None = None, *, sited: bool = False, noted: bool = False) -> str:
+            names: list[str] | None = None, *, sited: bool = False, noted: bool = False,
+            fast: bool = False) -> str:
     """The Python source of the forwarder of ``name`` (see forwarder); with ``names``, a
     failed call calls ``failed(rc, {name: input, ...})``. With ``sited`` it is two
     functions: ``name`` hands the call to ``sited(plain, ...)`` while the checker is on."""
+    if fast:
+        plain = _fast_source(name, arg_roles, names, noted)
+        return _sited(name, plain) if sited else plain
     if sited:
-        args = ", ".join(f"a{i}" for i in range(len(arg_roles)))
-        plain = _source(name, arg_roles, pointees, lowered, names, noted=noted)
-        # One backend lookup serves the checker test and the call (no wrapper frame).
-        plain = plain.replace(f"def {name}(", f"def plain_{name}(backend, ", 1).replace(
-            "target().", "backend.")
-        # The common case (checker off) runs plain's body inline: no second frame.
-        plain_body = plain.split("\n", 1)[1]
-        return "\n".join([
-            plain,
-            f"def {name}({args}):",
-            "    backend = target()",
-            # The fake's state read directly (the checker property costs a call); any
-            # other backend has no checker.
-            "    try: checking = backend._state.checker is not None",
-            "    except AttributeError: checking = False",
-            "    if checking:",
-            f"        return sited(plain_{name}, backend, {args})",
-            plain_body])
+        return _sited(name, _source(name, arg_roles, pointees, lowered, names, noted=noted))
     params = [f"a{i}" for i in range(len(arg_roles))]
     body: list[str] = []
     inputs: list[str] = []

@@ -13,6 +13,8 @@
 #include <unistd.h>
 #include "acl/acl.h"
 
+#define INVALID_PARAM 100000  /* ACL_ERROR_INVALID_PARAM */
+
 #define ACL_CHECK(step, expr, expected)                                          \
     do {                                                                         \
         aclError ret_ = (expr);                                                  \
@@ -86,6 +88,7 @@ int main(void)
     ACL_CHECK("set device again", aclrtSetDevice(0), ACL_SUCCESS);
     ACL_CHECK("huge malloc", aclrtMalloc(&huge, (size_t)1 << 40, ACL_MEM_MALLOC_HUGE_FIRST),
               ACL_ERROR_RT_MEMORY_ALLOCATION);
+    EXPECT("nothing written on failure", huge == NULL);
     msg = aclGetRecentErrMsg();
     EXPECT("oom message", msg != NULL && strstr(msg, "aclrtMalloc(") && strstr(msg, "207001"));
     printf("oom %s\n", msg);
@@ -94,6 +97,12 @@ int main(void)
     EXPECT("kept after success", again != NULL && strcmp(again, "") != 0
            && strstr(again, "aclrtMalloc(") != NULL);
     ACL_CHECK("free", aclrtFree(devPtr), ACL_SUCCESS);
+    /* A NULL output and size 0 are the ACL layer's parameter errors (100000). */
+    ACL_CHECK("malloc NULL output", aclrtMalloc(NULL, 64, ACL_MEM_MALLOC_HUGE_FIRST),
+              INVALID_PARAM);
+    ACL_CHECK("host NULL output", aclrtMallocHost(NULL, 64), INVALID_PARAM);
+    ACL_CHECK("malloc size 0", aclrtMalloc(&huge, 0, ACL_MEM_MALLOC_HUGE_FIRST), INVALID_PARAM);
+    EXPECT("nothing written for size 0", huge == NULL);
     ACL_CHECK("double free", aclrtFree(devPtr), ACL_ERROR_RT_PARAM_INVALID);
     msg = aclGetRecentErrMsg();
     EXPECT("free message", msg != NULL && strstr(msg, "aclrtFree(devPtr=0x"));
