@@ -1,4 +1,4 @@
-"""A drop-in libascendcl.so (+ libacl_dvpp.so, libacl_dvpp_mpi.so) made from acl_mem's fake.
+"""A drop-in libascendcl.so (and the toolkit's other libraries) made from acl_mem's fake.
 
 ``acl-mem shim build`` / ``acl-mem shim --print-libdir`` (or ``python -m acl_mem.shim``)
 compile the libraries for the running interpreter, cached per user (``_build``). A C or
@@ -7,7 +7,7 @@ device with the rules and error codes acl_mem has from Python:
 
 - ``surface.json`` (generated from the real headers by stubs/gen_shim_surface.py): every
   exported function with its exact prototype; ``_csource`` turns it into the C of the
-  three front libraries (supported calls forward to the engine, the rest fail loudly);
+  front libraries (supported calls forward to the engine, the rest fail loudly);
 - ``_engine`` / ``_engine_runtime``: the cffi embedding library that starts Python once
   (or joins the process's interpreter) and routes each call into the active fake;
 - ``_marshal`` / ``_decls``: C arguments to the Backend protocol, shared with the test

@@ -13,9 +13,10 @@ from typing import Any
 __all__ = ["add_shim_parser", "main", "run_shim"]
 
 _DESCRIPTION = """\
-A drop-in libascendcl.so (with libacl_dvpp.so and libacl_dvpp_mpi.so) made from
-acl_mem's fake: an unmodified C or C++ program linked against it runs on the fake
-device, with the rules and error codes acl_mem has from Python.
+A drop-in libascendcl.so (with libacl_dvpp.so, libacl_dvpp_mpi.so, libmsprofiler.so
+and empty companions for the other toolkit libraries) made from acl_mem's fake: an
+unmodified C or C++ program linked against it runs on the fake device, with the rules
+and error codes acl_mem has from Python.
 
   cc prog.c -I<ACL headers> -L"$(acl-mem shim --print-libdir)" -lascendcl -o prog
   acl-mem shim exec -- ./prog args...

@@ -1,4 +1,4 @@
-"""The C source of the shim's three front libraries, generated from surface.json.
+"""The C source of the shim's front libraries, generated from surface.json.
 
 Every function the real headers export (surface.json, stubs/gen_shim_surface.py) is
 defined with its exact prototype:
