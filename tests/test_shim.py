@@ -370,3 +370,38 @@ def test_noted_callers_forget_freed_blocks_and_keep_live_ones(monkeypatch):
         assert all(sites._noted.get(b.ptr) == 0x1234 for b in live)
         for buffer in live:
             buffer.free()
+
+
+def test_noted_callers_survive_threads_noting_while_they_are_pruned(monkeypatch):
+    """Several threads note allocations while the notes are pruned again and again:
+    no error escapes (it would turn a successful allocation into a failed one)."""
+    import threading
+
+    import acl_mem
+    from acl_mem.shim import _engine_runtime
+
+    monkeypatch.setattr(_engine_runtime, "_NOTED_KEPT", 4096)
+    sites = _engine_runtime.CallerSites(None, _CallerLib())
+    acl_mem.fake.configure()
+    errors: list[BaseException] = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch inside the pruning, as under load
+
+    def noting(first: int) -> None:
+        try:
+            for k in range(20_000):
+                sites.note(first + 64 * k)
+        except BaseException as exc:  # any escape fails the test
+            errors.append(exc)
+
+    with acl_mem.Device(0):
+        workers = [threading.Thread(target=noting, args=(n << 32,)) for n in range(4)]
+        for worker in workers:
+            worker.start()
+        try:
+            for worker in workers:
+                worker.join()
+        finally:
+            sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(sites._noted) <= sites._noted_kept

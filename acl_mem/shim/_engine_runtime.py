@@ -163,8 +163,11 @@ class CallerSites:
         backend = _backend.get()
         live_blocks = getattr(backend, "live_blocks", None)
         live = {b.start for b in live_blocks()} if live_blocks is not None else set()
-        self._noted = {a: c for a, c in self._noted.items() if a in live}
-        self._noted_kept = max(_NOTED_KEPT, 2 * len(self._noted))
+        # A snapshot (taken in one step under the GIL): other C threads keep noting while
+        # this runs, and a dict changing size under its own iteration would raise.
+        noted = list(self._noted.items())
+        self._noted = kept = {a: c for a, c in noted if a in live}
+        self._noted_kept = max(_NOTED_KEPT, 2 * len(kept))
 
     def where(self, address: int) -> str | None:
         """Traceback-style line naming the C caller that allocated ``address``."""
