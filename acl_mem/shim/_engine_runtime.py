@@ -129,8 +129,11 @@ class CallerSites:
         return file, f"{os.fsdecode(ffi.string(out[1]))}+{offset:#x}"
 
     def site(self, address: int) -> Callable[..., Any] | None:
-        if address in self._sites:
+        # One lookup: another thread may clear the cache between a test and a read.
+        try:
             return self._sites[address]
+        except KeyError:
+            pass
         where = self.describe(address)
         site: Callable[..., Any] | None = None
         if where is not None:
