@@ -9,17 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "acl/acl.h"
-
-#define CHECK(step, expr, expected)                                              \
-    do {                                                                         \
-        aclError ret_ = (expr);                                                  \
-        if (ret_ != (expected)) {                                                \
-            printf("FAIL %s: %s returned %d, expected %d\n", step, #expr,        \
-                   (int)ret_, (int)(expected));                                  \
-            return 1;                                                            \
-        }                                                                        \
-        printf("ok %s\n", step);                                                 \
-    } while (0)
+#include "steps.h"
 
 int main(int argc, char **argv)
 {
@@ -33,51 +23,52 @@ int main(int argc, char **argv)
     size_t i;
 
     /* Before aclInit: the run mode is known already (no device needed). */
-    CHECK("run mode", aclrtGetRunMode(&runMode), ACL_SUCCESS);
+    ACL_CHECK("run mode", aclrtGetRunMode(&runMode), ACL_SUCCESS);
     printf("runMode %d\n", (int)runMode);
     /* "" is a path that cannot be read: the fake answers as from Python (the test
        compares); a failed aclInit leaves ACL uninitialised, so the next one counts. */
     printf("init-empty %d\n", (int)aclInit(""));
-    CHECK("init with config", aclInit(aclConfigPath), ACL_SUCCESS);
-    CHECK("init again", aclInit(NULL), ACL_ERROR_REPEAT_INITIALIZE);
+    ACL_CHECK("init with config", aclInit(aclConfigPath), ACL_SUCCESS);
+    ACL_CHECK("init again", aclInit(NULL), ACL_ERROR_REPEAT_INITIALIZE);
 
-    CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
-    CHECK("current context", aclrtGetCurrentContext(&context), ACL_SUCCESS);
+    ACL_CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
+    ACL_CHECK("current context", aclrtGetCurrentContext(&context), ACL_SUCCESS);
     if (context == NULL) {
         printf("FAIL default context: aclrtGetCurrentContext gave NULL after aclrtSetDevice\n");
         return 1;
     }
     printf("ok default context\n");
-    CHECK("get device", aclrtGetDevice(&deviceId), ACL_SUCCESS);
+    ACL_CHECK("get device", aclrtGetDevice(&deviceId), ACL_SUCCESS);
     printf("device %d\n", (int)deviceId);
 
     /* The default stream: NULL. */
     for (i = 0; i < sizeof hostIn; ++i)
         hostIn[i] = (char)(i ^ 0x5A);
     memset(hostOut, 0, sizeof hostOut);
-    CHECK("malloc", aclrtMalloc(&devPtr, sizeof hostIn, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-    CHECK("async h2d on default stream",
-          aclrtMemcpyAsync(devPtr, sizeof hostIn, hostIn, sizeof hostIn,
-                           ACL_MEMCPY_HOST_TO_DEVICE, NULL),
-          ACL_SUCCESS);
-    CHECK("sync default stream", aclrtSynchronizeStream(NULL), ACL_SUCCESS);
-    CHECK("async d2h on default stream",
-          aclrtMemcpyAsync(hostOut, sizeof hostOut, devPtr, sizeof hostIn,
-                           ACL_MEMCPY_DEVICE_TO_HOST, NULL),
-          ACL_SUCCESS);
-    CHECK("sync default stream again", aclrtSynchronizeStream(NULL), ACL_SUCCESS);
+    ACL_CHECK("malloc", aclrtMalloc(&devPtr, sizeof hostIn, ACL_MEM_MALLOC_HUGE_FIRST),
+              ACL_SUCCESS);
+    ACL_CHECK("async h2d on default stream",
+              aclrtMemcpyAsync(devPtr, sizeof hostIn, hostIn, sizeof hostIn,
+                               ACL_MEMCPY_HOST_TO_DEVICE, NULL),
+              ACL_SUCCESS);
+    ACL_CHECK("sync default stream", aclrtSynchronizeStream(NULL), ACL_SUCCESS);
+    ACL_CHECK("async d2h on default stream",
+              aclrtMemcpyAsync(hostOut, sizeof hostOut, devPtr, sizeof hostIn,
+                               ACL_MEMCPY_DEVICE_TO_HOST, NULL),
+              ACL_SUCCESS);
+    ACL_CHECK("sync default stream again", aclrtSynchronizeStream(NULL), ACL_SUCCESS);
     if (memcmp(hostIn, hostOut, sizeof hostIn) != 0) {
         printf("FAIL default stream round trip: the bytes read back differ\n");
         return 1;
     }
     printf("ok default stream round trip\n");
-    CHECK("memset async on default stream", aclrtMemsetAsync(devPtr, sizeof hostIn, 0, 16, NULL),
-          ACL_SUCCESS);
-    CHECK("sync device", aclrtSynchronizeDevice(), ACL_SUCCESS);
+    ACL_CHECK("memset async on default stream",
+              aclrtMemsetAsync(devPtr, sizeof hostIn, 0, 16, NULL), ACL_SUCCESS);
+    ACL_CHECK("sync device", aclrtSynchronizeDevice(), ACL_SUCCESS);
 
-    CHECK("free", aclrtFree(devPtr), ACL_SUCCESS);
-    CHECK("reset device", aclrtResetDevice(0), ACL_SUCCESS);
-    CHECK("finalize", aclFinalize(), ACL_SUCCESS);
+    ACL_CHECK("free", aclrtFree(devPtr), ACL_SUCCESS);
+    ACL_CHECK("reset device", aclrtResetDevice(0), ACL_SUCCESS);
+    ACL_CHECK("finalize", aclFinalize(), ACL_SUCCESS);
     printf("done\n");
     return 0;
 }

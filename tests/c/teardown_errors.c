@@ -12,29 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "acl/acl.h"
+#include "steps.h"
 
 #define INVALID_PARAM 100000  /* ACL_ERROR_INVALID_PARAM */
-
-#define ACL_CHECK(step, expr, expected)                                          \
-    do {                                                                         \
-        aclError ret_ = (expr);                                                  \
-        if (ret_ != (expected)) {                                                \
-            const char *msg_ = aclGetRecentErrMsg();                             \
-            printf("FAIL %s: %s returned %d, expected %d (%s)\n", step, #expr,   \
-                   (int)ret_, (int)(expected), msg_ ? msg_ : "no message");      \
-            return 1;                                                            \
-        }                                                                        \
-        printf("ok %s\n", step);                                                 \
-    } while (0)
-
-#define EXPECT(step, cond)                                                       \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            printf("FAIL %s: %s\n", step, #cond);                                \
-            return 1;                                                            \
-        }                                                                        \
-        printf("ok %s\n", step);                                                 \
-    } while (0)
 
 int main(void)
 {
