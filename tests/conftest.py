@@ -26,6 +26,20 @@ def headers(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def real_headers() -> Path:
+    """The real ACL headers from ACL_MEM_HEADERS_DIR; the test skips without them (fails
+    with ACL_MEM_REQUIRE_HEADERS=1, as CI sets)."""
+    directory = os.environ.get("ACL_MEM_HEADERS_DIR")
+    found = Path(directory) if directory else None
+    if found is None or not (found / "acl" / "acl_rt.h").is_file():
+        why = f"ACL_MEM_HEADERS_DIR={directory!r} has no acl/acl_rt.h"
+        if os.environ.get("ACL_MEM_REQUIRE_HEADERS") == "1":
+            pytest.fail(f"ACL_MEM_REQUIRE_HEADERS=1 but {why}")
+        pytest.skip(f"real ACL headers unavailable: {why}")
+    return found
+
+
+@pytest.fixture(scope="session")
 def shim_libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The drop-in libraries, built once for the session into a cache of its own
     (tests/test_shim.py builds its own as well: it checks two concurrent builds agree)."""
