@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from acl_mem.shim._decls import parse  # noqa: E402
+from stubs._generated import write_or_check  # noqa: E402
 
 OUTPUT = HERE.parent / "acl_mem" / "shim" / "surface.json"
 SOURCE = "torch-npu 2.14.0 wheel, torch_npu/include/acl"
@@ -227,15 +228,8 @@ def main() -> int:
     if not args.headers or not (Path(args.headers) / "acl" / "acl_rt.h").is_file():
         print(f"no acl/acl_rt.h under {args.headers!r}: pass --headers", file=sys.stderr)
         return 2
-    text = generate(Path(args.headers))
-    if args.check:
-        if (OUTPUT.read_text() if OUTPUT.exists() else "") != text:
-            print(f"{OUTPUT} is out of date: run python stubs/gen_shim_surface.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(OUTPUT, generate(Path(args.headers)), check=args.check,
+                          command="python stubs/gen_shim_surface.py")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from acl_mem.shim._decls import (  # noqa: E402
     sections,
     table_declaration,
 )
+from stubs._generated import write_or_check  # noqa: E402
 
 OUTPUT = HERE / "stand_in_ascendcl.c"
 #: What an unfilled table entry returns: ACL_ERROR_RT_INTERNAL_ERROR.
@@ -81,15 +82,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true", help="fail if the file is stale")
     args = parser.parse_args()
-    text = generate()
-    if args.check:
-        current = OUTPUT.read_text() if OUTPUT.exists() else ""
-        if current != text:
-            print(f"{OUTPUT} is out of date: run python stubs/gen_stand_in.py", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(OUTPUT, generate(), check=args.check,
+                          command="python stubs/gen_stand_in.py")
 
 
 if __name__ == "__main__":
