@@ -166,10 +166,12 @@ class CallerSites:
         backend = _backend.get()
         live_blocks = getattr(backend, "live_blocks", None)
         live = {b.start for b in live_blocks()} if live_blocks is not None else set()
-        # A snapshot (taken in one step under the GIL): other C threads keep noting while
-        # this runs, and a dict changing size under its own iteration would raise.
-        noted = list(self._noted.items())
-        self._noted = kept = {a: c for a, c in noted if a in live}
+        # A copy (dict.copy runs no Python code, so no other thread runs in between):
+        # other C threads keep noting while this runs, and a dict changing size under its
+        # own iteration raises. (list(d.items()) is not enough: the tuples it makes can
+        # set off the garbage collector, and a thread switch with it.)
+        noted = self._noted.copy()
+        self._noted = kept = {a: c for a, c in noted.items() if a in live}
         self._noted_kept = max(_NOTED_KEPT, 2 * len(kept))
 
     def where(self, address: int) -> str | None:
