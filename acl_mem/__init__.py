@@ -41,6 +41,7 @@ from .errors import (
     RepeatFinalizeError,
     RepeatInitializeError,
     RtParamInvalidError,
+    SettingError,
     StreamContextError,
     UninitializeError,
 )
@@ -170,6 +171,7 @@ __all__ = [
     "RuntimeVersion",
     "Segment",
     "SegmentPool",
+    "SettingError",
     "Stream",
     "StreamContextError",
     "UninitializeError",

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+from . import _env
 from ._structs import aclrtMemAccessDesc, aclrtPhysicalMemProp
 from .errors import BackendError
 
@@ -214,7 +215,7 @@ def _load(name: str) -> Backend:
 
 def _choose(requested: str | None) -> tuple[Backend, str]:
     source = "use_backend()" if requested else "ACL_MEM_BACKEND"
-    requested = requested or os.environ.get("ACL_MEM_BACKEND", "auto").strip().lower() or "auto"
+    requested = requested or _env.choice("ACL_MEM_BACKEND", BACKEND_NAMES, "auto")
     if requested not in BACKEND_NAMES:
         raise BackendError(
             f"ACL_MEM_BACKEND={requested!r} is not one of {', '.join(BACKEND_NAMES)}"

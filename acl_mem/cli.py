@@ -19,7 +19,7 @@ from typing import Any
 from . import __version__, _backend
 from .conformance.providers import brief
 from .device import Device
-from .errors import AclError, BackendError, FunctionNotAvailableError
+from .errors import AclError, BackendError, FunctionNotAvailableError, SettingError
 from .pyacl._install import RUN_DESCRIPTION, RUN_EPILOG, add_run_arguments, run_script
 from .shim._cli import add_shim_parser, run_shim
 from .trace._cli import add_trace_parser, run_trace
@@ -297,11 +297,6 @@ def _run_info(args: argparse.Namespace) -> int:
     requested = getattr(args, "backend", None)
     fallback = "" if requested == "fake" else (
         "\nTo look at acl_mem's model of the device instead, run 'acl-mem info --backend fake'.")
-    environment = os.environ.get("ACL_MEM_BACKEND", "").strip().lower()
-    if requested is None and environment and environment not in _backend.BACKEND_NAMES:
-        return _fail(f"ACL_MEM_BACKEND={os.environ['ACL_MEM_BACKEND']!r} is not a backend; "
-                     f"set it to one of {', '.join(_backend.BACKEND_NAMES)}, unset it "
-                     "(auto), or pass --backend.")
     try:
         if requested:
             _backend.use_backend(requested)
@@ -372,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "shim":
             return run_shim(args)
         return _run_info(args)
+    except SettingError as exc:
+        return _fail(str(exc))
     except KeyboardInterrupt:
         print("acl-mem: interrupted", file=sys.stderr)
         return 130

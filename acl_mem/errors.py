@@ -38,6 +38,7 @@ __all__ = [
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
+    "SettingError",
     "StreamContextError",
     "UninitializeError",
     "check",
@@ -267,6 +268,21 @@ class FunctionNotAvailableError(RuntimeError):
         added = f" (added in CANN {since})" if since else ""
         super().__init__(f"{function} does not exist in CANN {release}{added}: use a newer "
                          f"runtime, or avoid the call on this release")
+
+
+class SettingError(ValueError):
+    """An ``ACL_MEM_*`` environment variable holds a value acl_mem does not accept.
+
+    ``variable``, ``value`` and ``accepted`` (what the variable takes) are attributes;
+    the message names all three. Unset or blank variables never raise: they mean the default.
+    """
+
+    def __init__(self, variable: str, value: str, accepted: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.accepted = accepted
+        super().__init__(f"{variable}={value!r} is not a value acl_mem understands: it takes "
+                         f"{accepted} (unset or empty means the default)")
 
 
 class BackendError(RuntimeError):

@@ -16,12 +16,11 @@ standard error.
 from __future__ import annotations
 
 import atexit
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import _backend
+from . import _backend, _env
 from ._args import c_uint
 from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
 from ._fake.config import (
@@ -175,7 +174,7 @@ def _report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> N
               f"{block.device})\n{stack}", file=sys.stderr)
 
 
-if os.environ.get("ACL_MEM_LEAK_REPORT", "0") not in ("", "0"):
+if _env.flag("ACL_MEM_LEAK_REPORT"):
     atexit.register(_report_leaks_at_exit)
 
 

@@ -134,14 +134,14 @@ def test_env_auto_falls_back_to_fake_with_reason(requested, tmp_path):
     assert "libascendcl.so" in str(result["reason"])
 
 
-def test_env_bogus_raises_backend_error():
-    """ACL_MEM_BACKEND=bogus: BackendError at first use, no backend chosen."""
+def test_env_bogus_raises_setting_error():
+    """ACL_MEM_BACKEND=bogus: SettingError at first use, no backend chosen."""
     result = _run(
         """
         try:
             acl_mem.backend_name()
-        except acl_mem.BackendError:
-            outcome = "BackendError"
+        except acl_mem.SettingError as exc:
+            outcome = [exc.variable, exc.value]
         except Exception as exc:
             outcome = type(exc).__name__
         else:
@@ -150,7 +150,7 @@ def test_env_bogus_raises_backend_error():
         """,
         ACL_MEM_BACKEND="bogus",
     )
-    assert result == {"outcome": "BackendError", "active": False}
+    assert result == {"outcome": ["ACL_MEM_BACKEND", "bogus"], "active": False}
 
 
 # -- use_backend -----------------------------------------------------------------------------------

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 import threading
 
-from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
-from .versions import DEFAULT_CANN, CannVersion, resolve_cann
+from .. import _env
+from ..errors import SettingError
+from .profiles import _ALIASES, DEFAULT_PROFILE, PROFILES, Profile, resolve_profile
+from .streams import Hazards
+from .versions import DEFAULT_CANN, VERSIONS, CannVersion, resolve_cann
 
 __all__ = ["current_cann", "current_hazard_mode", "current_profile", "set_cann",
            "set_hazard_mode", "set_profile"]
@@ -28,7 +31,12 @@ def current_profile() -> Profile:
     with _lock:
         if _configured is not None:
             return _configured
-    return resolve_profile(os.environ.get("ACL_MEM_FAKE_PROFILE", DEFAULT_PROFILE))
+    name = _env.raw("ACL_MEM_FAKE_PROFILE") or DEFAULT_PROFILE
+    try:
+        return resolve_profile(name)
+    except ValueError:
+        raise SettingError("ACL_MEM_FAKE_PROFILE", name,
+                           "one of " + ", ".join(sorted(PROFILES) + sorted(_ALIASES))) from None
 
 
 def set_profile(profile: Profile | None) -> None:
@@ -45,7 +53,12 @@ def current_cann() -> CannVersion:
     else 9.1.0."""
     if _cann is not None:
         return _cann
-    return resolve_cann(os.environ.get("ACL_MEM_FAKE_CANN", "").strip() or DEFAULT_CANN)
+    name = _env.raw("ACL_MEM_FAKE_CANN") or DEFAULT_CANN
+    try:
+        return resolve_cann(name)
+    except ValueError:
+        raise SettingError("ACL_MEM_FAKE_CANN", name,
+                           "one of " + ", ".join(VERSIONS)) from None
 
 
 def set_cann(version: CannVersion | None) -> None:
@@ -61,7 +74,7 @@ def current_check() -> bool:
     """Whether the memory checker is on: configure(check=...), else ACL_MEM_CHECK=1."""
     if _check is not None:
         return _check
-    return os.environ.get("ACL_MEM_CHECK", "0").strip() not in ("", "0", "false", "no")
+    return _env.flag("ACL_MEM_CHECK")
 
 
 def set_check(enabled: bool | None) -> None:
@@ -71,7 +84,7 @@ def set_check(enabled: bool | None) -> None:
 
 def current_hazard_mode() -> str:
     """How the fake reports hazards: ``ACL_MEM_HAZARDS`` or configure(), else "warn"."""
-    return _hazard_mode or os.environ.get("ACL_MEM_HAZARDS", "warn")
+    return _hazard_mode or _env.choice("ACL_MEM_HAZARDS", Hazards.MODES, "warn")
 
 
 def set_hazard_mode(mode: str | None) -> None:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .. import _backend, _hints
+from .. import _backend, _env, _hints
 from ..errors import error_name
 from ._decls import arg_names, sections
 from ._marshal import fast_eligible, forwarder, roles
@@ -81,7 +81,7 @@ def leak_report_at_exit(where: Callable[[int], str | None] | None = None) -> Non
 
 
 def leak_report_wanted() -> bool:
-    return os.environ.get("ACL_MEM_LEAK_REPORT", "0") not in ("", "0")
+    return _env.flag("ACL_MEM_LEAK_REPORT")
 
 
 #: The calls that make a block (the checker records where: acl_mem/shim/_extra.py, "Sites").

@@ -1,0 +1,78 @@
+"""Every ACL_MEM_* variable follows one rule: blank means the default, letters are not
+case-sensitive, anything else unknown is a SettingError naming the variable and value."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from acl_mem import _env
+from acl_mem._fake import config
+from acl_mem.errors import SettingError
+
+# (variable, a value it rejects, how it is read)
+_READERS = [
+    ("ACL_MEM_CHECK", "maybe", config.current_check),
+    ("ACL_MEM_HAZARDS", "loud", config.current_hazard_mode),
+    ("ACL_MEM_FAKE_PROFILE", "no-such-board", config.current_profile),
+    ("ACL_MEM_FAKE_CANN", "7.0.0", config.current_cann),
+]
+
+
+@pytest.mark.parametrize(("name", "bad", "read"), _READERS, ids=[r[0] for r in _READERS])
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_blank_means_default(monkeypatch, name, bad, read, blank):
+    monkeypatch.delenv(name, raising=False)
+    default = read()
+    monkeypatch.setenv(name, blank)
+    assert read() == default
+
+
+@pytest.mark.parametrize(("name", "bad", "read"), _READERS, ids=[r[0] for r in _READERS])
+def test_garbage_is_a_setting_error_naming_variable_and_value(monkeypatch, name, bad, read):
+    monkeypatch.setenv(name, bad)
+    with pytest.raises(SettingError) as caught:
+        read()
+    assert caught.value.variable == name
+    assert caught.value.value == bad
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1", True), ("TRUE", True), ("Yes", True),
+                                                ("on", True), ("0", False), ("False", False),
+                                                ("NO", False), ("off", False), (" 1 ", True)])
+def test_flags_take_any_case(monkeypatch, text, expected):
+    monkeypatch.setenv("ACL_MEM_CHECK", text)
+    assert config.current_check() is expected
+
+
+@pytest.mark.parametrize("text", ["RAISE", "Count", " warn "])
+def test_choices_take_any_case(monkeypatch, text):
+    monkeypatch.setenv("ACL_MEM_HAZARDS", text)
+    assert config.current_hazard_mode() == text.strip().lower()
+
+
+@pytest.mark.parametrize("text", ["-1", "1e3", "０", "99999999999999999999999", "0x10"])
+def test_whole_numbers_refuse_anything_but_plain_decimal(monkeypatch, text):
+    monkeypatch.setenv("ACL_MEM_TEST_NUMBER", text)
+    with pytest.raises(SettingError):
+        _env.whole_number("ACL_MEM_TEST_NUMBER", 0)
+
+
+def test_paths_are_ignored_when_set_id(monkeypatch):
+    monkeypatch.setenv("ACL_MEM_TEST_PATH", "/tmp/somewhere")
+    assert _env.secure_path("ACL_MEM_TEST_PATH") == "/tmp/somewhere"
+    monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+    assert _env.secure_path("ACL_MEM_TEST_PATH") is None
+
+
+def test_cli_reports_a_bad_setting_in_one_line_with_status_one():
+    env = {**os.environ, "ACL_MEM_BACKEND": "fake", "ACL_MEM_FAKE_PROFILE": "nonsense"}
+    done = subprocess.run([sys.executable, "-m", "acl_mem", "info"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert "ACL_MEM_FAKE_PROFILE" in done.stderr
