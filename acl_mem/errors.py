@@ -26,6 +26,7 @@ __all__ = [
     "HazardWarning",
     "InternalError",
     "InvalidDeviceIdError",
+    "InvalidFileError",
     "InvalidHandleError",
     "InvalidMemoryTypeError",
     "InvalidParamError",
@@ -35,6 +36,7 @@ __all__ = [
     "MemoryFreeError",
     "NoDeviceError",
     "NoStreamResourceError",
+    "ParseFileError",
     "RepeatFinalizeError",
     "RepeatInitializeError",
     "RtParamInvalidError",
@@ -103,6 +105,22 @@ class RepeatInitializeError(AclError):
 
     CODE = 100002
     NAME = "ACL_ERROR_REPEAT_INITIALIZE"
+
+
+class InvalidFileError(AclError, ValueError):
+    """100003: aclInit's config file does not exist, cannot be opened, is not a regular file
+    or is over 10 MiB (docs/runtime-model.md §3.1.1)."""
+
+    CODE = 100003
+    NAME = "ACL_ERROR_INVALID_FILE"
+
+
+class ParseFileError(AclError, ValueError):
+    """100006: aclInit's config file is not JSON, or nests brackets more than 10 deep
+    (docs/runtime-model.md §3.1.1)."""
+
+    CODE = 100006
+    NAME = "ACL_ERROR_PARSE_FILE"
 
 
 class AclInternalError(AclError):

@@ -55,7 +55,7 @@ def test_choices_take_any_case(monkeypatch, text):
     assert config.current_hazard_mode() == text.strip().lower()
 
 
-@pytest.mark.parametrize("text", ["-1", "1e3", "０", "99999999999999999999999", "0x10"])
+@pytest.mark.parametrize("text", ["-1", "1e3", "\uff10", "99999999999999999999999", "0x10"])
 def test_whole_numbers_refuse_anything_but_plain_decimal(monkeypatch, text):
     monkeypatch.setenv("ACL_MEM_TEST_NUMBER", text)
     with pytest.raises(SettingError):

@@ -3,6 +3,10 @@
 SUCCESS = 0
 INVALID_PARAM = 100000
 REPEAT_INITIALIZE = 100002
+#: ACL_ERROR_INVALID_FILE: aclInit's config file cannot be opened or is not a regular file.
+INVALID_FILE = 100003
+#: ACL_ERROR_PARSE_FILE: aclInit's config file is not JSON, or nests brackets too deep.
+PARSE_FILE = 100006
 REPEAT_FINALIZE = 100037
 RT_PARAM_INVALID = 107000
 INVALID_DEVICEID = 107001

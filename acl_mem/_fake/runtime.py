@@ -11,12 +11,11 @@ a created context is alive. A thread whose context died, or that never set one, 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from collections.abc import Callable
 
 from . import codes
+from .config_file import check_config, read_config
 from .device import MAX_DEVICES, FakeDevice
 from .profiles import Profile
 
@@ -74,13 +73,16 @@ class FakeRuntime:
             if self._init_count > 0:
                 self._init_count += 1
                 return codes.REPEAT_INITIALIZE
-            digest = _config_digest(config_path)
-            if digest is None:
+            config = read_config(config_path)
+            if isinstance(config, int):
+                return config
+            if self._first_config is not None and config.digest != self._first_config:
                 return codes.INVALID_PARAM
+            checked = check_config(config)
+            if checked != codes.SUCCESS:
+                return checked
             if self._first_config is None:
-                self._first_config = digest
-            elif digest != self._first_config:
-                return codes.INVALID_PARAM
+                self._first_config = config.digest
             self._init_count = 1
             self._finalized = False
             return codes.SUCCESS
@@ -237,15 +239,3 @@ class FakeRuntime:
             self._end_context(context)
         self._on_release(self.devices[device_id])
 
-
-def _config_digest(config_path: str | None) -> str | None:
-    """Digest of the config file's JSON; None when it cannot be read or parsed."""
-    if config_path is None:
-        return ""
-    try:
-        with open(config_path, "rb") as handle:
-            content = handle.read()
-        json.loads(content or b"{}")
-    except (OSError, ValueError):
-        return None
-    return hashlib.sha256(content).hexdigest()

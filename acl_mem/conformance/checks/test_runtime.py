@@ -237,6 +237,79 @@ def test_spec_3_1_different_config_content_after_finalize_is_100000(backend, tmp
     assert codes == [0, 0, 100000, 0, 0]
 
 
+def test_spec_3_1_1_empty_path_is_an_empty_config_like_null(backend, tmp_path):
+    """docs/runtime-model.md §3.1.1: aclInit("") is an empty configuration, exactly like NULL and
+    like an empty file: it succeeds, and they count as the same content after aclFinalize."""
+    empty = tmp_path / "empty.json"
+    empty.write_bytes(b"")
+    codes = fresh_process(backend.name, f"""
+        rc(raw.aclInit, "")
+        rc(raw.aclFinalize)
+        rc(raw.aclInit, None)
+        rc(raw.aclFinalize)
+        rc(raw.aclInit, {str(empty)!r})
+        rc(raw.aclFinalize)
+    """)
+    assert codes == [0, 0, 0, 0, 0, 0]
+
+
+_CONFIG_FAILURES = {
+    "not_json": (b"{not json", 100006),
+    "nan": (b'{"x": NaN}', 100006),
+    "bad_utf8": (b'{"x": "\xff"}', 100006),
+    "deep": (b"[" * 11 + b"]" * 11, 100006),
+    "deep_in_a_string": (b'{"x": "' + b"{" * 11 + b'"}', 100006),
+    "mode_int": (b'{"err_msg_mode": 1}', 100000),
+    "mode_two": (b'{"err_msg_mode": "2"}', 100000),
+}
+
+
+def test_spec_3_1_1_config_file_errors(backend, tmp_path):
+    """docs/runtime-model.md §3.1.1: a config path that does not exist or is a directory is
+    100003; a file that is not JSON or nests brackets more than 10 deep is 100006; an
+    err_msg_mode other than "0" or "1" is 100000. A failed aclInit leaves nothing behind: the
+    next aclInit, with another config, succeeds."""
+    paths = {"missing": tmp_path / "missing.json", "directory": tmp_path}
+    for name, (content, _) in _CONFIG_FAILURES.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_bytes(content)
+    body = "".join(f"rc(raw.aclInit, {str(path)!r})\n" for path in paths.values())
+    codes = fresh_process(backend.name, body + "rc(raw.aclInit, None)\n")
+    expected = {"missing": 100003, "directory": 100003,
+                **{name: code for name, (_, code) in _CONFIG_FAILURES.items()}}
+    assert dict(zip([*paths, "then NULL"], codes, strict=True)) == {**expected, "then NULL": 0}
+
+
+@pytest.mark.parametrize("content", [b"[" * 10 + b"]" * 10, b'{"err_msg_mode": "1"}',
+                                     b'{"err_msg_mode": "0"}', b"[1, 2]", b"\xef\xbb\xbf{}"],
+                         ids=["ten_deep", "mode_one", "mode_zero", "top_level_list", "bom"])
+def test_spec_3_1_1_config_files_the_runtime_accepts(backend, tmp_path, content):
+    """docs/runtime-model.md §3.1.1: ten levels of brackets, err_msg_mode "0" or "1", any JSON
+    value at the top, a UTF-8 byte order mark: aclInit succeeds."""
+    path = tmp_path / "acl.json"
+    path.write_bytes(content)
+    assert fresh_process(backend.name, f"rc(raw.aclInit, {str(path)!r})\n") == [0]
+
+
+def test_spec_3_1_1_content_check_comes_before_the_json_checks(backend, tmp_path):
+    """docs/runtime-model.md §3.1.1: after aclFinalize, a different content is 100000 before its
+    JSON is looked at; a missing file is still 100003 (it is read first)."""
+    first = tmp_path / "first.json"
+    first.write_text("{}")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    codes = fresh_process(backend.name, f"""
+        rc(raw.aclInit, {str(broken)!r})
+        rc(raw.aclInit, {str(first)!r})
+        rc(raw.aclFinalize)
+        rc(raw.aclInit, {str(broken)!r})
+        rc(raw.aclInit, {str(tmp_path / "missing.json")!r})
+        rc(raw.aclInit, "")
+        rc(raw.aclInit, {str(first)!r})
+    """)
+    assert codes == [100006, 0, 0, 100000, 100003, 100000, 0]
+
+
 # -- §3.1 which release: aclrtGetVersion, aclsysGetVersionStr -------------------------------------
 
 
