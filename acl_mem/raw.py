@@ -65,6 +65,7 @@ __all__ = [
     "aclrtDestroyContext",
     "aclrtDestroyEvent",
     "aclrtDestroyStream",
+    "aclrtDestroyStreamForce",
     "aclrtEventElapsedTime",
     "aclrtFree",
     "aclrtFreeHost",
@@ -414,6 +415,14 @@ def aclrtDestroyStream(stream: int) -> None:
     handle = c_uint(stream, "aclrtDestroyStream", "stream", 64, "aclrtStream")
     rc = _backend.get().aclrtDestroyStream(handle)
     check(rc, "aclrtDestroyStream", stream=handle)
+
+
+def aclrtDestroyStreamForce(stream: int) -> None:
+    """Destroy ``stream`` without waiting: its queued work is dropped, never run; events
+    recorded on it complete. NULL -> 100000 (docs/runtime-model.md §3.4)."""
+    handle = c_uint(stream, "aclrtDestroyStreamForce", "stream", 64, "aclrtStream")
+    rc = _backend.get().aclrtDestroyStreamForce(handle)
+    check(rc, "aclrtDestroyStreamForce", stream=handle)
 
 
 def aclrtSynchronizeStream(stream: int = 0) -> None:

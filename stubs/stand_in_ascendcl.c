@@ -153,6 +153,7 @@ struct acl_mem_stand_in_table {
     aclError (*aclrtPointerGetAttributes)(const void *ptr, aclrtPtrAttributes *attributes);
     aclError (*aclrtCreateStream)(aclrtStream *stream);
     aclError (*aclrtDestroyStream)(aclrtStream stream);
+    aclError (*aclrtDestroyStreamForce)(aclrtStream stream);
     aclError (*aclrtSynchronizeStream)(aclrtStream stream);
     aclError (*aclrtSynchronizeDevice)(void);
     aclError (*aclrtMemcpyAsync)(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream);
@@ -292,6 +293,10 @@ aclError aclrtCreateStream(aclrtStream *stream)
 aclError aclrtDestroyStream(aclrtStream stream)
 {
     return stand_in.aclrtDestroyStream ? stand_in.aclrtDestroyStream(stream) : 507000;
+}
+aclError aclrtDestroyStreamForce(aclrtStream stream)
+{
+    return stand_in.aclrtDestroyStreamForce ? stand_in.aclrtDestroyStreamForce(stream) : 507000;
 }
 aclError aclrtSynchronizeStream(aclrtStream stream)
 {

@@ -152,6 +152,7 @@ class FakeBackend:
 
     aclrtCreateStream = _Call("_streams", StreamCalls.aclrtCreateStream)
     aclrtDestroyStream = _Call("_streams", StreamCalls.aclrtDestroyStream)
+    aclrtDestroyStreamForce = _Call("_streams", StreamCalls.aclrtDestroyStreamForce)
     aclrtSynchronizeStream = _Call("_streams", StreamCalls.aclrtSynchronizeStream)
     aclrtSynchronizeDevice = _Call("_streams", StreamCalls.aclrtSynchronizeDevice)
     aclrtMemcpyAsync = _Call("_streams", StreamCalls.aclrtMemcpyAsync)

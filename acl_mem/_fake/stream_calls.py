@@ -74,6 +74,14 @@ class StreamCalls:
             return codes.SUCCESS, self._state.streams.create(context).handle
 
     def aclrtDestroyStream(self, stream: int) -> int:
+        return self._destroy(stream, force=False)
+
+    def aclrtDestroyStreamForce(self, stream: int) -> int:
+        """Like aclrtDestroyStream, but queued work is recycled instead of waited for: it
+        never runs, and events recorded behind it complete (docs/runtime-model.md §3.4)."""
+        return self._destroy(stream, force=True)
+
+    def _destroy(self, stream: int, force: bool) -> int:
         if stream == 0:
             return codes.INVALID_PARAM
         with self._state.lock:
@@ -83,6 +91,12 @@ class StreamCalls:
             context = self._state.runtime.current_context()
             if context is not None and context is not found.context:
                 return codes.STREAM_CONTEXT
+            if force:
+                # Forgotten first: an interrupt after it leaves no stream holding work
+                # that is no longer indexed.
+                self._state.streams.forget(found)
+                self._state.streams.discard(found)
+                return codes.SUCCESS
             with self._state.hazards.held(), self.checker_held():
                 work = sum(isinstance(op, Op) for op in found.pending)
                 if work:

@@ -224,6 +224,17 @@ class StreamTable:
         found = [self.default(context)]
         return found + [s for s in self.streams.values() if s.context is context]
 
+    def discard(self, stream: Stream) -> None:
+        """Drop a stream's queued work without running it; its record points complete, so
+        nothing waits for them for ever."""
+        while stream.pending:
+            op = stream.pending[0]
+            if isinstance(op, Op):
+                self.pending.remove(op)
+            else:
+                op.finish()
+            stream.pending.popleft()
+
     def drop_context(self, context: Context) -> list[Op | Marker]:
         """Forget every stream of ``context`` (it ended); returns their queued work."""
         lost: list[Op | Marker] = []

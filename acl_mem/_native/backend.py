@@ -234,6 +234,9 @@ class NativeBackend(NativeEvents, NativeVmm):
     def aclrtDestroyStream(self, stream: int) -> int:
         return int(self.lib.aclrtDestroyStream(self._ptr(stream)))
 
+    def aclrtDestroyStreamForce(self, stream: int) -> int:
+        return int(self.lib.aclrtDestroyStreamForce(self._ptr(stream)))
+
     def aclrtSynchronizeStream(self, stream: int) -> int:
         return int(self.lib.aclrtSynchronizeStream(self._ptr(stream)))
 

@@ -159,6 +159,7 @@ aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize);
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes);
 aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
+aclError aclrtDestroyStreamForce(aclrtStream stream);
 aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtSynchronizeDevice(void);
 aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,

@@ -85,6 +85,12 @@ def destroy_stream(stream: int, /) -> int:
     return _common.code_of(lambda: _raw.aclrtDestroyStream(handle))
 
 
+def destroy_stream_force(stream: int, /) -> int:
+    """``ret = acl.rt.destroy_stream_force(stream)``: aclrtDestroyStreamForce."""
+    handle = _common.as_ulong(stream, "acl.rt.destroy_stream_force", "stream")
+    return _common.code_of(lambda: _raw.aclrtDestroyStreamForce(handle))
+
+
 def synchronize_stream(stream: int, /) -> int:
     """``ret = acl.rt.synchronize_stream(stream)``: aclrtSynchronizeStream (0: the default
     stream)."""
@@ -212,7 +218,7 @@ _common.define_stubs(globals(), _MODULE, """
     device_enable_peer_access device_disable_peer_access device_peer_access_status
     get_mem_uce_info mem_uce_repair synchronize_stream_with_timeout
     synchronize_device_with_timeout stream_query create_stream_with_config
-    destroy_stream_force reset_device_force
+    reset_device_force
 """, _common.NOT_YET.format(what="these memory, stream and device calls"))
 
 _common.define_stubs(globals(), _MODULE, """

@@ -321,6 +321,82 @@ def test_spec_3_4_destroy_waits_for_queued_work(dev):
     raw.aclrtFreeHost(host)
 
 
+# -- §3.4 aclrtDestroyStreamForce ------------------------------------------------------------------
+def test_spec_3_4_destroy_stream_force_null_is_100000(backend):
+    """docs/runtime-model.md §3.4: aclrtDestroyStreamForce(NULL) -> 100000, before any context
+    lookup (the ACL layer's NULL check)."""
+    with pytest.raises(InvalidParamError) as e:
+        raise_from_fresh_thread(lambda: raw.aclrtDestroyStreamForce(0))
+    assert e.value.code == 100000
+
+
+def test_spec_3_4_destroy_stream_force_ends_the_stream(dev):
+    """docs/runtime-model.md §3.4: aclrtDestroyStreamForce destroys a stream, idle or with queued
+    work; its slot is free again and the memory its work used can be freed."""
+    idle = raw.aclrtCreateStream()
+    raw.aclrtDestroyStreamForce(idle)
+    host = pinned_with(pattern(N, 6))
+    dst = device_with(bytes(N))
+    busy = raw.aclrtCreateStream()
+    raw.aclrtMemcpyAsync(dst, N, host, N, H2D, busy)
+    raw.aclrtDestroyStreamForce(busy)
+    raw.aclrtSynchronizeDevice()
+    raw.aclrtFree(dst)
+    raw.aclrtFreeHost(host)
+
+
+@pytest.mark.cann("9.1.0")
+def test_spec_3_4_destroy_stream_force_twice_is_107017(dev):
+    """docs/runtime-model.md §3.4: the handle is dead afterwards: a second force destroy, a plain
+    destroy and a synchronize -> 107017."""
+    stream = raw.aclrtCreateStream()
+    raw.aclrtDestroyStreamForce(stream)
+    for call in (raw.aclrtDestroyStreamForce, raw.aclrtDestroyStream, raw.aclrtSynchronizeStream):
+        with pytest.raises(InvalidHandleError) as e:
+            call(stream)
+        assert e.value.code == 107017
+
+
+def test_spec_3_4_destroy_stream_force_from_another_device_is_107003(dev):
+    """docs/runtime-model.md §3.4: like aclrtDestroyStream, the stream must belong to the current
+    context: 107003 from a thread on device 1; the stream survives."""
+    need_two_devices()
+    stream = raw.aclrtCreateStream()
+
+    def destroy_on_device_1() -> None:
+        raw.aclrtSetDevice(1)
+        try:
+            raw.aclrtDestroyStreamForce(stream)
+        finally:
+            raw.aclrtResetDevice(1)
+
+    with pytest.raises(StreamContextError) as e:
+        raise_from_fresh_thread(destroy_on_device_1)
+    assert e.value.code == 107003
+    raw.aclrtSynchronizeStream(stream)
+    raw.aclrtDestroyStreamForce(stream)
+
+
+@pytest.mark.fake_only("queued work and hazards are the fake's own model; hardware may have run "
+                       "part of the work before recycling it")
+def test_spec_3_4_fake_destroy_force_drops_queued_work(hazard_mode):
+    """docs/runtime-model.md §3.4: the fake recycles queued work without running it and reports
+    no hazard (the program asked for it); an event recorded behind the work completes, so
+    nothing waits for ever."""
+    hazard_mode("raise")
+    stream, dst, src = _queued_h2d(pattern(N, 8))
+    event = raw.aclrtCreateEvent()
+    raw.aclrtRecordEvent(event, stream)
+    raw.aclrtDestroyStreamForce(stream)
+    raw.aclrtSynchronizeEvent(event)
+    raw.aclrtSynchronizeDevice()
+    assert dev_bytes(dst, N) == bytes(N)
+    assert acl_mem.fake.hazards() == {}
+    raw.aclrtDestroyEvent(event)
+    raw.aclrtFree(dst)
+    raw.aclrtFreeHost(src)
+
+
 # -- §3.4 aclrtSynchronizeStream / aclrtSynchronizeDevice ------------------------------------------
 def test_spec_3_4_synchronize_null_is_the_default_stream(dev):
     """docs/runtime-model.md §3.4: aclrtSynchronizeStream(NULL) is legal and waits for the default
