@@ -329,6 +329,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclsysGetVersionStr": ("path",),
     "aclrtCreateStream": (),
     "aclrtDestroyStream": ("stream",),
+    "aclrtDestroyStreamForce": ("stream",),
     "aclrtSynchronizeStream": ("stream",),
     "aclrtSynchronizeDevice": (),
     "aclrtGetMemInfo": ("attr",),
@@ -387,8 +388,8 @@ FAMILIES: dict[str, tuple[str, ...]] = {
     "runtime": ("aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice",
                 "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetRunMode", "aclrtGetSocName",
                 "aclrtGetVersion", "aclsysGetVersionStr",
-                "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream",
-                "aclrtSynchronizeDevice", "aclrtGetMemInfo"),
+                "aclrtCreateStream", "aclrtDestroyStream", "aclrtDestroyStreamForce",
+                "aclrtSynchronizeStream", "aclrtSynchronizeDevice", "aclrtGetMemInfo"),
     "alloc": ("aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree",
               "aclrtMallocHost", "aclrtFreeHost", "acldvppMalloc", "acldvppFree",
               "hi_mpi_dvpp_malloc", "hi_mpi_dvpp_free", "aclrtMemGetAddressRange",
@@ -409,8 +410,9 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                "aclrtCreateEventExWithFlag", "aclrtDestroyEvent", "aclrtRecordEvent",
                "aclrtResetEvent", "aclrtStreamWaitEvent", "aclrtSynchronizeEvent",
                "aclrtQueryEventStatus", "aclrtQueryEvent", "aclrtEventElapsedTime",
-               "aclrtCreateStream", "aclrtDestroyStream", "aclrtSynchronizeStream",
-               "aclrtMemsetAsync", "aclrtSetDevice", "aclrtSynchronizeDevice"),
+               "aclrtCreateStream", "aclrtDestroyStream", "aclrtDestroyStreamForce",
+               "aclrtSynchronizeStream", "aclrtMemsetAsync", "aclrtSetDevice",
+               "aclrtSynchronizeDevice"),
 }
 #: The copy family again, with the fake's memory checker on and hazards raised.
 FAMILIES["copy-checked"] = FAMILIES["copy"]

@@ -17,7 +17,7 @@ from .._hostbuf import vouched
 from . import codes
 from .addresses import AddressMap
 from .diagnostics import Diagnostics
-from .hostmem import COPIED, PROVEN, prove_untrusted
+from .hostmem import COPIED, PROVEN, REFUSED, prove_untrusted
 from .state import EngineState
 
 __all__ = ["LOCKED_COPY_LIMIT", "Copies", "acl_copy_checks"]
@@ -37,6 +37,12 @@ def acl_copy_checks(count_first: bool, dst: int, src: int, count: int, kind: int
     if dst == 0 or src == 0 or kind > 5:
         return codes.INVALID_PARAM
     return None
+
+
+#: The sides of a copy to prove usable, by (destination pageable, source pageable).
+_UNTRUSTED: dict[tuple[bool, bool], tuple[str, ...]] = {
+    (False, False): (), (True, False): ("dst",), (False, True): ("src",),
+    (True, True): ("src", "dst")}
 
 
 class Copies:
@@ -78,11 +84,9 @@ class Copies:
                 source = resolve(src, count)
                 if target is None or source is None:
                     return codes.RT_PARAM_INVALID
-                dst_host, dst_dev, dst_pinned, dst_targets = target
-                src_host, src_dev, src_pinned, src_targets = source
+                dst_host, dst_dev, _, dst_targets = target
+                src_host, src_dev, _, src_targets = source
                 if dst_dev is not None and src_dev is not None and dst_dev != src_dev:
-                    return codes.RT_PARAM_INVALID
-                if dst_dev is None and src_dev is None and not (dst_pinned or src_pinned):
                     return codes.RT_PARAM_INVALID
                 if state.queued:  # state.streams.any_pending()
                     check_pending = self._diagnostics.check_pending
@@ -93,9 +97,11 @@ class Copies:
                 if state.checker is not None:
                     self._diagnostics.check_bounds(dst, count, "aclrtMemcpy write")
                     self._diagnostics.check_bounds(src, count, "aclrtMemcpy read")
-                untrusted = "dst" if not dst_targets else "src" if not src_targets else ""
-                if count <= LOCKED_COPY_LIMIT and (not untrusted or vouched(
-                        dst if untrusted == "dst" else src, count)):
+                # Pageable memory (no targets: not the fake's) must be proven usable; two
+                # pageable sides are a host-to-host copy the driver makes (§8.10).
+                untrusted = _UNTRUSTED[not dst_targets, not src_targets]
+                if count <= LOCKED_COPY_LIMIT and (not untrusted or all(
+                        vouched(dst if side == "dst" else src, count) for side in untrusted)):
                     # A small copy of memory needing no proof moves its bytes under the
                     # lock: that takes less time than registering it as a copy in flight,
                     # and nothing can unmap its memory meanwhile.
@@ -107,8 +113,11 @@ class Copies:
             # other threads allocate and copy meanwhile; memory under a running copy is
             # not unmapped (see wait_for_copies). Pageable memory is proven usable first
             # (or copied by the kernel), outside the lock too: it is not the fake's.
-            if untrusted:
-                found = prove_untrusted(dst_host, src_host, count, untrusted)
+            # Both sides: the source first; a copy made by the kernel checks the
+            # destination too, and a proven source lets the destination's probe write the
+            # bytes the copy puts there anyway.
+            for side in untrusted:
+                found = prove_untrusted(dst_host, src_host, count, side)
                 if found != PROVEN:
                     return codes.SUCCESS if found == COPIED else codes.RT_PARAM_INVALID
             ctypes.memmove(dst_host, src_host, count)
@@ -131,8 +140,11 @@ class Copies:
             if count > maxCount:
                 return codes.RT_PARAM_INVALID
             target = self._addresses.resolve(devPtr, count)
-            if target is None or not target[3]:
+            if target is None:
                 return codes.RT_PARAM_INVALID
+            if not target[3]:
+                # Pageable host memory: the driver sets it like any host memory (§3.11).
+                return self._memset_pageable(devPtr, value, count)
             if state.streams.any_pending():
                 self._diagnostics.check_pending(devPtr, count, access="write",
                                                 what="aclrtMemset writes", targets=target[3])
@@ -140,3 +152,17 @@ class Copies:
                 self._diagnostics.check_bounds(devPtr, count, "aclrtMemset")
             ctypes.memset(target[0], value & 0xFF, count)
             return codes.SUCCESS
+
+    @staticmethod
+    def _memset_pageable(address: int, value: int, count: int) -> int:
+        """Set memory that is not the fake's, proven writable first: an unmapped or
+        read-only page is 107000, never a crash."""
+        if vouched(address, count):
+            ctypes.memset(address, value & 0xFF, count)
+            return codes.SUCCESS
+        pattern = ctypes.create_string_buffer(bytes([value & 0xFF]) * count, count)
+        source = ctypes.addressof(pattern)
+        found = prove_untrusted(address, source, count, "dst")
+        if found == PROVEN:
+            ctypes.memmove(address, source, count)
+        return codes.RT_PARAM_INVALID if found == REFUSED else codes.SUCCESS

@@ -64,6 +64,7 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclrtPointerGetAttributes": [("ptr", PTR, 0)],
     "aclrtCreateStream": [],
     "aclrtDestroyStream": [("stream", PTR, 0)],
+    "aclrtDestroyStreamForce": [("stream", PTR, 0)],
     "aclrtSynchronizeStream": [("stream", PTR, 0)],
     "aclrtSynchronizeDevice": [],
     "aclrtMemcpyAsync": [("dst", PTR, 0), ("destMax", SIZE, 0), ("src", PTR, 0),

@@ -398,16 +398,30 @@ def test_memcpy_freed_device_pointer_is_107000(dev):
 
 
 @pytest.mark.open_question(10)
-@pytest.mark.parametrize("kind", [H2H, MemcpyKind.DEFAULT])
-def test_memcpy_two_unregistered_host_pointers_is_107000(dev, kind):
-    """docs/runtime-model.md §3.10 / open question 10: plain host -> plain host -> 107000, nothing
-    copied."""
-    src = pattern(64)
-    dst = np.zeros(64, dtype=np.uint8)
+@pytest.mark.parametrize("kind", [H2H, H2D, D2H, D2D, MemcpyKind.DEFAULT])
+@pytest.mark.parametrize("size", [64, 3 << 20], ids=["64B", "3MiB"])
+def test_memcpy_two_unregistered_host_pointers_copies(dev, kind, size):
+    """docs/runtime-model.md §3.10 / §8.10: plain host -> plain host is a host-to-host copy the
+    driver makes, whatever the kind says (the runtime's own code copies from stack memory this
+    way): the bytes arrive."""
+    src = np.frombuffer(bytearray(pattern(size)), dtype=np.uint8)
+    dst = np.zeros(size, dtype=np.uint8)
+    raw.aclrtMemcpy(dst.ctypes.data, size, src.ctypes.data, size, kind)
+    assert dst.tobytes() == src.tobytes()
+
+
+@pytest.mark.fake_only("a wild host pointer may crash the driver on hardware")
+@pytest.mark.parametrize("wild", ["src", "dst"])
+@pytest.mark.parametrize("size", [64, 3 << 20], ids=["64B", "3MiB"])
+def test_memcpy_plain_host_with_an_unmapped_side_is_107000(fake, dev, wild, size):
+    """docs/runtime-model.md §8.10: a host-to-host copy with an unmapped side -> 107000 and the
+    other side untouched, never a crash."""
+    good = np.zeros(size, dtype=np.uint8)
+    dst, src = (good.ctypes.data, 0x1000) if wild == "src" else (0x1000, good.ctypes.data)
     with pytest.raises(RtParamInvalidError) as e:
-        raw.aclrtMemcpy(dst.ctypes.data, 64, src.ctypes.data, 64, kind)
+        raw.aclrtMemcpy(dst, size, src, size, H2H)
     assert e.value.code == 107000
-    assert dst.tobytes() == bytes(64)
+    assert good.tobytes() == bytes(size)
 
 
 @pytest.mark.open_question(10)
@@ -613,15 +627,38 @@ def test_memset_without_context_is_107002(dev):
     assert device_bytes(ptr, 64) == bytes(64)
 
 
-@pytest.mark.fake_only("memset of unregistered host memory is undefined behaviour on hardware")
-def test_memset_unregistered_host_pointer_is_107000(fake, dev):
-    """docs/runtime-model.md §3.11: host memory not from ACL (numpy) -> the fake answers 107000,
-    untouched."""
-    host = np.zeros(64, dtype=np.uint8)
+@pytest.mark.parametrize("size", [64, 3 << 20], ids=["64B", "3MiB"])
+def test_memset_unregistered_host_pointer_sets_it(dev, size):
+    """docs/runtime-model.md §3.11: host memory not from ACL (numpy, a stack struct in Huawei's
+    own examples) is set like any host memory; count > maxCount still fails first."""
+    host = np.zeros(size + 16, dtype=np.uint8)
     with pytest.raises(RtParamInvalidError) as e:
-        raw.aclrtMemset(host.ctypes.data, 64, 0x55, 64)
+        raw.aclrtMemset(host.ctypes.data, size - 1, 0x55, size)
     assert e.value.code == 107000
-    assert host.tobytes() == bytes(64)
+    assert host.tobytes() == bytes(size + 16)
+    raw.aclrtMemset(host.ctypes.data, size, 0x155, size)
+    assert host.tobytes() == b"\x55" * size + bytes(16)
+
+
+@pytest.mark.fake_only("a read-only host page may crash the driver on hardware")
+def test_memset_read_only_host_memory_is_107000(fake, dev):
+    """docs/runtime-model.md §3.11: pageable memory that cannot be written -> 107000, untouched,
+    never a crash."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    prot_read, map_private_anonymous = 1, 0x22
+    page = libc.mmap(None, 4096, prot_read, map_private_anonymous, -1, 0)
+    assert page not in (None, ctypes.c_void_p(-1).value)
+    try:
+        with pytest.raises(RtParamInvalidError) as e:
+            raw.aclrtMemset(page, 16, 0x55, 16)
+        assert e.value.code == 107000
+        assert ctypes.string_at(page, 16) == bytes(16)
+    finally:
+        libc.munmap(page, 4096)
 
 
 @pytest.mark.fake_only("a wild host pointer may crash the driver on hardware")

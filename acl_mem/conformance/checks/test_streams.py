@@ -662,31 +662,31 @@ def test_spec_3_10_async_kind_correction_table(dev, src_at, dst_at, kind, outcom
 @pytest.mark.parametrize("kind", [H2H, DEFAULT])
 def test_spec_3_10_async_pageable_to_pageable_h2h_follows_the_run_mode(dev, kind):
     """docs/runtime-model.md §3.10: UNREG->UNREG: H2H stays and DEFAULT becomes H2H -> 207000 in
-    EP mode. In RC mode (§3.16) the host-to-host copy is not refused; with pageable memory it
-    is done at once like aclrtMemcpy (docs/fidelity.md row 35), and two plain host addresses
-    do not allow a copy -> 107000 (§8.10, the fake's choice, as for the other kinds below).
-    Nothing is copied either way."""
+    EP mode, nothing copied. In RC mode (§3.16) the host-to-host copy is not refused; with
+    pageable memory it is done at once like aclrtMemcpy (docs/fidelity.md row 35), which
+    copies between two plain host addresses (§8.10)."""
     src = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
     dst = np.zeros(N, dtype=np.uint8)
-    error, code = ((RtParamInvalidError, 107000) if rc_mode()
-                   else (FeatureNotSupportError, 207000))
-    with pytest.raises(error) as e:
+    if rc_mode():
         raw.aclrtMemcpyAsync(dst.ctypes.data, N, src.ctypes.data, N, kind, 0)
-    assert e.value.code == code
+        assert dst.tobytes() == src.tobytes()
+        return
+    with pytest.raises(FeatureNotSupportError) as e:
+        raw.aclrtMemcpyAsync(dst.ctypes.data, N, src.ctypes.data, N, kind, 0)
+    assert e.value.code == 207000
     assert dst.tobytes() == bytes(N)
 
 
 @pytest.mark.open_question(10)
 @pytest.mark.parametrize("kind", [H2D, D2H, D2D])
-def test_spec_3_10_async_pageable_to_pageable_other_kinds_are_107000(dev, kind):
+def test_spec_3_10_async_pageable_to_pageable_other_kinds_copy_at_once(dev, kind):
     """docs/runtime-model.md §3.10 / §8.10: UNREG->UNREG accepts H2D/D2H/D2D as given and then
-    copies synchronously; two plain host addresses do not allow a copy -> 107000 (fake's choice)."""
+    copies synchronously, as aclrtMemcpy does between two plain host addresses: the bytes are
+    there when the call returns."""
     src = np.frombuffer(bytearray(pattern(N)), dtype=np.uint8)
     dst = np.zeros(N, dtype=np.uint8)
-    with pytest.raises(RtParamInvalidError) as e:
-        raw.aclrtMemcpyAsync(dst.ctypes.data, N, src.ctypes.data, N, kind, 0)
-    assert e.value.code == 107000
-    assert dst.tobytes() == bytes(N)
+    raw.aclrtMemcpyAsync(dst.ctypes.data, N, src.ctypes.data, N, kind, 0)
+    assert dst.tobytes() == src.tobytes()
 
 
 _PAGEABLE = [
