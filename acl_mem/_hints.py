@@ -62,6 +62,9 @@ def check(rc: int, call: str, /, **args: object) -> None:
     """The raw layer's one error path: raise the AclError for ``rc`` (unless 0) from
     ``call`` with ``args``, the arguments as the runtime got them."""
     if rc:
+        active = _backend._active
+        if active is not None:
+            active.note_failure(rc)
         size = args.get("size")
         policy = args.get("policy", 0)
         raise error(rc, describe(call, args), size=size if isinstance(size, int) else None,

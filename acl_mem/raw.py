@@ -73,6 +73,7 @@ __all__ = [
     "aclrtGetCurrentContext",
     "aclrtGetDevice",
     "aclrtGetDeviceCount",
+    "aclrtGetLastError",
     "aclrtGetMemInfo",
     "aclrtGetRunMode",
     "aclrtGetSocName",
@@ -97,6 +98,7 @@ __all__ = [
     "aclrtMemcpyAsync",
     "aclrtMemset",
     "aclrtMemsetAsync",
+    "aclrtPeekAtLastError",
     "aclrtPhysicalMemProp",
     "aclrtPointerGetAttributes",
     "aclrtQueryEvent",
@@ -211,6 +213,29 @@ def aclrtGetVersion() -> tuple[int, int, int]:
     rc, major, minor, patch = _backend.get().aclrtGetVersion()
     check(rc, "aclrtGetVersion")
     return major, minor, patch
+
+
+def aclrtGetLastError(level: int = 0) -> int:
+    """The calling thread's last failure of the runtime itself (a 107xxx, 207xxx or 507xxx
+    code, 0 if none), then forgotten: the next call returns 0 until another call fails. The
+    ACL layer's own refusals (1000xx) are not kept. Only level 0 (ACL_RT_THREAD_LEVEL)
+    exists: others raise InvalidParamError (docs/runtime-model.md §3.1.2)."""
+    return _last_error("aclrtGetLastError", level)
+
+
+def aclrtPeekAtLastError(level: int = 0) -> int:
+    """Like :func:`aclrtGetLastError`, but the code stays (docs/runtime-model.md §3.1.2)."""
+    return _last_error("aclrtPeekAtLastError", level)
+
+
+def _last_error(call: str, level: int) -> int:
+    lvl = c_int(level, call, "level")
+    backend = _backend.get()
+    rc = backend.aclrtGetLastError(lvl) if call == "aclrtGetLastError" \
+        else backend.aclrtPeekAtLastError(lvl)
+    if rc == 100000 and lvl != 0:  # the getter's own refusal, never a kept code
+        check(rc, call, level=lvl)
+    return rc
 
 
 def aclsysGetVersionStr(pkgName: str) -> str:

@@ -124,6 +124,10 @@ typedef struct {
     aclrtMemLocation location;
     uint8_t rsv[12];
 } aclrtMemAccessDesc;
+
+typedef enum aclrtLastErrLevel {
+    ACL_RT_THREAD_LEVEL = 0,
+} aclrtLastErrLevel;
 typedef int hi_s32;
 typedef unsigned int hi_u32;
 typedef unsigned long long hi_u64;
@@ -140,6 +144,8 @@ struct acl_mem_stand_in_table {
     const char * (*aclrtGetSocName)(void);
     aclError (*aclrtGetVersion)(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
     aclError (*aclsysGetVersionStr)(char *pkgName, char *versionStr);
+    aclError (*aclrtPeekAtLastError)(aclrtLastErrLevel level);
+    aclError (*aclrtGetLastError)(aclrtLastErrLevel level);
     aclError (*aclrtMalloc)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocAlign32)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
     aclError (*aclrtMallocCached)(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
@@ -239,6 +245,14 @@ aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *
 aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
 {
     return stand_in.aclsysGetVersionStr ? stand_in.aclsysGetVersionStr(pkgName, versionStr) : 507000;
+}
+aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
+{
+    return stand_in.aclrtPeekAtLastError ? stand_in.aclrtPeekAtLastError(level) : 507000;
+}
+aclError aclrtGetLastError(aclrtLastErrLevel level)
+{
+    return stand_in.aclrtGetLastError ? stand_in.aclrtGetLastError(level) : 507000;
 }
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {

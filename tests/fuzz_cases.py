@@ -326,6 +326,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclrtGetRunMode": (),
     "aclrtGetSocName": (),
     "aclrtGetVersion": (),
+    "aclrtGetLastError": ("device",),
+    "aclrtPeekAtLastError": ("device",),
     "aclsysGetVersionStr": ("path",),
     "aclrtCreateStream": (),
     "aclrtDestroyStream": ("stream",),
@@ -387,7 +389,8 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 FAMILIES: dict[str, tuple[str, ...]] = {
     "runtime": ("aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice",
                 "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetRunMode", "aclrtGetSocName",
-                "aclrtGetVersion", "aclsysGetVersionStr",
+                "aclrtGetVersion", "aclsysGetVersionStr", "aclrtGetLastError",
+                "aclrtPeekAtLastError",
                 "aclrtCreateStream", "aclrtDestroyStream", "aclrtDestroyStreamForce",
                 "aclrtSynchronizeStream", "aclrtSynchronizeDevice", "aclrtGetMemInfo"),
     "alloc": ("aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree",

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from acl_mem._native.loader import make_ffi
+from acl_mem.shim._engine_runtime import LAST_ERROR_GETTERS
 from acl_mem.shim._marshal import forwarder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +109,12 @@ class StandIn:
 
     def _callback(self, name: str, fntype: Any) -> Any:
         # The C-arguments -> Backend marshalling is the shim's (acl_mem/shim/_marshal.py).
-        forward = forwarder(self.ffi, name, fntype, lambda: self.target)
+        # Failures become the thread's last error, as inside the real library; the
+        # getters' result is the code they report.
+        noted = None if name in LAST_ERROR_GETTERS else (
+            lambda rc, args: self.target.note_failure(rc))
+        forward = forwarder(self.ffi, name, fntype, lambda: self.target, failed=noted,
+                            names=[f"arg{i}" for i in range(len(fntype.args))])
 
         def entry(*cargs: Any) -> Any:
             try:

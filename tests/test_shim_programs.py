@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c",
             "leak_at_exit.c", "raii_streams.cpp", "fork_threads.c", "share_ipc.c",
-            "leak_site.c", "overwrite.c"]
+            "leak_site.c", "overwrite.c", "last_error.c"]
 
 skip_without_a_build()
 
@@ -102,11 +102,11 @@ def _value(lines: list[str], key: str) -> str:
 
 
 def test_supported_set_is_the_bound_functions_and_the_shims_own():
-    """59 bound + 9 in C in the front + 2 in the engine; every other export fails loudly."""
+    """62 bound + 9 in C in the front + 2 in the engine; every other export fails loudly."""
     surface = {f["name"]: f for f in load_surface()["functions"]}
     supported = supported_names()
-    assert len(function_names()) == 59 and len(FRONT_C) == 9 and len(ENGINE) == 2
-    assert len(supported) == len(set(supported)) == 70
+    assert len(function_names()) == 62 and len(FRONT_C) == 9 and len(ENGINE) == 2
+    assert len(supported) == len(set(supported)) == 73
     assert set(supported) <= set(surface)
     assert set(unsupported_names()) == set(surface) - set(supported)
     for name, (ret, params) in ENGINE.items():  # the engine's header-free prototypes
@@ -132,24 +132,16 @@ def test_force_reset_finalize_reference_recent_error_and_tgid(programs, libdir, 
     assert done.stderr.count("aclmdlCreateDesc is not supported") == 1
 
 
-def _fake_init_code(path: str) -> int:
-    """What the fake's aclInit returns for ``path`` when asked from Python."""
-    from acl_mem._fake import FakeBackend
-    from acl_mem._fake.config import current_profile
-
-    return FakeBackend(current_profile()).aclInit(path)
-
-
 def test_init_config_run_mode_default_context_and_default_stream(programs, libdir, tmp_path):
     config = tmp_path / "acl.json"
     config.write_text(json.dumps({"dump": {"dump_list": []}}))
-    lines = _ok(_run(programs["init_defaults"], libdir, tmp_path, str(config)))
-    assert int(_value(lines, "init-empty")) == _fake_init_code("")
     from acl_mem._fake.profiles import DEFAULT_PROFILE, resolve_profile
 
-    assert int(_value(lines, "runMode")) == resolve_profile(DEFAULT_PROFILE).run_mode
-    assert _value(lines, "device") == "0"
-    assert "ok default stream round trip" in lines
+    for path in (str(config), ""):  # "": the acllite helpers' empty configuration
+        lines = _ok(_run(programs["init_defaults"], libdir, tmp_path, path))
+        assert int(_value(lines, "runMode")) == resolve_profile(DEFAULT_PROFILE).run_mode
+        assert _value(lines, "device") == "0"
+        assert "ok default stream round trip" in lines
 
 
 def test_four_threads_on_two_devices(programs, libdir, tmp_path):
@@ -383,3 +375,12 @@ def test_ld_preload_runs_a_program_built_against_another_library(programs, libdi
                      LD_PRELOAD=str(libdir / "libascendcl.so"))
     lines = _ok(preloaded)
     assert _value(lines, "aclrtMemcpy") == "0" and _value(lines, "aclrtFree") == "0"
+
+
+def test_error_getters_report_the_failure_asked_about(programs, libdir, tmp_path):
+    """aclrtGetLastError / aclrtPeekAtLastError from C: the thread's last runtime failure,
+    and a refusal of theirs (a bad level) changes neither it nor aclGetRecentErrMsg."""
+    lines = _ok(_run(programs["last_error"], libdir, tmp_path))
+    texts = [line for line in lines if line.startswith("recent ")]
+    assert len(texts) == 2 and texts[0] == texts[1]
+    assert "ok acl refusals are not kept" in lines

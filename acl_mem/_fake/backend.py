@@ -206,6 +206,8 @@ class FakeBackend:
         self._vmm = VmmCalls(state, self._diagnostics)
         self._events = EventCalls(state, self._streams)
         self._memory = DeviceMemory(state, self._addresses, self._diagnostics, self._vmm)
+        #: Each thread's last runtime-layer failure (aclrtGetLastError).
+        self._last_error = threading.local()
         self._bind_calls()
         _backends.add(self)
 
@@ -317,6 +319,26 @@ class FakeBackend:
                              f"{code!r} (0 would make the call succeed)")
         with self._state.lock:
             self._state.faults[call] = [nth, code]
+
+    # -- the thread's last error (§3.1.2) ---------------------------------------------------------
+    def note_failure(self, rc: int) -> None:
+        """A call of this thread failed with ``rc``: the runtime's own failures (107xxx,
+        207xxx, 507xxx) become its last error; the ACL layer's parameter checks do not."""
+        if rc // 1000 in (107, 207, 507):
+            self._last_error.code = rc
+
+    def aclrtGetLastError(self, level: int) -> int:
+        if level != 0:
+            return codes.INVALID_PARAM
+        rc: int = getattr(self._last_error, "code", 0)
+        self._last_error.code = 0
+        return rc
+
+    def aclrtPeekAtLastError(self, level: int) -> int:
+        if level != 0:
+            return codes.INVALID_PARAM
+        rc: int = getattr(self._last_error, "code", 0)
+        return rc
 
     # -- runtime (§3.1, §3.2) ----------------------------------------------------------------------
     def aclInit(self, config_path: str | None) -> int:

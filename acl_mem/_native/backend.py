@@ -110,6 +110,15 @@ class NativeBackend(NativeEvents, NativeVmm):
             raise FunctionNotAvailableError(name, release if rc == 0 else "(unknown)",
                                             since) from None
 
+    def aclrtGetLastError(self, level: int) -> int:
+        return int(self.lib.aclrtGetLastError(level & 0xFFFFFFFF))  # an enum without negatives
+
+    def aclrtPeekAtLastError(self, level: int) -> int:
+        return int(self.lib.aclrtPeekAtLastError(level & 0xFFFFFFFF))
+
+    def note_failure(self, rc: int) -> None:
+        """The library keeps the thread's last error itself."""
+
     def aclrtGetVersion(self, null_outputs: int = 0) -> tuple[int, int, int, int]:
         parts = [self._out("int32_t *", bool(null_outputs & (1 << i))) for i in range(3)]
         rc = int(self.lib.aclrtGetVersion(*parts))

@@ -132,6 +132,10 @@ typedef struct {
     aclrtMemLocation location;
     uint8_t rsv[12];
 } aclrtMemAccessDesc;
+
+typedef enum aclrtLastErrLevel {
+    ACL_RT_THREAD_LEVEL = 0,
+} aclrtLastErrLevel;
 """
 
 FUNCTIONS = """
@@ -145,6 +149,8 @@ aclError aclrtGetRunMode(aclrtRunMode *runMode);
 const char *aclrtGetSocName();
 aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion);
 aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
+aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
+aclError aclrtGetLastError(aclrtLastErrLevel level);
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
 aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy);

@@ -7,7 +7,10 @@ code alone, and never raises for a runtime error. The other names of pyACL's
 ``acl.rt`` exist and raise :class:`~acl_mem.pyacl.UnsupportedError`.
 """
 
+from collections.abc import Callable
+
 from .. import raw as _raw
+from ..errors import AclError
 from . import _common, _events
 from ._events import create_context as create_context
 from ._events import create_event as create_event
@@ -83,6 +86,26 @@ def destroy_stream(stream: int, /) -> int:
     """``ret = acl.rt.destroy_stream(stream)``: aclrtDestroyStream."""
     handle = _common.as_ulong(stream, "acl.rt.destroy_stream", "stream")
     return _common.code_of(lambda: _raw.aclrtDestroyStream(handle))
+
+
+def get_last_error(level: int = 0, /) -> int:
+    """``ret = acl.rt.get_last_error(level)``: aclrtGetLastError (the code, then forgotten)."""
+    lvl = _common.as_int(level, "acl.rt.get_last_error", "level")
+    return _kept_code(_raw.aclrtGetLastError, lvl)
+
+
+def peek_at_last_error(level: int = 0, /) -> int:
+    """``ret = acl.rt.peek_at_last_error(level)``: aclrtPeekAtLastError."""
+    lvl = _common.as_int(level, "acl.rt.peek_at_last_error", "level")
+    return _kept_code(_raw.aclrtPeekAtLastError, lvl)
+
+
+def _kept_code(getter: Callable[[int], int], level: int) -> int:
+    """The code a last-error getter reports, or its own refusal's (100000)."""
+    try:
+        return _common.as_int32(getter(level))
+    except AclError as exc:
+        return _common.as_int32(exc.code)
 
 
 def destroy_stream_force(stream: int, /) -> int:
@@ -239,7 +262,7 @@ _common.define_stubs(globals(), _MODULE, """
     set_sys_param_opt get_sys_param_opt allocator_create_desc allocator_destroy_desc
     allocator_set_obj_to_desc allocator_set_alloc_func_to_desc allocator_set_free_func_to_desc
     allocator_set_alloc_advise_func_to_desc allocator_set_get_addr_from_block_func_to_desc
-    allocator_register allocator_unregister peek_at_last_error get_last_error cmo_async
+    allocator_register allocator_unregister cmo_async
     device_task_abort stream_abort value_write value_wait get_device_info
     device_get_stream_priority_range get_device_capability get_device_res_limit
     set_device_res_limit reset_device_res_limit get_devices_topo create_notify destroy_notify

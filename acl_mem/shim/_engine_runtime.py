@@ -40,8 +40,13 @@ def failure_text(name: str, rc: int, args: dict[str, object]) -> str:
         return f"{what}: {error_name(rc)} ({rc})"
 
 
+#: aclrtGetLastError / aclrtPeekAtLastError: their result is the code they report.
+LAST_ERROR_GETTERS = frozenset({"aclrtGetLastError", "aclrtPeekAtLastError"})
+
+
 def _noter(lib: Any, name: str) -> Callable[[int, dict[str, object]], None]:
     def failed(rc: int, args: dict[str, object]) -> None:
+        _backend.get().note_failure(rc)
         try:
             text = failure_text(name, rc, args)
         except Exception:
@@ -197,8 +202,10 @@ def install(ffi: Any, lib: Any) -> None:
             fntype = ffi.typeof(f"acl_mem_ft_{name}")
             names = [n for n in arg_names(args).split(", ") if n]
             allocating = name in ALLOCATING
+            # The last-error getters return the code they report: never a failure of theirs.
+            failed = None if name in LAST_ERROR_GETTERS else _noter(lib, name)
             function = forwarder(ffi, name, fntype, _backend.get, lowered=True,
-                                 failed=_noter(lib, name), names=names,
+                                 failed=failed, names=names,
                                  sited=sites.call if allocating else None,
                                  noted=noted if allocating else None)
             if fntype.result.kind == "pointer":

@@ -44,6 +44,8 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclrtGetRunMode": [],
     "aclrtGetSocName": [],
     "aclrtGetVersion": [],
+    "aclrtGetLastError": [("level", I32, 0)],
+    "aclrtPeekAtLastError": [("level", I32, 0)],
     "aclsysGetVersionStr": [],  # pkgName is a string, tested on its own
     "aclrtMalloc": [("size", SIZE, 64), ("policy", U32, 0)],
     "aclrtMallocAlign32": [("size", SIZE, 64), ("policy", U32, 0)],

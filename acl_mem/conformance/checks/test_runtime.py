@@ -29,6 +29,7 @@ from acl_mem.errors import (
     ContextNullError,
     ContextReleaseError,
     InvalidDeviceIdError,
+    InvalidParamError,
     RepeatFinalizeError,
     RepeatInitializeError,
 )
@@ -308,6 +309,73 @@ def test_spec_3_1_1_content_check_comes_before_the_json_checks(backend, tmp_path
         rc(raw.aclInit, {str(first)!r})
     """)
     assert codes == [100006, 0, 0, 100000, 100003, 100000, 0]
+
+
+# -- §3.1.2 the thread's last error ---------------------------------------------------------------
+
+
+def _last_errors_after(steps: Callable[[], None]) -> tuple[int, int, int, int]:
+    """In a fresh thread: run ``steps``, then peek twice, get once and peek again."""
+    def body() -> tuple[int, int, int, int]:
+        steps()
+        return (raw.aclrtPeekAtLastError(), raw.aclrtPeekAtLastError(0),
+                raw.aclrtGetLastError(), raw.aclrtPeekAtLastError())
+    result: tuple[int, int, int, int] = raise_from_fresh_thread(body)
+    return result
+
+
+def _fails(call: Callable[[], object]) -> Callable[[], None]:
+    def run() -> None:
+        with pytest.raises(acl_mem.AclError):
+            call()
+    return run
+
+
+def test_spec_3_1_2_a_new_thread_has_no_last_error(backend):
+    """docs/runtime-model.md §3.1.2: nothing failed on this thread: both getters return 0."""
+    assert _last_errors_after(lambda: None) == (0, 0, 0, 0)
+
+
+def test_spec_3_1_2_runtime_failures_are_kept_until_got(backend):
+    """docs/runtime-model.md §3.1.2: a failure of the runtime (107002: no context) is the thread's
+    last error: peeking keeps it, getting returns it once and clears it."""
+    assert _last_errors_after(_fails(raw.aclrtGetDevice)) == (107002, 107002, 107002, 0)
+
+
+def test_spec_3_1_2_the_latest_runtime_failure_wins_and_acl_refusals_are_not_kept(dev):
+    """docs/runtime-model.md §3.1.2: the last of two runtime failures is kept; a refusal of the
+    ACL layer's parameter checks (100000: size 0) afterwards changes nothing."""
+    def steps() -> None:
+        _fails(raw.aclrtGetDevice)()
+        raw.aclrtSetDevice(0)
+        try:
+            _fails(lambda: raw.aclrtFree(0x1000))()
+            _fails(lambda: raw.aclrtMalloc(0))()
+        finally:
+            raw.aclrtResetDevice(0)
+    assert _last_errors_after(steps) == (107000, 107000, 107000, 0)
+
+
+def test_spec_3_1_2_other_levels_are_100000_and_keep_the_last_error(backend):
+    """docs/runtime-model.md §3.1.2: only ACL_RT_THREAD_LEVEL (0) exists: any other level is
+    100000 from either getter, which is no failure to remember: the kept code stays."""
+    def steps() -> None:
+        _fails(raw.aclrtGetDevice)()
+        for getter in (raw.aclrtGetLastError, raw.aclrtPeekAtLastError):
+            for level in (1, -1, 2**31 - 1):
+                with pytest.raises(InvalidParamError) as e:
+                    getter(level)
+                assert e.value.code == 100000
+    assert _last_errors_after(steps) == (107002, 107002, 107002, 0)
+
+
+def test_spec_3_1_2_each_thread_has_its_own(backend):
+    """docs/runtime-model.md §3.1.2: a failure on one thread is not another thread's last
+    error."""
+    def steps() -> None:
+        _fails(raw.aclrtGetDevice)()
+        assert _last_errors_after(lambda: None) == (0, 0, 0, 0)
+    assert _last_errors_after(steps) == (107002, 107002, 107002, 0)
 
 
 # -- §3.1 which release: aclrtGetVersion, aclsysGetVersionStr -------------------------------------
