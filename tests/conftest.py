@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from acl_mem import _env
 from acl_mem.shim._csource import minimal_header
 
 
@@ -33,7 +34,7 @@ def real_headers() -> Path:
     found = Path(directory) if directory else None
     if found is None or not (found / "acl" / "acl_rt.h").is_file():
         why = f"ACL_MEM_HEADERS_DIR={directory!r} has no acl/acl_rt.h"
-        if os.environ.get("ACL_MEM_REQUIRE_HEADERS") == "1":
+        if _env.flag("ACL_MEM_REQUIRE_HEADERS"):
             pytest.fail(f"ACL_MEM_REQUIRE_HEADERS=1 but {why}")
         pytest.skip(f"real ACL headers unavailable: {why}")
     return found

@@ -351,6 +351,20 @@ def test_conformance_json_to_an_unusable_path_exits_two_before_running(capsys, t
     assert sorted(os.listdir(tmp_path)) == []
 
 
+@pytest.mark.parametrize("target", ["/dev/full", "fifo"])
+def test_conformance_json_that_cannot_be_written_exits_non_zero(capsys, tmp_path, target):
+    """A report path that passes the early check but cannot take the report (a full device,
+    a FIFO nobody reads): the checks run, then the status is non-zero, nothing hangs."""
+    if target == "fifo":
+        target = str(tmp_path / "report.json")
+        os.mkfifo(target)
+    status = main(["conformance", "--backend", "fake", "--json", target, "-k",
+                   "malloc and zero"])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "could not write the JSON report" in err
+
+
 @pytest.mark.skipif(native_is_installed(), reason="libascendcl.so is installed here")
 def test_differential_without_native_lists_every_path_tried(tmp_path, monkeypatch):
     """The message names every place the loader looked, after "Tried:"."""

@@ -35,7 +35,7 @@ import pytest
 
 import acl_mem
 
-from .. import _backend
+from .. import _backend, _env
 from .._fake import FakeBackend
 from .._fake.config import current_cann, current_profile, set_profile
 from .._lifecycle import state
@@ -127,7 +127,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
             pytest.skip(f"fake only: {marker.args[0]}")
         native, source = provider.load()
         if native is None:
-            if os.environ.get("ACL_MEM_REQUIRE_NATIVE") == "1":
+            if _env.flag("ACL_MEM_REQUIRE_NATIVE"):
                 pytest.fail(f"ACL_MEM_REQUIRE_NATIVE=1 but native is unavailable: {source}")
             pytest.skip(f"native backend unavailable: {brief(source)}")
         provider.before_test()

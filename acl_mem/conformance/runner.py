@@ -81,6 +81,30 @@ def usable_cache_dir() -> Iterator[Path]:
         yield Path(temporary)
 
 
+def _deliver(staged: Path, target: str) -> str | None:
+    """Copy the staged report to ``target``; why it failed, or None. Opened without
+    blocking, so a FIFO nobody reads is refused instead of hanging."""
+    try:
+        data = staged.read_bytes()
+    except OSError:
+        return "the checks did not produce a report"
+    try:
+        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+                             | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(descriptor, view)
+            view = view[written:]
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(descriptor)
+    return None
+
+
 def run_checks(backend: str = "all", json_path: str | None = None,
                extra: Sequence[str] = (), *, verbose: bool = False,
                keyword: str | None = None, checks: str | os.PathLike[str] | None = None) -> int:
@@ -112,10 +136,19 @@ def run_checks(backend: str = "all", json_path: str | None = None,
         if verbose:
             args.append("--acl-report")
         if json_path:
-            args.append(f"--acl-json={json_path}")
+            # The plugin writes a private file; the report is copied to json_path below,
+            # so that a path that cannot take it makes the exit status non-zero.
+            staged = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "report.json"
+            args.append(f"--acl-json={staged}")
         if keyword:
             args += ["-k", keyword]
         status = int(pytest.main([*args, *extra]))
+        if json_path and status != _NO_TESTS_COLLECTED:
+            problem = _deliver(staged, json_path)
+            if problem:
+                print(f"acl-mem conformance: could not write the JSON report to {json_path}: "
+                      f"{problem}; choose another --json FILE.", file=sys.stderr)
+                return status or 2
     if status == _NO_TESTS_COLLECTED:
         selection = f" matched -k {keyword!r}" if keyword else " was collected"
         print(f"acl-mem conformance: no check{selection}. -k takes a pytest expression "
