@@ -19,7 +19,6 @@ the rule is the first docs/runtime-model.md section its docstring cites):
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import textwrap
