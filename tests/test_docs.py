@@ -45,3 +45,16 @@ def test_example_runs(script):
     if script == "readme-streams":
         assert "caught: access-before-synchronize" in done.stdout
         assert "b'data'" in done.stdout
+
+
+def test_readme_pyacl_command_runs():
+    """The README's `acl-mem run` line names a program in the repository, and it runs."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(line for line in readme.splitlines() if line.startswith("acl-mem run "))
+    command = line.split("#", 1)[0].split()
+    assert (ROOT / command[2]).is_file(), command
+    env = {**os.environ, "ACL_MEM_BACKEND": "fake"}
+    done = subprocess.run([sys.executable, "-m", "acl_mem", *command[1:]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("round trip ok")
