@@ -710,6 +710,28 @@ def test_runtime_errors_become_codes_but_hazard_errors_raise(device):
         fake.configure(hazards="warn")
 
 
+def test_error_getters_report_the_failure_asked_about(device):
+    """acl.get_recent_err_msg names the thread's last failed call, "" before any; the
+    last-error getters return its code; none of them, nor a refusal of theirs, changes
+    either."""
+    import threading
+
+    seen: list[object] = []
+    worker = threading.Thread(target=lambda: seen.append(pyacl.get_recent_err_msg()))
+    worker.start()
+    worker.join()
+    assert seen == [""]
+    assert pyacl.rt.free(0x1000) == 107000
+    text = pyacl.get_recent_err_msg()
+    assert "aclrtFree" in text
+    assert pyacl.rt.peek_at_last_error(0) == 107000
+    assert pyacl.rt.get_last_error(5) == 100000
+    assert pyacl.get_recent_err_msg() == text
+    assert pyacl.rt.get_last_error(0) == 107000
+    assert pyacl.rt.get_last_error(0) == 0
+    assert pyacl.get_recent_err_msg() == text
+
+
 def test_himpi_codes_are_unsigned(device):
     """hi_mpi results are returned as unsigned 32-bit ints (Py_BuildValue "I")."""
     assert pyacl.himpi.dvpp_free(12345) == 107000

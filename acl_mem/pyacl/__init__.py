@@ -49,6 +49,13 @@ def init(*config_path: str) -> int:
     return _common.code_of(lambda: _raw.aclInit(path))
 
 
+def get_recent_err_msg() -> str:
+    """``msg = acl.get_recent_err_msg()``: aclGetRecentErrMsg, the text of this thread's last
+    failed call (the call, its arguments, the error and acl_mem's hint); "" while none
+    failed. Reading it changes nothing: it reports the failure asked about."""
+    return _common.recent_error()
+
+
 def finalize(*_ignored: object) -> int:
     """``ret = acl.finalize()``: aclFinalize."""
     return _common.code_of(_raw.aclFinalize)
@@ -168,7 +175,7 @@ _common.define_stubs(globals(), _MODULE, """
     set_tensor_storage_format set_tensor_storage_shape set_tensor_format set_tensor_shape
     set_tensor_origin_format set_tensor_dynamic_input set_tensor_origin_shape
     set_tensor_shape_range get_tensor_desc_address get_tensor_desc_by_index
-    get_tensor_desc_dim_range get_tensor_desc_dim_v2 set_tensor_place_ment get_recent_err_msg
+    get_tensor_desc_dim_range get_tensor_desc_dim_v2 set_tensor_place_ment
     set_tensor_const set_tensor_value_range get_cann_attribute_list get_cann_attribute
     get_device_capability get_cann_version finalize_reference
 """, _common.MEMORY_ONLY.format(what="tensor descriptions, logging, error messages, data "

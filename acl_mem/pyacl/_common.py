@@ -18,6 +18,7 @@ See docs/pyacl.md.
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
@@ -116,12 +117,28 @@ def as_int32(code: int) -> int:
     return code - (1 << 32) if code > _INT_MAX else code
 
 
+#: Each thread's text of its last failed call (acl.get_recent_err_msg).
+_recent = threading.local()
+
+
+def failed_with(exc: AclError) -> int:
+    """The code pyACL returns for ``exc``; its text becomes the thread's recent error."""
+    _recent.text = str(exc)
+    return as_int32(exc.code)
+
+
+def recent_error() -> str:
+    """The calling thread's last failed call, as text; "" while none failed."""
+    text: str = getattr(_recent, "text", "")
+    return text
+
+
 def code_of(action: Callable[[], object]) -> int:
     """Run ``action``; 0, or the code of the :class:`AclError` it raised."""
     try:
         action()
     except AclError as exc:
-        return as_int32(exc.code)
+        return failed_with(exc)
     return 0
 
 
@@ -130,7 +147,7 @@ def with_code(action: Callable[[], T], failed: T) -> tuple[T, int]:
     try:
         return action(), 0
     except AclError as exc:
-        return failed, as_int32(exc.code)
+        return failed, failed_with(exc)
 
 
 #: Why a name of pyACL is not implemented, by kind.
