@@ -54,26 +54,48 @@ from ._extra import (
     supported_names,
 )
 
-__all__ = ["START_FAILED", "UNSUPPORTED", "c_string", "config_header", "front_source",
-           "load_surface", "minimal_header", "unsupported_names"]
+__all__ = ["HI_TYPES", "START_FAILED", "UNSUPPORTED", "c_string", "config_header",
+           "exported_by", "front_source", "library_functions", "load_surface",
+           "minimal_header", "unsupported_names"]
 
 #: What a supported call returns when the engine could not start: ACL_ERROR_INTERNAL_ERROR.
 START_FAILED = 500000
 #: What an unsupported call returning aclError returns: ACL_ERROR_FEATURE_UNSUPPORTED.
 UNSUPPORTED = 200006
 #: The hi_* types of ``hi_type.h`` (not in the wheel's headers).
-_HI_TYPES = """typedef int hi_s32;
+HI_TYPES = """typedef int hi_s32;
 typedef unsigned int hi_u32;
 typedef unsigned long long hi_u64;
 typedef void hi_void;"""
 
 
 #: Library number -> soname of every library the shim builds from front_source().
-FRONT_LIBRARIES = {**LIBRARIES, 4: "libmsprofiler.so"}
+FRONT_LIBRARIES = {**LIBRARIES, 4: "libmsprofiler.so", 5: "libacl_rt.so"}
+#: Libraries whose functions are chosen by name (acl_rt_exports.txt), not by surface.json's
+#: library number: libacl_rt.so holds a subset of libascendcl.so's functions.
+_BY_NAME = {5: "acl_rt_exports.txt"}
 #: Sonames of the toolkit's libraries for parts of the headers that libascendcl.so
 #: exports here (operator compiling, CBLAS, tensor channels and queues).
 COMPANIONS = ("libacl_op_compiler.so", "libacl_cblas.so", "libacl_tdt_channel.so",
-              "libacl_tdt_queue.so")
+              "libacl_tdt_queue.so", "libacl_rt_impl.so")
+
+
+@cache
+def exported_by(lib: int) -> frozenset[str]:
+    """The names a library listed in _BY_NAME exports (those surface.json has)."""
+    text = resources.files(__package__).joinpath(_BY_NAME[lib]).read_text()
+    listed = {line.strip() for line in text.splitlines()
+              if line.strip() and not line.startswith("#")}
+    return frozenset(f["name"] for f in load_surface()["functions"] if f["name"] in listed)
+
+
+def library_functions(lib: int) -> list[dict[str, Any]]:
+    """surface.json's functions that library ``lib`` (FRONT_LIBRARIES) exports."""
+    functions = load_surface()["functions"]
+    if lib in _BY_NAME:
+        names = exported_by(lib)
+        return [f for f in functions if f["name"] in names]
+    return [f for f in functions if f["lib"] == lib]
 
 
 @cache
@@ -341,7 +363,7 @@ def front_source(headers: list[str] | None = None) -> str:
         out += list(surface["types"].values())
     else:
         out += [f'#include "{header}"' for header in headers]
-    out += [_HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
+    out += [HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
     out.append("struct acl_mem_shim_table {")
     out += [f"    {f['ret']} (*{f['name']})({_params_of(f) or 'void'});"
             for f in [*bound, *(by_name[name] for name in ENGINE)]]
@@ -353,8 +375,9 @@ def front_source(headers: list[str] | None = None) -> str:
     supported = set(supported_names())
     for lib in FRONT_LIBRARIES:
         out.append(f"\n#if ACL_MEM_SHIM_LIB == {lib}")
+        names = exported_by(lib) if lib in _BY_NAME else None
         for number, function in enumerate(functions):
-            if function["lib"] == lib:
+            if (function["name"] in names) if names is not None else function["lib"] == lib:
                 out += (_front_c(function) if function["name"] in FRONT_C
                         else _supported(function) if function["name"] in supported
                         else _unsupported(function, number))
@@ -407,11 +430,13 @@ def minimal_header() -> str:
            f"#define ACL_ERROR_FEATURE_UNSUPPORTED {UNSUPPORTED}",
            f"#define ACL_ERROR_INTERNAL_ERROR {START_FAILED}",
            *[f"#define {name} {value}" for name, value in HEADER_CONSTANTS.items()],
-           TYPES.strip(), _HI_TYPES]
+           TYPES.strip()]
     out += [f"#define {name} {value}" for name, value in surface["macros"].items()]
     out += [text for name, text in surface["types"].items() if name not in defined]
     # aclDataType is an int here (surface.json); its enumerators as constants of that type.
     out += ["enum {", *[f"    {name} = {value}," for name, value in DATA_TYPES.items()], "};"]
-    out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]]
+    # The DVPP memory functions are declared in their own headers (acl_mem/shim/_prefix.py).
+    out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]
+            if f["lib"] not in (2, 3)]
     out += ["#ifdef __cplusplus", "}", "#endif", "#endif"]
     return "\n".join(out) + "\n"
