@@ -160,13 +160,76 @@ static void acl_mem_shim_failed(const char *what, const char *detail)
             ACL_MEM_SHIM_START_FAILED);
 }
 
+/* A setting the library cannot use, in the words of acl_mem/_env.py's SettingError. */
+static void acl_mem_shim_bad_setting(const char *name, const char *value, const char *takes)
+{
+    char detail[512], shown[160];
+    size_t k;
+    /* Control characters shown as '?': the message stays one line. */
+    for (k = 0; value[k] != '\0' && k + 1 < sizeof shown; k++)
+        shown[k] = (unsigned char)value[k] < 0x20 || value[k] == 0x7f ? '?' : value[k];
+    shown[k] = '\0';
+    snprintf(detail, sizeof detail, "%s='%s' is not a value acl_mem understands: it takes %s "
+             "(unset or empty means the default)", name, shown, takes);
+    acl_mem_shim_failed("SettingError: ", detail);
+}
+
+static int acl_mem_shim_blank(const char *value)
+{
+    return value == NULL || value[strspn(value, " \t\n\r\f\v")] == '\0';
+}
+
+#define ACL_MEM_SHIM_FLAG_TAKES "1, true, yes or on to enable; 0, false, no or off to disable"
+
+/* A yes/no setting as acl_mem/_env.py reads one: 1 yes, 0 no (also when unset or blank),
+   -1 anything else. Blanks around the word and letter case do not matter. */
+static int acl_mem_shim_flag(const char *value)
+{
+    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
+    size_t length, k;
+    if (acl_mem_shim_blank(value))
+        return 0;
+    value += strspn(value, " \t\n\r\f\v");
+    length = strlen(value);
+    while (length > 0 && strchr(" \t\n\r\f\v", value[length - 1]) != NULL)
+        length--;
+    for (k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (strlen(words[k]) == length && strncasecmp(value, words[k], length) == 0)
+            return k >= 4;
+    return -1;
+}
+
+/* Every ACL_MEM_SHIM_* setting the library reads before Python runs: 0 if one is unusable
+   (said on stderr, in one line naming it). Paths come from secure_getenv: a set-id program
+   ignores them. */
+static int acl_mem_shim_settings_ok(const char **libpython)
+{
+    const char *abort_switch = getenv("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED");
+    const char *path = secure_getenv("ACL_MEM_SHIM_LIBPYTHON");
+    if (acl_mem_shim_flag(abort_switch) < 0) {
+        acl_mem_shim_bad_setting("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", abort_switch,
+                                 ACL_MEM_SHIM_FLAG_TAKES);
+        return 0;
+    }
+    *libpython = ACL_MEM_SHIM_LIBPYTHON;
+    if (acl_mem_shim_blank(path))
+        return 1;
+    if (path[0] != '/') {
+        acl_mem_shim_bad_setting("ACL_MEM_SHIM_LIBPYTHON", path,
+                                 "the absolute path of a shared libpython");
+        return 0;
+    }
+    *libpython = path;
+    return 1;
+}
+
 static int acl_mem_shim_python_available(void)
 {
-    const char *libpython = getenv("ACL_MEM_SHIM_LIBPYTHON");
+    const char *libpython;
     const char *(*version)(void);
     char expected[32];
-    if (libpython == NULL || libpython[0] == '\0')
-        libpython = ACL_MEM_SHIM_LIBPYTHON;
+    if (!acl_mem_shim_settings_ok(&libpython))
+        return 0;
     /* Already loaded (a Python process, or loaded RTLD_LOCAL): make it global. */
     if (dlopen(libpython, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) == NULL
             && dlsym(RTLD_DEFAULT, "Py_IsInitialized") == NULL
@@ -273,8 +336,14 @@ static const struct acl_mem_shim_table *acl_mem_shim_ready(void)
 __attribute__((unused))
 static void acl_mem_shim_unsupported(const char *name, int *said, const char *result)
 {
+    static int said_setting;
     const char *abort_switch = getenv("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED");
-    int aborting = abort_switch != NULL && strcmp(abort_switch, "1") == 0;
+    int setting = acl_mem_shim_flag(abort_switch);
+    int aborting = setting == 1;
+    if (setting < 0 && !__atomic_exchange_n(&said_setting, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "acl_mem shim: ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED is not a value "
+                "acl_mem understands (it takes %s): not aborting; the first supported call "
+                "fails with %d\n", ACL_MEM_SHIM_FLAG_TAKES, ACL_MEM_SHIM_START_FAILED);
     if (aborting || !__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "acl_mem shim: %s is not supported: acl_mem covers memory, devices, "
                 "contexts, streams and events only; %s\n", name,
@@ -349,7 +418,7 @@ def front_source(headers: list[str] | None = None) -> str:
            "#ifndef _GNU_SOURCE", "#define _GNU_SOURCE", "#endif",
            *[f"#include <{h}>" for h in ("dlfcn.h", "pthread.h", "stdarg.h", "stdbool.h",
                                          "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
-                                         "string.h", "unistd.h")],
+                                         "string.h", "strings.h", "unistd.h")],
            '#include "acl_mem_shim_config.h"',
            f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
            f"#define ACL_MEM_SHIM_UNSUPPORTED {UNSUPPORTED}",
