@@ -62,18 +62,66 @@ static int acl_mem_shim_ok;
    lock it expects to be 0; in a running interpreter that looked up an attribute of the
    capsule type it is not, and cffi would spin (or assert) for ever. With the GIL held
    (nothing else can look types up), the tag reads 0 while cffi starts, then comes back. */
+/* The build's paths (acl_mem, _cffi_backend) go first on sys.path while cffi and the
+   Python part start, which import from them, and sys.path is given back afterwards: a
+   process that loaded the library (ctypes, a host embedding Python, even one without
+   site-packages) keeps its own. Returns a copy of sys.path to restore, or NULL. */
+static PyObject *acl_mem_shim_push_paths(PyObject *path)
+{
+    const char *start = ACL_MEM_SHIM_PATHS, *end;
+    PyObject *saved;
+    Py_ssize_t at = 0;
+    if (path == NULL || !PyList_Check(path))
+        return NULL;
+    saved = PyList_GetSlice(path, 0, PyList_GET_SIZE(path));
+    if (saved == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (; *start != '\0'; start = *end ? end + 1 : end) {
+        PyObject *entry;
+        end = strchr(start, ':');
+        if (end == NULL)
+            end = start + strlen(start);
+        entry = PyUnicode_DecodeFSDefaultAndSize(start, end - start);
+        if (entry != NULL && PySequence_Contains(path, entry) == 0
+                && PyList_Insert(path, at, entry) == 0)
+            at++;
+        Py_XDECREF(entry);
+        PyErr_Clear();
+    }
+    return saved;
+}
+
+static void acl_mem_shim_pop_paths(PyObject *path, PyObject *saved)
+{
+    if (saved == NULL)
+        return;
+    if (PyList_SetSlice(path, 0, PyList_GET_SIZE(path), saved) != 0)
+        PyErr_Clear();
+    Py_DECREF(saved);
+}
+
 static int acl_mem_shim_start_cffi(void)
 {
     int result;
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *path = PySys_GetObject("path");  /* borrowed: held while in use */
+    PyObject *saved;
+    Py_XINCREF(path);
+    saved = acl_mem_shim_push_paths(path);
+    {
 #if PY_VERSION_HEX < 0x030C0000
-    unsigned int tag = PyCapsule_Type.tp_version_tag;
-    PyCapsule_Type.tp_version_tag = 0;
+        unsigned int tag = PyCapsule_Type.tp_version_tag;
+        PyCapsule_Type.tp_version_tag = 0;
 #endif
-    result = acl_mem_shim_py_start();
+        result = acl_mem_shim_py_start();
 #if PY_VERSION_HEX < 0x030C0000
-    PyCapsule_Type.tp_version_tag = tag;
+        PyCapsule_Type.tp_version_tag = tag;
 #endif
+    }
+    acl_mem_shim_pop_paths(path, saved);
+    Py_XDECREF(path);
     PyGILState_Release(gil);
     return result;
 }
