@@ -109,3 +109,24 @@ def test_loading_the_library_leaves_the_host_s_sys_path_alone(shim_libdir, tmp_p
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["same sys.path: True", "engine ran: True",
                                         "calls after: ok"]
+
+
+def test_an_unusable_abort_switch_is_named_by_unsupported_calls_too(shim_libdir, tmp_path):
+    """A program that calls only unsupported functions never starts the engine: the
+    library itself names the variable (once) and does not abort."""
+    source = tmp_path / "unsupported.c"
+    source.write_text('#include <stdio.h>\n#include "acl/acl.h"\n'
+                      "int main(void)\n{\n"
+                      '    printf("%d\\n", (int)aclmdlLoadFromFile("m.om", NULL));\n'
+                      '    printf("%d\\n", (int)aclmdlLoadFromFile("m.om", NULL));\n'
+                      "    return 0;\n}\n")
+    binary = tmp_path / "unsupported"
+    done = subprocess.run([*_build.compiler(), "-std=c11", "-Wall", "-Werror",
+                           f"-I{shim_libdir.parent / 'include'}", str(source),
+                           f"-L{shim_libdir}", "-lascendcl", "-o", str(binary)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = _run(binary, shim_libdir, tmp_path, ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED="sometimes")
+    assert run.returncode == 0 and run.stdout.split() == ["200006", "200006"]
+    assert sum("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED" in line
+               for line in run.stderr.splitlines()) == 1

@@ -1,12 +1,16 @@
 """Building the shim libraries for the running interpreter, cached per user.
 
 ``libdir()`` returns ``<cache>/<key>/lib64`` (cache: ``$XDG_CACHE_HOME/acl_mem/shim``,
-default ``~/.cache/acl_mem/shim``), building it first if needed. The key covers the
-Python version and ABI, ``sys.prefix``, the interpreter, the libpython, acl_mem's version,
+default ``~/.cache/acl_mem/shim``; acl_mem/shim/_cache.py checks every directory on the
+way), building it first if needed. ``<cache>/<key>`` is laid out like a CANN install
+(lib64/, include/, set_env.sh: acl_mem/shim/_prefix.py). The key covers the Python
+version and ABI, ``sys.prefix``, the interpreter, the libpython, acl_mem's version,
 cffi's version and a hash of the shim's sources, so another venv, interpreter or
 acl_mem gets its own build. A build happens in a temporary directory renamed into place
 under a lock file: concurrent builds wait for each other and never see a half-built
-directory. A C compiler, Python's headers and a shared libpython are needed only here.
+directory, and a build killed half-way leaves only its temporary directory, which the
+next build of that key removes. A C compiler, Python's headers and a shared libpython
+are needed only here.
 """
 
 from __future__ import annotations

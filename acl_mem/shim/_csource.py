@@ -25,7 +25,15 @@ engine once it runs (the marshalling writes it), before that in this library.
 The same file builds each library: ``-DACL_MEM_SHIM_LIB=1`` libascendcl.so, ``2``
 libacl_dvpp.so, ``3`` libacl_dvpp_mpi.so, ``4`` libmsprofiler.so (profiling, all
 unsupported: its line on stderr says so; aclGetRecentErrMsg, answered by
-libascendcl.so, does not see it). COMPANIONS are libraries some programs also link
+libascendcl.so, does not see it), ``5`` libacl_rt.so: the functions of libascendcl.so
+that the runtime's libacl_rt.so exports (acl_rt_exports.txt). The runtime builds it the
+same way, as another front (src/acl/aclrt/acl_rt.cpp forwards each function to
+``<name>Impl`` in libacl_rt_impl.so), so here it is this front built again over the
+same engine: a program linked with -lacl_rt alone needs its own copy of the symbols
+(ld does not link against a dependency's), and one loading both libraries gets one
+fake (the engine is loaded once, by path, and started once). What each front keeps
+before the engine runs (the text of a failure for aclGetRecentErrMsg, the "said once"
+marks) is its own. COMPANIONS are libraries some programs also link
 that hold no function of their own here: their functions are libascendcl.so's, which
 each of them names as a dependency.
 
