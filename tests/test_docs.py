@@ -58,3 +58,39 @@ def test_readme_pyacl_command_runs():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("round trip ok")
+
+
+def test_readme_c_commands_run_and_leave_the_checkout_clean(shim_libdir, tmp_path):
+    """The README's shell block that builds examples/c/hello_acl.c, run as written from
+    the repository root: it prints what the README shows and `git status` is the same
+    afterwards (the program goes to a temporary directory, not into the checkout)."""
+    import shutil
+
+    from shim_support import skip_without_a_build
+
+    skip_without_a_build()
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+                 if "hello_acl" in b)
+    expected = re.search(r"```text\n(.*?)```", text[text.index(block):], flags=re.S)
+    assert expected is not None
+
+    def status() -> str:
+        return subprocess.run([git, "status", "--porcelain", "--untracked-files=all"],
+                              cwd=ROOT, capture_output=True, text=True, check=True).stdout
+
+    before = status()
+    # The session's build: its cache (XDG_CACHE_HOME/acl_mem/shim/<key>/lib64).
+    env = dict(os.environ, XDG_CACHE_HOME=str(shim_libdir.parents[3]), TMPDIR=str(tmp_path),
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    for name in ("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", "ACL_MEM_FAKE_PROFILE", "ACL_MEM_FAKE_CANN"):
+        env.pop(name, None)
+    done = subprocess.run(["bash", "-e", "-c", block], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    # The directory `acl-mem shim build` prints, then what the README shows.
+    assert done.stdout.splitlines()[1:] == expected[1].splitlines()
+    assert status() == before

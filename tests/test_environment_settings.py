@@ -13,6 +13,13 @@ from acl_mem import _env
 from acl_mem._fake import config
 from acl_mem.errors import SettingError
 
+@pytest.fixture(autouse=True)
+def _environment_decides(monkeypatch):
+    """What configure() chose earlier in the session would hide the variables."""
+    for name in ("_configured", "_cann", "_check", "_hazard_mode"):
+        monkeypatch.setattr(config, name, None)
+
+
 # (variable, a value it rejects, how it is read)
 _READERS = [
     ("ACL_MEM_CHECK", "maybe", config.current_check),

@@ -11,7 +11,9 @@ device with the rules and error codes acl_mem has from Python:
 - ``_engine`` / ``_engine_runtime``: the cffi embedding library that starts Python once
   (or joins the process's interpreter) and routes each call into the active fake;
 - ``_marshal`` / ``_decls``: C arguments to the Backend protocol, shared with the test
-  suite's stand-in libascendcl (tests/stand_in.py).
+  suite's stand-in libascendcl (tests/stand_in.py);
+- ``_build`` / ``_cache`` / ``_prefix``: the build, the checks that make its cache safe
+  to load code from, and the headers and set_env.sh that make it a CANN-like prefix.
 
 Importing this package does nothing: each part loads on use.
 """

@@ -1,12 +1,16 @@
 """Building the shim libraries for the running interpreter, cached per user.
 
 ``libdir()`` returns ``<cache>/<key>/lib64`` (cache: ``$XDG_CACHE_HOME/acl_mem/shim``,
-default ``~/.cache/acl_mem/shim``), building it first if needed. The key covers the
-Python version and ABI, ``sys.prefix``, the interpreter, the libpython, acl_mem's version,
+default ``~/.cache/acl_mem/shim``; acl_mem/shim/_cache.py checks every directory on the
+way), building it first if needed. ``<cache>/<key>`` is laid out like a CANN install
+(lib64/, include/, set_env.sh: acl_mem/shim/_prefix.py). The key covers the Python
+version and ABI, ``sys.prefix``, the interpreter, the libpython, acl_mem's version,
 cffi's version and a hash of the shim's sources, so another venv, interpreter or
 acl_mem gets its own build. A build happens in a temporary directory renamed into place
 under a lock file: concurrent builds wait for each other and never see a half-built
-directory. A C compiler, Python's headers and a shared libpython are needed only here.
+directory, and a build killed half-way leaves only its temporary directory, which the
+next build of that key removes. A C compiler, Python's headers and a shared libpython
+are needed only here.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
-from ._csource import COMPANIONS, FRONT_LIBRARIES, config_header, front_source, minimal_header
+from ._cache import CacheError, cache_root, check_tree, prepare_root, remove_stale
+from ._csource import COMPANIONS, FRONT_LIBRARIES, config_header, front_source
 from ._engine import ENGINE, engine_ffi
+from ._prefix import SET_ENV, headers, set_env_script
 
 __all__ = ["BuildInputs", "ShimBuildError", "build_into", "cache_root", "inputs", "libdir"]
 
@@ -66,16 +72,11 @@ class BuildInputs:
         return f"py{self.py_version}-{self.acl_mem_version}-{digest[:16]}"
 
 
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "acl_mem" / "shim"
-
-
 def _sources_hash() -> str:
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
     for path in [*sorted(here.glob("*.py")), here / "surface.json",
-                 here.parent / "_native" / "cdef.py"]:
+                 here / "acl_rt_exports.txt", here.parent / "_native" / "cdef.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
@@ -187,12 +188,24 @@ def build_into(directory: Path, given: BuildInputs) -> Path:
         _run([*cc, "-shared", "-fPIC", str(empty_c), f"-Wl,-soname,{soname}",
               "-Wl,--no-as-needed", "-Wl,-rpath,$ORIGIN", f"-L{lib64}", "-lascendcl",
               "-o", str(lib64 / soname)])
-    # Programs can be compiled without the CANN toolkit's headers (--print-includedir).
-    header = directory / "include" / "acl" / "acl.h"
-    header.parent.mkdir(parents=True, exist_ok=True)
-    header.write_text(minimal_header())
+    # Programs can be compiled without the CANN toolkit's headers (--print-includedir),
+    # and with their own build files that expect a CANN install (set_env.sh).
+    for name, text in headers().items():
+        header = directory / "include" / name
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text(text)
+    (directory / SET_ENV).write_text(set_env_script())
+    _close_to_others(directory)
     (directory / STAMP).write_text(json.dumps(asdict(given), indent=2) + "\n")
+    os.chmod(directory / STAMP, 0o644)
     return lib64
+
+
+def _close_to_others(directory: Path) -> None:
+    """Whatever the umask, nobody else may write what programs will load."""
+    for path in [directory, *directory.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, stat.S_IMODE(path.stat().st_mode) & ~0o022)
 
 
 @contextlib.contextmanager
@@ -211,54 +224,65 @@ def _announce(target: Path) -> None:
           "acl_mem version)", file=sys.stderr)
 
 
-def _own_directory(path: Path) -> None:
-    """Refuse a cache directory that is a symbolic link or belongs to another user: the
-    programs loading its libraries would run that user's code. One of ours that others
-    may write (a umask of 002) is closed to them."""
-    info = os.lstat(path)
-    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
-        raise ShimBuildError(
-            "cache", f"{path} is a symbolic link or belongs to another user (uid "
-            f"{info.st_uid}): the libraries in it will not be used. Remove it, or set "
-            "XDG_CACHE_HOME to a directory of your own")
-    if info.st_mode & 0o022:
-        os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o022)
+def _cached(given: BuildInputs, quiet: bool) -> Path:
+    """The cache's build for ``given``, built first if needed: in a temporary directory
+    next to it, renamed into place when complete, so a build that dies (even by SIGKILL)
+    leaves no directory that looks built; its leftovers are removed by the next build."""
+    root = cache_root()
+    prepare_root(root)
+    key = given.key()
+    final = root / key
+    if not (final / STAMP).is_file():
+        with _locked(root / f"{key}.lock"):
+            if not (final / STAMP).is_file():
+                remove_stale(root, f".{key}.")
+                if os.path.lexists(final):  # not built by a complete build: not ours to trust
+                    check_tree(final)
+                    shutil.rmtree(final)
+                if not quiet:
+                    _announce(final)
+                work = Path(tempfile.mkdtemp(dir=root, prefix=f".{key}."))
+                try:
+                    build_into(work / "build", given)
+                    os.rename(work / "build", final)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+    check_tree(final)
+    return final
 
 
 def libdir(out: Path | None = None, *, quiet: bool = False) -> Path:
     """The directory holding libascendcl.so & co.; built first if needed.
 
-    Without ``out`` the build is cached per user and reused. With ``out`` the libraries
-    are (re)built into ``out/lib64``, each file replaced atomically.
+    Without ``out`` the build is cached per user and reused (acl_mem/shim/_cache.py says
+    which directories must be the user's). With ``out`` the libraries, headers and
+    set_env.sh are (re)built into ``out``, each file replaced atomically.
     """
     given = inputs()
     if out is None:
-        root = cache_root()
-        root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _own_directory(root)
-        final = root / given.key()
-        if (final / STAMP).is_file():
-            _own_directory(final)
-            return final / "lib64"
-        with _locked(root / f"{given.key()}.lock"):
-            if (final / STAMP).is_file():
-                return final / "lib64"
-            if not quiet:
-                _announce(final)
-            with tempfile.TemporaryDirectory(dir=root, prefix=f".{given.key()}.") as work:
-                build_into(Path(work) / "build", given)
-                os.rename(Path(work) / "build", final)
-        return final / "lib64"
+        try:
+            return _cached(given, quiet) / "lib64"
+        except CacheError as exc:
+            raise ShimBuildError("cache", str(exc)) from None
+        except OSError as exc:  # e.g. the disk filled up during the build
+            raise ShimBuildError("cache", f"{exc.filename or cache_root()}: "
+                                 f"{exc.strerror or exc}") from None
     out = out.resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ShimBuildError("cache", f"{out}: {exc.strerror}") from None
     with _locked(out / ".acl_mem_shim.lock"):
+        remove_stale(out, ".build.")
         if not quiet:
             _announce(out)
         with tempfile.TemporaryDirectory(dir=out, prefix=".build.") as work:
-            built = build_into(Path(work), given)
-            (out / "lib64").mkdir(exist_ok=True)
-            for item in built.iterdir():
-                os.replace(item, out / "lib64" / item.name)
-            (out / "include" / "acl").mkdir(parents=True, exist_ok=True)
-            os.replace(Path(work) / "include" / "acl" / "acl.h", out / "include" / "acl" / "acl.h")
+            build_into(Path(work), given)
+            for item in sorted(Path(work).rglob("*")):
+                relative = item.relative_to(work)
+                if relative.parts[0] == "src" or item.is_dir() or relative.name == STAMP:
+                    continue
+                (out / relative).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(item, out / relative)
             os.replace(Path(work) / STAMP, out / STAMP)
     return out / "lib64"

@@ -13,20 +13,24 @@ from typing import Any
 __all__ = ["add_shim_parser", "main", "run_shim"]
 
 _DESCRIPTION = """\
-A drop-in libascendcl.so (with libacl_dvpp.so, libacl_dvpp_mpi.so, libmsprofiler.so
-and empty companions for the other toolkit libraries) made from acl_mem's fake: an
-unmodified C or C++ program linked against it runs on the fake device, with the rules
-and error codes acl_mem has from Python.
+A drop-in libascendcl.so and libacl_rt.so (with libacl_dvpp.so, libacl_dvpp_mpi.so,
+libmsprofiler.so and empty companions for the other toolkit libraries) made from
+acl_mem's fake: an unmodified C or C++ program linked against it runs on the fake
+device, with the rules and error codes acl_mem has from Python.
 
   cc prog.c -I<ACL headers> -L"$(acl-mem shim --print-libdir)" -lascendcl -o prog
   acl-mem shim exec -- ./prog args...
 
-Without the CANN toolkit, -I"$(acl-mem shim --print-includedir)" gives an acl/acl.h
-with every exported prototype and the memory enums.
+Without the CANN toolkit, -I"$(acl-mem shim --print-includedir)" gives acl/acl.h and
+every other header the exported functions are declared in. --print-prefix gives a
+directory laid out like a CANN install (include/, lib64/, set_env.sh): after
+'source "$(acl-mem shim --print-prefix)/set_env.sh"' (or with ASCEND_HOME_PATH set to
+it) programs build with their own CMake files or Makefiles, unchanged.
 
 The libraries are compiled on first use for this interpreter and acl_mem version
 (a C compiler, Python's headers and a shared libpython are needed then) and cached
-in $XDG_CACHE_HOME/acl_mem/shim (default ~/.cache/acl_mem/shim).
+in $XDG_CACHE_HOME/acl_mem/shim (default ~/.cache/acl_mem/shim; every directory
+on the way must be yours and closed to others, see the README).
 """
 
 _EPILOG = """\
@@ -59,11 +63,15 @@ def _arguments(shim: argparse.ArgumentParser, formatter: type[argparse.HelpForma
     shim.add_argument("--print-includedir", action="store_true",
                       help="print a directory holding acl/acl.h with every exported "
                       "prototype, for compiling without the CANN toolkit's headers")
+    shim.add_argument("--print-prefix", action="store_true",
+                      help="print a directory laid out like a CANN install: include/, "
+                      "lib64/ and set_env.sh (built on first use)")
     commands = shim.add_subparsers(dest="shim_command", title="commands", metavar="COMMAND")
     build = commands.add_parser("build", help="build the libraries (if needed) and print "
                                 "their directory", formatter_class=formatter)
     build.add_argument("--out", metavar="DIR", type=Path,
-                       help="build into DIR/lib64 (always rebuilt) instead of the cache")
+                       help="build into DIR (lib64/, include/, set_env.sh; always rebuilt) "
+                       "instead of the cache")
     run = commands.add_parser("exec", help="run a program with the libraries on "
                               "LD_LIBRARY_PATH", formatter_class=formatter)
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS ...]",
@@ -82,17 +90,21 @@ def _libdir(out: Path | None = None) -> Path | None:
 
 def run_shim(args: argparse.Namespace) -> int:
     command = getattr(args, "shim_command", None)
-    if command is None and not (args.print_libdir or args.print_includedir):
-        print("acl-mem shim: give --print-libdir, --print-includedir or a command (build, "
-              "exec); "
-              "'acl-mem shim --help' explains them", file=sys.stderr)
+    if command is None and not (args.print_libdir or args.print_includedir
+                                or args.print_prefix):
+        print("acl-mem shim: give --print-libdir, --print-includedir, --print-prefix or a "
+              "command (build, exec); 'acl-mem shim --help' explains them", file=sys.stderr)
         return 2
     directory = _libdir(getattr(args, "out", None) if command == "build" else None)
     if directory is None:
         return 1
     if command != "exec":
-        print(directory.parent / "include" if args.print_includedir and command is None
-              else directory)
+        if command is None and args.print_prefix:
+            print(directory.parent)
+        elif command is None and args.print_includedir:
+            print(directory.parent / "include")
+        else:
+            print(directory)
         return 0
     program = list(args.program)
     if program[:1] == ["--"]:

@@ -25,7 +25,15 @@ engine once it runs (the marshalling writes it), before that in this library.
 The same file builds each library: ``-DACL_MEM_SHIM_LIB=1`` libascendcl.so, ``2``
 libacl_dvpp.so, ``3`` libacl_dvpp_mpi.so, ``4`` libmsprofiler.so (profiling, all
 unsupported: its line on stderr says so; aclGetRecentErrMsg, answered by
-libascendcl.so, does not see it). COMPANIONS are libraries some programs also link
+libascendcl.so, does not see it), ``5`` libacl_rt.so: the functions of libascendcl.so
+that the runtime's libacl_rt.so exports (acl_rt_exports.txt). The runtime builds it the
+same way, as another front (src/acl/aclrt/acl_rt.cpp forwards each function to
+``<name>Impl`` in libacl_rt_impl.so), so here it is this front built again over the
+same engine: a program linked with -lacl_rt alone needs its own copy of the symbols
+(ld does not link against a dependency's), and one loading both libraries gets one
+fake (the engine is loaded once, by path, and started once). What each front keeps
+before the engine runs (the text of a failure for aclGetRecentErrMsg, the "said once"
+marks) is its own. COMPANIONS are libraries some programs also link
 that hold no function of their own here: their functions are libascendcl.so's, which
 each of them names as a dependency.
 
@@ -54,26 +62,48 @@ from ._extra import (
     supported_names,
 )
 
-__all__ = ["START_FAILED", "UNSUPPORTED", "c_string", "config_header", "front_source",
-           "load_surface", "minimal_header", "unsupported_names"]
+__all__ = ["HI_TYPES", "START_FAILED", "UNSUPPORTED", "c_string", "config_header",
+           "exported_by", "front_source", "library_functions", "load_surface",
+           "minimal_header", "unsupported_names"]
 
 #: What a supported call returns when the engine could not start: ACL_ERROR_INTERNAL_ERROR.
 START_FAILED = 500000
 #: What an unsupported call returning aclError returns: ACL_ERROR_FEATURE_UNSUPPORTED.
 UNSUPPORTED = 200006
 #: The hi_* types of ``hi_type.h`` (not in the wheel's headers).
-_HI_TYPES = """typedef int hi_s32;
+HI_TYPES = """typedef int hi_s32;
 typedef unsigned int hi_u32;
 typedef unsigned long long hi_u64;
 typedef void hi_void;"""
 
 
 #: Library number -> soname of every library the shim builds from front_source().
-FRONT_LIBRARIES = {**LIBRARIES, 4: "libmsprofiler.so"}
+FRONT_LIBRARIES = {**LIBRARIES, 4: "libmsprofiler.so", 5: "libacl_rt.so"}
+#: Libraries whose functions are chosen by name (acl_rt_exports.txt), not by surface.json's
+#: library number: libacl_rt.so holds a subset of libascendcl.so's functions.
+_BY_NAME = {5: "acl_rt_exports.txt"}
 #: Sonames of the toolkit's libraries for parts of the headers that libascendcl.so
 #: exports here (operator compiling, CBLAS, tensor channels and queues).
 COMPANIONS = ("libacl_op_compiler.so", "libacl_cblas.so", "libacl_tdt_channel.so",
-              "libacl_tdt_queue.so")
+              "libacl_tdt_queue.so", "libacl_rt_impl.so")
+
+
+@cache
+def exported_by(lib: int) -> frozenset[str]:
+    """The names a library listed in _BY_NAME exports (those surface.json has)."""
+    text = resources.files(__package__).joinpath(_BY_NAME[lib]).read_text()
+    listed = {line.strip() for line in text.splitlines()
+              if line.strip() and not line.startswith("#")}
+    return frozenset(f["name"] for f in load_surface()["functions"] if f["name"] in listed)
+
+
+def library_functions(lib: int) -> list[dict[str, Any]]:
+    """surface.json's functions that library ``lib`` (FRONT_LIBRARIES) exports."""
+    functions = load_surface()["functions"]
+    if lib in _BY_NAME:
+        names = exported_by(lib)
+        return [f for f in functions if f["name"] in names]
+    return [f for f in functions if f["lib"] == lib]
 
 
 @cache
@@ -138,13 +168,76 @@ static void acl_mem_shim_failed(const char *what, const char *detail)
             ACL_MEM_SHIM_START_FAILED);
 }
 
+/* A setting the library cannot use, in the words of acl_mem/_env.py's SettingError. */
+static void acl_mem_shim_bad_setting(const char *name, const char *value, const char *takes)
+{
+    char detail[512], shown[160];
+    size_t k;
+    /* Control characters shown as '?': the message stays one line. */
+    for (k = 0; value[k] != '\0' && k + 1 < sizeof shown; k++)
+        shown[k] = (unsigned char)value[k] < 0x20 || value[k] == 0x7f ? '?' : value[k];
+    shown[k] = '\0';
+    snprintf(detail, sizeof detail, "%s='%s' is not a value acl_mem understands: it takes %s "
+             "(unset or empty means the default)", name, shown, takes);
+    acl_mem_shim_failed("SettingError: ", detail);
+}
+
+static int acl_mem_shim_blank(const char *value)
+{
+    return value == NULL || value[strspn(value, " \t\n\r\f\v")] == '\0';
+}
+
+#define ACL_MEM_SHIM_FLAG_TAKES "1, true, yes or on to enable; 0, false, no or off to disable"
+
+/* A yes/no setting as acl_mem/_env.py reads one: 1 yes, 0 no (also when unset or blank),
+   -1 anything else. Blanks around the word and letter case do not matter. */
+static int acl_mem_shim_flag(const char *value)
+{
+    static const char *const words[] = {"0", "false", "no", "off", "1", "true", "yes", "on"};
+    size_t length, k;
+    if (acl_mem_shim_blank(value))
+        return 0;
+    value += strspn(value, " \t\n\r\f\v");
+    length = strlen(value);
+    while (length > 0 && strchr(" \t\n\r\f\v", value[length - 1]) != NULL)
+        length--;
+    for (k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (strlen(words[k]) == length && strncasecmp(value, words[k], length) == 0)
+            return k >= 4;
+    return -1;
+}
+
+/* Every ACL_MEM_SHIM_* setting the library reads before Python runs: 0 if one is unusable
+   (said on stderr, in one line naming it). Paths come from secure_getenv: a set-id program
+   ignores them. */
+static int acl_mem_shim_settings_ok(const char **libpython)
+{
+    const char *abort_switch = getenv("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED");
+    const char *path = secure_getenv("ACL_MEM_SHIM_LIBPYTHON");
+    if (acl_mem_shim_flag(abort_switch) < 0) {
+        acl_mem_shim_bad_setting("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", abort_switch,
+                                 ACL_MEM_SHIM_FLAG_TAKES);
+        return 0;
+    }
+    *libpython = ACL_MEM_SHIM_LIBPYTHON;
+    if (acl_mem_shim_blank(path))
+        return 1;
+    if (path[0] != '/') {
+        acl_mem_shim_bad_setting("ACL_MEM_SHIM_LIBPYTHON", path,
+                                 "the absolute path of a shared libpython");
+        return 0;
+    }
+    *libpython = path;
+    return 1;
+}
+
 static int acl_mem_shim_python_available(void)
 {
-    const char *libpython = getenv("ACL_MEM_SHIM_LIBPYTHON");
+    const char *libpython;
     const char *(*version)(void);
     char expected[32];
-    if (libpython == NULL || libpython[0] == '\0')
-        libpython = ACL_MEM_SHIM_LIBPYTHON;
+    if (!acl_mem_shim_settings_ok(&libpython))
+        return 0;
     /* Already loaded (a Python process, or loaded RTLD_LOCAL): make it global. */
     if (dlopen(libpython, RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) == NULL
             && dlsym(RTLD_DEFAULT, "Py_IsInitialized") == NULL
@@ -251,8 +344,14 @@ static const struct acl_mem_shim_table *acl_mem_shim_ready(void)
 __attribute__((unused))
 static void acl_mem_shim_unsupported(const char *name, int *said, const char *result)
 {
+    static int said_setting;
     const char *abort_switch = getenv("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED");
-    int aborting = abort_switch != NULL && strcmp(abort_switch, "1") == 0;
+    int setting = acl_mem_shim_flag(abort_switch);
+    int aborting = setting == 1;
+    if (setting < 0 && !__atomic_exchange_n(&said_setting, 1, __ATOMIC_RELAXED))
+        fprintf(stderr, "acl_mem shim: ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED is not a value "
+                "acl_mem understands (it takes %s): not aborting; the first supported call "
+                "fails with %d\n", ACL_MEM_SHIM_FLAG_TAKES, ACL_MEM_SHIM_START_FAILED);
     if (aborting || !__atomic_exchange_n(said, 1, __ATOMIC_RELAXED))
         fprintf(stderr, "acl_mem shim: %s is not supported: acl_mem covers memory, devices, "
                 "contexts, streams and events only; %s\n", name,
@@ -327,7 +426,7 @@ def front_source(headers: list[str] | None = None) -> str:
            "#ifndef _GNU_SOURCE", "#define _GNU_SOURCE", "#endif",
            *[f"#include <{h}>" for h in ("dlfcn.h", "pthread.h", "stdarg.h", "stdbool.h",
                                          "stddef.h", "stdint.h", "stdio.h", "stdlib.h",
-                                         "string.h", "unistd.h")],
+                                         "string.h", "strings.h", "unistd.h")],
            '#include "acl_mem_shim_config.h"',
            f"#define ACL_MEM_SHIM_START_FAILED {START_FAILED}",
            f"#define ACL_MEM_SHIM_UNSUPPORTED {UNSUPPORTED}",
@@ -341,7 +440,7 @@ def front_source(headers: list[str] | None = None) -> str:
         out += list(surface["types"].values())
     else:
         out += [f'#include "{header}"' for header in headers]
-    out += [_HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
+    out += [HI_TYPES, "#ifdef __cplusplus", 'extern "C" {', "#endif"]
     out.append("struct acl_mem_shim_table {")
     out += [f"    {f['ret']} (*{f['name']})({_params_of(f) or 'void'});"
             for f in [*bound, *(by_name[name] for name in ENGINE)]]
@@ -353,8 +452,9 @@ def front_source(headers: list[str] | None = None) -> str:
     supported = set(supported_names())
     for lib in FRONT_LIBRARIES:
         out.append(f"\n#if ACL_MEM_SHIM_LIB == {lib}")
+        names = exported_by(lib) if lib in _BY_NAME else None
         for number, function in enumerate(functions):
-            if function["lib"] == lib:
+            if (function["name"] in names) if names is not None else function["lib"] == lib:
                 out += (_front_c(function) if function["name"] in FRONT_C
                         else _supported(function) if function["name"] in supported
                         else _unsupported(function, number))
@@ -407,11 +507,13 @@ def minimal_header() -> str:
            f"#define ACL_ERROR_FEATURE_UNSUPPORTED {UNSUPPORTED}",
            f"#define ACL_ERROR_INTERNAL_ERROR {START_FAILED}",
            *[f"#define {name} {value}" for name, value in HEADER_CONSTANTS.items()],
-           TYPES.strip(), _HI_TYPES]
+           TYPES.strip()]
     out += [f"#define {name} {value}" for name, value in surface["macros"].items()]
     out += [text for name, text in surface["types"].items() if name not in defined]
     # aclDataType is an int here (surface.json); its enumerators as constants of that type.
     out += ["enum {", *[f"    {name} = {value}," for name, value in DATA_TYPES.items()], "};"]
-    out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]]
+    # The DVPP memory functions are declared in their own headers (acl_mem/shim/_prefix.py).
+    out += [f"{f['ret']} {f['name']}({_params_of(f)});" for f in surface["functions"]
+            if f["lib"] not in (2, 3)]
     out += ["#ifdef __cplusplus", "}", "#endif", "#endif"]
     return "\n".join(out) + "\n"

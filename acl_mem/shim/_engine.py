@@ -62,18 +62,66 @@ static int acl_mem_shim_ok;
    lock it expects to be 0; in a running interpreter that looked up an attribute of the
    capsule type it is not, and cffi would spin (or assert) for ever. With the GIL held
    (nothing else can look types up), the tag reads 0 while cffi starts, then comes back. */
+/* The build's paths (acl_mem, _cffi_backend) go first on sys.path while cffi and the
+   Python part start, which import from them, and sys.path is given back afterwards: a
+   process that loaded the library (ctypes, a host embedding Python, even one without
+   site-packages) keeps its own. Returns a copy of sys.path to restore, or NULL. */
+static PyObject *acl_mem_shim_push_paths(PyObject *path)
+{
+    const char *start = ACL_MEM_SHIM_PATHS, *end;
+    PyObject *saved;
+    Py_ssize_t at = 0;
+    if (path == NULL || !PyList_Check(path))
+        return NULL;
+    saved = PyList_GetSlice(path, 0, PyList_GET_SIZE(path));
+    if (saved == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    for (; *start != '\0'; start = *end ? end + 1 : end) {
+        PyObject *entry;
+        end = strchr(start, ':');
+        if (end == NULL)
+            end = start + strlen(start);
+        entry = PyUnicode_DecodeFSDefaultAndSize(start, end - start);
+        if (entry != NULL && PySequence_Contains(path, entry) == 0
+                && PyList_Insert(path, at, entry) == 0)
+            at++;
+        Py_XDECREF(entry);
+        PyErr_Clear();
+    }
+    return saved;
+}
+
+static void acl_mem_shim_pop_paths(PyObject *path, PyObject *saved)
+{
+    if (saved == NULL)
+        return;
+    if (PyList_SetSlice(path, 0, PyList_GET_SIZE(path), saved) != 0)
+        PyErr_Clear();
+    Py_DECREF(saved);
+}
+
 static int acl_mem_shim_start_cffi(void)
 {
     int result;
     PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *path = PySys_GetObject("path");  /* borrowed: held while in use */
+    PyObject *saved;
+    Py_XINCREF(path);
+    saved = acl_mem_shim_push_paths(path);
+    {
 #if PY_VERSION_HEX < 0x030C0000
-    unsigned int tag = PyCapsule_Type.tp_version_tag;
-    PyCapsule_Type.tp_version_tag = 0;
+        unsigned int tag = PyCapsule_Type.tp_version_tag;
+        PyCapsule_Type.tp_version_tag = 0;
 #endif
-    result = acl_mem_shim_py_start();
+        result = acl_mem_shim_py_start();
 #if PY_VERSION_HEX < 0x030C0000
-    PyCapsule_Type.tp_version_tag = tag;
+        PyCapsule_Type.tp_version_tag = tag;
 #endif
+    }
+    acl_mem_shim_pop_paths(path, saved);
+    Py_XDECREF(path);
     PyGILState_Release(gil);
     return result;
 }
@@ -138,13 +186,32 @@ static void acl_mem_shim_after_fork_child(void)
     acl_mem_shim_fork_gil_taken = acl_mem_shim_fork_init_locked = 0;
 }
 
+/* Every ':'-separated entry is an absolute path: no empty entry (the current directory
+   on sys.path), no blank value. Anything else leaves the built-in paths in place. */
+static int acl_mem_shim_absolute_paths(const char *value)
+{
+    if (value == NULL)
+        return 0;
+    for (;;) {
+        const char *colon = strchr(value, ':');
+        if (*value != '/')
+            return 0;
+        if (colon == NULL)
+            return 1;
+        value = colon + 1;
+    }
+}
+
 static void acl_mem_shim_start_once(void)
 {
     int result;
     if (!Py_IsInitialized()) {
         PyConfig config;
         PyStatus status;
-        const char *paths = getenv("ACL_MEM_SHIM_SYS_PATH");
+        /* A path from the environment: not in a set-id process (secure_getenv). One
+           that is not a list of absolute directories is not used here; the Python part
+           then reports it (acl_mem_shim_py_start), and every call returns 500000. */
+        const char *paths = secure_getenv("ACL_MEM_SHIM_SYS_PATH");
         PyConfig_InitPythonConfig(&config);
         config.install_signal_handlers = 0;
         config.parse_argv = 0;
@@ -152,7 +219,8 @@ static void acl_mem_shim_start_once(void)
         status = PyConfig_SetBytesString(&config, &config.program_name, ACL_MEM_SHIM_PYTHON);
         if (!PyStatus_Exception(status))
             status = PyConfig_SetBytesString(&config, &config.pythonpath_env,
-                                             paths && paths[0] ? paths : ACL_MEM_SHIM_PATHS);
+                                             acl_mem_shim_absolute_paths(paths)
+                                             ? paths : ACL_MEM_SHIM_PATHS);
         if (!PyStatus_Exception(status))
             status = Py_InitializeFromConfig(&config);
         PyConfig_Clear(&config);
@@ -309,22 +377,50 @@ _INIT = '''
 import os, sys
 from {module} import ffi, lib
 
+_SYS_PATH = "ACL_MEM_SHIM_SYS_PATH"
+_SYS_PATH_TAKES = "absolute directories separated by ':'"
+
+def _override():
+    # acl_mem/_env.py's rules (it cannot be imported yet: this decides where from):
+    # ignored by a set-id process, blank is the default, anything else must be valid.
+    if os.getuid() != os.geteuid() or os.getgid() != os.getegid():
+        return None, None
+    value = os.environ.get(_SYS_PATH, "").strip()
+    if not value:
+        return None, None
+    entries = value.split(os.pathsep)
+    if all(e and os.path.isabs(e) and "\\0" not in e for e in entries):
+        return entries, None
+    return None, value
+
 def _start():
-    override = os.environ.get("ACL_MEM_SHIM_SYS_PATH")
-    paths = [p for p in override.split(os.pathsep) if p] if override else {paths!r}
-    for entry in reversed(paths):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    import acl_mem
-    home = os.path.dirname(os.path.dirname(os.path.abspath(acl_mem.__file__)))
-    if not (os.path.isdir(paths[0]) and os.path.samefile(home, paths[0])):
-        raise RuntimeError("acl_mem was imported from %s, not from %s where the shim was "
-                           "built; rebuild it: acl-mem shim build" % (home, paths[0]))
-    if acl_mem.__version__ != {version!r}:
-        raise RuntimeError("acl_mem %s is installed, the shim was built for %s; rebuild it: "
-                           "acl-mem shim build" % (acl_mem.__version__, {version!r}))
-    from acl_mem.shim._engine_runtime import install
-    install(ffi, lib)
+    override, bad = _override()
+    paths = override or {paths!r}
+    # A process that loaded the library (ctypes, a host embedding Python) keeps its own
+    # sys.path: the entries are there for the imports below only. Modules imported later
+    # come from packages already imported (their __path__), not from sys.path.
+    saved = list(sys.path)
+    try:
+        for entry in reversed(paths):
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        import acl_mem
+        from acl_mem.errors import SettingError
+        if bad is not None:
+            raise SettingError(_SYS_PATH, bad, _SYS_PATH_TAKES)
+        home = os.path.dirname(os.path.dirname(os.path.abspath(acl_mem.__file__)))
+        if not (os.path.isdir(paths[0]) and os.path.samefile(home, paths[0])):
+            raise RuntimeError("acl_mem was imported from %s, not from %s where the shim "
+                               "was built; rebuild it: acl-mem shim build" % (home, paths[0]))
+        if acl_mem.__version__ != {version!r}:
+            raise RuntimeError("acl_mem %s is installed, the shim was built for %s; rebuild "
+                               "it: acl-mem shim build" % (acl_mem.__version__, {version!r}))
+        from acl_mem import _env
+        _env.flag("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED")
+        from acl_mem.shim._engine_runtime import install
+        install(ffi, lib)
+    finally:
+        sys.path[:] = saved
 
 try:
     _start()

@@ -103,7 +103,7 @@ SERVICES: list[tuple[str, str, str]] = [
 
 #: What the FRONT_C bodies use: the buffer's layout, defined in the front library only.
 FRONT_C_SUPPORT = r"""
-#if ACL_MEM_SHIM_LIB == 1
+#if ACL_MEM_SHIM_LIB == 1 || ACL_MEM_SHIM_LIB == 5
 /* The real struct holds the same two fields (data_buffer_internal.h). */
 struct aclDataBuffer {
     void *data;
