@@ -24,6 +24,7 @@ from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
+from ._context import ensure_context
 from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
 from ._lifecycle import State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
@@ -335,6 +336,7 @@ class Buffer:
                      offset: int) -> tuple[int, int, int]:
         call = f"{type(self).__name__}.{what}"
         self._check_live(what)
+        ensure_context(self._device._id)
         byte = c_uint(value, call, "value", 8, "a byte 0-255")
         start = c_uint(offset, call, "offset")
         _check_range(call, "offset", start, 0, self._size)
@@ -345,11 +347,15 @@ class Buffer:
     def address_range(self) -> tuple[int, int]:
         """``(base, size)`` the runtime reports for this block (docs/runtime-model.md §4.8).
         CANN 8.5.0 has no such call: :class:`~acl_mem.FunctionNotAvailableError` there."""
-        return raw.aclrtMemGetAddressRange(self.ptr)
+        ptr = self.ptr
+        ensure_context(self._device._id)
+        return raw.aclrtMemGetAddressRange(ptr)
 
     def attributes(self) -> raw.PtrAttributes:
         """Location type, device id and page size (docs/runtime-model.md §4.9)."""
-        return raw.aclrtPointerGetAttributes(self.ptr)
+        ptr = self.ptr
+        ensure_context(self._device._id)
+        return raw.aclrtPointerGetAttributes(ptr)
 
 
 _DEVICE_APIS = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED,
@@ -671,6 +677,11 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
     dst_dev = dst_buf is not None and dst_buf.is_device
     src_dev = src_buf is not None and src_buf.is_device
     kind = (_D2D if src_dev else _H2D) if dst_dev else _D2H if src_dev else _H2H
+    if state.current_device() is None:
+        # A worker thread that only copies gets the context of the device involved.
+        owner = dst_buf if dst_dev or src_buf is None else src_buf
+        if owner is not None:
+            ensure_context(owner._device._id)
     try:
         vouched_spans.spans = spans  # vouching(spans), without the call
         if stream is None:

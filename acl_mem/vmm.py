@@ -23,6 +23,7 @@ from typing_extensions import Self
 
 from . import raw
 from ._args import c_uint
+from ._context import ensure_context
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
@@ -358,6 +359,11 @@ class Mapping(_Owned):
 class _Contents(_Owned):
     """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
 
+    @property
+    def device(self) -> int:
+        """Id of the device the memory is on (its context is made current for copies)."""
+        raise NotImplementedError
+
     def _base_address(self) -> int:
         raise NotImplementedError
 
@@ -369,6 +375,7 @@ class _Contents(_Owned):
         self._open("write")
         span = host_span(data, writable=False, call="write", name="data")
         self._check("write", offset, span.nbytes)
+        ensure_context(self.device)
         raw.aclrtMemcpy(self._base_address() + offset, self._mapped() - offset, span.address,
                         span.nbytes, MemcpyKind.HOST_TO_DEVICE)
 
@@ -378,6 +385,7 @@ class _Contents(_Owned):
         self._check("read", offset, count)
         out = bytearray(count)
         if count:
+            ensure_context(self.device)
             raw.aclrtMemcpy(_address(out), count, self._base_address() + offset, count,
                             MemcpyKind.DEVICE_TO_HOST)
         return bytes(out)

@@ -13,6 +13,7 @@ from typing_extensions import Self
 
 from .. import _backend
 from .._args import c_uint
+from .._context import ensure_context
 from .._lifecycle import close_on_exit, state
 from .._runtime_facts import padding_of
 from ..device import Device
@@ -139,6 +140,7 @@ class _PoolBase:
             try:
                 carved = self._carve(need)
                 if carved is None:
+                    ensure_context(self._device.id)
                     self._grow(footprint, nbytes)
                     carved = self._carve(need)
                     if carved is None:  # pragma: no cover - _grow guarantees room
@@ -177,6 +179,7 @@ class _PoolBase:
                 self._drain()
             if self._closed:
                 return 0
+            ensure_context(self._device.id)
             try:
                 return self._release_unused()
             except BaseException:
@@ -210,6 +213,8 @@ class _PoolBase:
         """Give every block back; live segments become freed. A second call does nothing."""
         with self._lock:
             if not self._closed:
+                if state.is_live(self._owner, self._token):
+                    ensure_context(self._device.id)
                 self._shutdown()
 
     def _shutdown(self) -> None:
