@@ -18,8 +18,9 @@ import contextlib
 import sys
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+from typing_extensions import Buffer as BufferProtocol
 from typing_extensions import Self
 
 from . import _backend, raw
@@ -34,9 +35,11 @@ from .sizes import AllocApi, _release_before, allocation_size
 from .stream import Stream
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from .device import Device
 
-__all__ = ["Buffer", "DeviceBuffer", "HostBuffer"]
+__all__ = ["Buffer", "BufferLike", "DeviceBuffer", "HostBuffer"]
 
 _FREE_CALL = {
     AllocApi.MALLOC: "aclrtFree",
@@ -259,24 +262,27 @@ class Buffer:
 
     # -- data --------------------------------------------------------------------------------------
     def copy_from(
-        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0
+        self, src: BufferLike, count: int | None = None, *, offset: int = 0,
+        src_offset: int = 0,
     ) -> None:
         """Copy ``count`` bytes (default: all of ``src`` after ``src_offset``) to ``offset``.
 
-        ``src`` is another acl_mem buffer or any buffer-protocol object; the memcpy
-        kind follows from where the two sides live. Both ranges are bounds-checked
+        ``src`` is another acl_mem buffer or any buffer-protocol object (a numpy array
+        of Python objects is a TypeError, as for ``to_device``); the memcpy kind follows
+        from where the two sides live. Both ranges are bounds-checked
         against the *requested* sizes, so the runtime's padding is never written.
         """
         _copy(self, offset, src, src_offset, count, "copy_from")
 
     def copy_to(
-        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0
+        self, dst: BufferLike, count: int | None = None, *, offset: int = 0,
+        dst_offset: int = 0,
     ) -> None:
         """Copy ``count`` bytes from ``offset`` of this buffer into ``dst`` at ``dst_offset``."""
         _copy(dst, dst_offset, self, offset, count, "copy_to")
 
     def copy_from_async(
-        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
+        self, src: BufferLike, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
         """:meth:`copy_from` queued on ``stream`` (default: the default stream),
@@ -290,7 +296,7 @@ class Buffer:
               self._stream(stream))
 
     def copy_to_async(
-        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
+        self, dst: BufferLike, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
         """:meth:`copy_to` queued on ``stream`` (default: the default stream), docs/runtime-model.md
@@ -357,6 +363,11 @@ class Buffer:
         ensure_context(self._device._id)
         return raw.aclrtPointerGetAttributes(ptr)
 
+
+#: What a copy takes at either end: an acl_mem buffer or any buffer-protocol object (bytes,
+#: bytearray, memoryview, numpy arrays); ``copy_to(5)`` is a type error. numpy arrays are
+#: named: their stubs declare the buffer protocol only for Python 3.12 and later.
+BufferLike: TypeAlias = "Buffer | BufferProtocol | NDArray[Any]"
 
 _DEVICE_APIS = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED,
                 AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC)
@@ -620,6 +631,18 @@ def _int_pair(value: object) -> bool:
         isinstance(item, int) and not isinstance(item, bool) for item in value)
 
 
+def _refuse_objects(obj: object, call: str, name: str) -> None:
+    """TypeError for memory of Python object pointers (a numpy object array), as
+    ``to_device`` refuses it: copied bytes would be addresses that mean nothing on the
+    other side, and written ones would corrupt the objects."""
+    dtype = getattr(obj, "dtype", None)
+    objects = bool(getattr(dtype, "hasobject", False)) if dtype is not None else \
+        isinstance(obj, memoryview) and "O" in obj.format
+    if objects:
+        raise TypeError(f"{call}: {name} holds Python objects ({dtype or 'format O'}); their "
+                        "addresses mean nothing in device memory")
+
+
 def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:
     if start + count > limit:
         raise ValueError(f"{call}: {what} = {start + count} exceeds the buffer size {limit}")
@@ -638,6 +661,8 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
             dst._check_live(call)  # raises the error that says which
         dst_addr, dst_size, dst_buf, dst_keep = dst._ptr, dst._size, dst, None
     else:
+        if type(dst) is not bytearray:
+            _refuse_objects(dst, call, "dst")
         dst_addr, dst_size, dst_keep = host_bytes(dst, True, call, "dst")
         dst_buf = None
     if isinstance(src, Buffer):
@@ -645,6 +670,8 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
             src._check_live(call)
         src_addr, src_size, src_buf, src_keep = src._ptr, src._size, src, None
     else:
+        if type(src) is not bytes:
+            _refuse_objects(src, call, "src")
         src_addr, src_size, src_keep = host_bytes(src, False, call, "src")
         src_buf = None
     # Offsets are 0 and count None nearly always: no checking call for those.

@@ -27,6 +27,8 @@ from ._context import ensure_context
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
+from ._vmm_io import MappedIO
+from .buffers import _refuse_objects
 from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
 from .errors import FreedBufferError, RtParamInvalidError
@@ -145,9 +147,14 @@ class _Owned:
         close_on_exit(self.close, exc)
 
 
-class VirtualRange(_Owned):
+class VirtualRange(_Owned, MappedIO):
     """A reservation from aclrtReserveMemAddress (docs/runtime-model.md §4.2); ``close()`` releases
-    it once every mapping in it is closed."""
+    it once every mapping in it is closed.
+
+    ``read``, ``write``, ``copy_from`` and ``copy_to`` work as DeviceBuffer's on the parts
+    mapped through :meth:`map`, offsets counted from :attr:`address`; one call stays
+    within one mapping (ValueError otherwise, as for an unmapped offset).
+    """
 
     _renew = "reserve a new VirtualRange"
     #: Collected while still mapped (see :meth:`_finalize`): a mapping releases it later.
@@ -213,6 +220,16 @@ class VirtualRange(_Owned):
             self._released = False
             self._orphaned = True
 
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+        where = self._base + offset
+        for mapping in list(self._mappings):
+            if not mapping.closed and mapping._address <= where < mapping._address + mapping._size:
+                return (mapping._address, mapping._size, mapping._physical._device,
+                        where - mapping._address)
+        raise ValueError(f"VirtualRange.{what}: offset {offset} is not mapped (the range has "
+                         f"{self._size} bytes); map physical memory there first with "
+                         "VirtualRange.map")
+
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
@@ -272,9 +289,13 @@ class PhysicalMemory(_Owned):
         raw.aclrtFreePhysical(self._handle)
 
 
-class Mapping(_Owned):
+class Mapping(_Owned, MappedIO):
     """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (docs/runtime-model.md
-    §4.4)."""
+    §4.4).
+
+    ``read``, ``write``, ``copy_from`` and ``copy_to`` work as DeviceBuffer's on the mapped
+    bytes, offsets counted from :attr:`address`.
+    """
 
     _renew = "map the memory again with VirtualRange.map"
 
@@ -333,6 +354,12 @@ class Mapping(_Owned):
         self._open("physical")
         return self._physical
 
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+        if offset > self._size:
+            raise ValueError(f"Mapping.{what}: offset {offset} is outside the {self._size} "
+                             "mapped bytes")
+        return self._address, self._size, self._physical._device, offset
+
     def _describe(self) -> str:
         return (f"{self._address:#x}, {_size_text(self._size)} of handle "
                 f"{self._physical._handle:#x}")
@@ -373,6 +400,7 @@ class _Contents(_Owned):
     def write(self, data: object, offset: int = 0) -> None:
         """Copy a buffer-protocol object to ``address + offset`` (H2D)."""
         self._open("write")
+        _refuse_objects(data, f"{type(self).__name__}.write", "data")
         span = host_span(data, writable=False, call="write", name="data")
         self._check("write", offset, span.nbytes)
         ensure_context(self.device)
