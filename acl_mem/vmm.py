@@ -233,6 +233,7 @@ class VirtualRange(_Owned, MappedIO):
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
+        ensure_context(physical.device)
         size = physical.size
         if offset < 0 or offset + size > self._size:
             raise ValueError(f"VirtualRange.map: [{offset}, {offset + size}) is "
@@ -528,6 +529,7 @@ class MappedMemory(_Contents):
     def offload(self) -> None:
         """Copy to host, unmap and free the physical memory; addresses stay reserved."""
         self._open("offload")
+        ensure_context(self.device)
         mapping, physical = self._mapping, self._physical
         if mapping is None or physical is None:
             return
@@ -550,6 +552,7 @@ class MappedMemory(_Contents):
     def restore(self) -> None:
         """Map fresh physical memory at the same addresses and copy the contents back."""
         self._open("restore")
+        ensure_context(self.device)
         if self._mapping is not None:
             return
         physical: PhysicalMemory | None = None
@@ -665,6 +668,7 @@ class ExpandableSegment(_Contents):
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
         self._open("grow")
+        ensure_context(self.device)
         wanted = -(-c_uint(size, "ExpandableSegment.grow", "size") // self._chunk)
         if wanted * self._chunk > self._max_size:
             raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self._max_size}")

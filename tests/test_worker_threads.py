@@ -16,7 +16,13 @@ import acl_mem
 from acl_mem import Device, ExpandablePool, SegmentPool, raw
 from acl_mem._lifecycle import state
 from acl_mem.errors import ContextNullError, FreedBufferError
-from acl_mem.vmm import MappedMemory, granularity
+from acl_mem.vmm import (
+    ExpandableSegment,
+    MappedMemory,
+    PhysicalMemory,
+    VirtualRange,
+    granularity,
+)
 
 pytestmark = pytest.mark.fake_only("threads against the fake's per-thread contexts")
 
@@ -120,9 +126,21 @@ def test_pools_grow_and_trim_in_a_worker(fake, dev):
 
 
 def test_vmm_objects_in_a_worker(fake, dev):
-    with MappedMemory(granularity(dev), device=dev) as memory:
+    chunk = granularity(dev)
+    with MappedMemory(chunk, device=dev) as memory:
         in_worker(lambda: memory.write(b"abc", 8))
         assert in_worker(lambda: memory.read(3, 8)) == b"abc"
+        in_worker(memory.offload)
+        in_worker(memory.restore)
+        assert memory.read(3, 8) == b"abc"
+    with VirtualRange(chunk) as rng, PhysicalMemory(chunk, device=dev) as physical:
+        mapping = in_worker(lambda: rng.map(physical))
+        in_worker(lambda: rng.write(b"xyz", 1))
+        assert in_worker(lambda: mapping.read(3, 1)) == b"xyz"
+        mapping.close()
+    with ExpandableSegment(2 * chunk, device=dev) as segment:
+        in_worker(lambda: segment.grow(chunk))
+        assert segment.size == chunk
 
 
 def test_a_thread_on_another_device_is_not_switched(fake, dev):
