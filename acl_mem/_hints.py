@@ -12,6 +12,7 @@ import threading
 
 from . import _backend
 from ._runtime_facts import padding_of
+from ._structs import aclrtPhysicalMemProp
 from .enums import MemAttr
 from .errors import AclError
 from .sizes import (
@@ -68,7 +69,7 @@ def check(rc: int, call: str, /, **args: object) -> None:
         size = args.get("size")
         policy = args.get("policy", 0)
         raise error(rc, describe(call, args), size=size if isinstance(size, int) else None,
-                    policy=policy if isinstance(policy, int) else 0)
+                    policy=policy if isinstance(policy, int) else 0, prop=args.get("prop"))
 
 
 def describe(call: str, args: dict[str, object]) -> str:
@@ -80,15 +81,17 @@ def describe(call: str, args: dict[str, object]) -> str:
     return f"{call}({shown})"
 
 
-def error(rc: int, what: str, *, size: int | None = None, policy: int = 0) -> AclError:
+def error(rc: int, what: str, *, size: int | None = None, policy: int = 0,
+          prop: object = None) -> AclError:
     """The AclError for ``rc`` from ``what`` (``"call(args)"``), with a hint where one helps.
 
-    ``size`` and ``policy`` are the allocation's arguments, for out-of-memory figures.
+    ``size`` and ``policy`` are the allocation's arguments, for out-of-memory figures;
+    ``prop`` is aclrtMallocPhysical's, for its granularity.
     """
-    return AclError(rc, what, _hint(rc, what.partition("(")[0], size, policy))
+    return AclError(rc, what, _hint(rc, what.partition("(")[0], size, policy, prop))
 
 
-def _hint(rc: int, call: str, size: int | None, policy: int) -> str:
+def _hint(rc: int, call: str, size: int | None, policy: int, prop: object = None) -> str:
     if rc == _CONTEXT_NULL:
         thread = threading.current_thread()
         return (f"No device is current in thread {thread.name!r}: each thread starts "
@@ -101,11 +104,15 @@ def _hint(rc: int, call: str, size: int | None, policy: int) -> str:
                 "a block instead of at its start, or came from another allocation call")
     if rc == _PARAM_INVALID and call in _VMM:
         return _VMM[call]
+    if rc == _PARAM_INVALID and call == "aclrtMallocPhysical":
+        return _granularity_hint(size, prop)
     if rc == _DEVICE_ID:
         return _device_id_hint()
     if rc == _STREAM_CONTEXT:
         return ("The stream belongs to another context (another device, or a context "
                 "created since): use a stream of the calling thread's current device")
+    if rc == _OOM and call == "aclrtReserveMemAddress":
+        return _address_space_hint(size)
     if rc == _OOM:
         return _oom_hint(call, size, policy)
     return ""
@@ -113,12 +120,52 @@ def _hint(rc: int, call: str, size: int | None, policy: int) -> str:
 
 def _device_id_hint() -> str:
     try:
-        rc, count = _backend.get().aclrtGetDeviceCount()
+        backend = _backend.get()
+        rc, count = backend.aclrtGetDeviceCount()
         if rc:
             return ""
-        return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count})"
-    except Exception:  # a broken backend only shortens the hint
+        return device_count_hint(count, backend.name == "fake")
+    except Exception:  # a broken backend (a count that is no int) only shortens the hint
         return ""
+
+
+def device_count_hint(count: int, fake: bool) -> str:
+    """The valid device ids, and on the fake how to have more."""
+    more = (f"; the fake has {count} device(s): acl_mem.fake.configure(device_count=n) "
+            "gives it more") if fake else ""
+    return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count}){more}"
+
+
+def _granularity_hint(size: int | None, prop: object) -> str:
+    """aclrtMallocPhysical's size must be a multiple of the granularity of its memory."""
+    granularity = 0
+    if isinstance(prop, aclrtPhysicalMemProp):
+        try:
+            rc, granularity = _backend.get().aclrtMemGetAllocationGranularity(prop, 0)
+            if rc:
+                granularity = 0
+        except Exception:  # a broken backend only shortens the hint
+            granularity = 0
+    if not granularity:
+        return ("The size must be a multiple of the allocation granularity "
+                "(aclrtMemGetAllocationGranularity, acl_mem.vmm.granularity()), and prop "
+                "must name a page attribute and location this device has")
+    rule = (f"The size must be a multiple of the allocation granularity, "
+            f"aclrtMemGetAllocationGranularity() = {_human(granularity)} for this memory "
+            "(acl_mem.vmm.granularity(device, attr))")
+    if size is not None and size % granularity:
+        rounded = -(-size // granularity) * granularity
+        return f"{rule}: {size} is not; round it up to {rounded}"
+    return f"{rule}; check also that prop names a page attribute and location this device has"
+
+
+def _address_space_hint(size: int | None) -> str:
+    asked = f"Asked to reserve {_human(size)} of" if size is not None else "Out of"
+    return (f"{asked} virtual address space: a reservation takes addresses, not memory (the "
+            "page pools play no part), and the runtime has only so much of it. Release "
+            "reservations you no longer need (VirtualRange.close(), closing an "
+            "ExpandablePool, ExpandableSegment or MappedMemory), or reserve less (a smaller "
+            "max_size)")
 
 
 def _oom_hint(call: str, size: int | None, policy: int) -> str:
@@ -142,9 +189,20 @@ def _oom_hint(call: str, size: int | None, policy: int) -> str:
     pools = _pool_figures()
     if pools:
         parts.append(f"free/total now: {pools}")
-    parts.append("free memory you no longer need (a pool's empty_cache(), dropped buffers), "
-                 "or ask for less")
+    parts.append("free memory you no longer need (buffer.free(); a SegmentPool's or "
+                 "ExpandablePool's release_unused() gives back what no segment uses), or ask "
+                 "for less" + _fake_size_advice())
     return "; ".join(parts)
+
+
+def _fake_size_advice() -> str:
+    try:
+        if _backend.get().name != "fake":
+            return ""
+    except Exception:  # a broken backend only shortens the hint
+        return ""
+    return ("; on the fake, a profile with more memory or acl_mem.fake.configure(hbm_bytes=n) "
+            "gives the device more")
 
 
 #: The device-neutral attrs first; CANN 8.5.0 rejects them (docs/runtime-model.md §3.12), so

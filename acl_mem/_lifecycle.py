@@ -48,6 +48,9 @@ class State:
         self._set_count: Counter[int] = Counter()
         #: Contexts created through the raw layer: handle -> device.
         self._contexts: dict[int, int] = {}
+        #: Default contexts the Pythonic layer learnt (acl_mem/_context.py):
+        #: device -> (device epoch, handle); a reset to zero references makes it stale.
+        self._defaults: dict[int, tuple[int, int]] = {}
         # A forked child shares no runtime with its parent: nothing allocated before the
         # fork may be freed from the child, so every token goes stale there.
         if hasattr(os, "register_at_fork"):
@@ -78,6 +81,7 @@ class State:
             epoch = self._device_epoch[device]
         self._local.current = (device, epoch)
         self._local.context = None
+        self._local.foreign = False
 
     def device_reset(self, device: int) -> None:
         with self._lock:
@@ -96,6 +100,7 @@ class State:
             self._contexts[handle] = device
         self._local.current = (device, epoch)
         self._local.context = handle
+        self._local.foreign = False
 
     def context_destroyed(self, handle: int) -> None:
         """aclrtDestroyContext: its hold on the device ends; a thread whose current context
@@ -105,6 +110,7 @@ class State:
         if getattr(self._local, "context", None) == handle:
             self._local.current = None
             self._local.context = None
+            self._local.foreign = False
         if device is not None:
             self.device_reset(device)
 
@@ -113,9 +119,49 @@ class State:
         context this process's raw layer did not create: then none is assumed)."""
         with self._lock:
             device = self._contexts.get(handle)
+            if device is None:
+                device = self._default_device(handle)
             epoch = self._device_epoch[device] if device is not None else 0
         self._local.current = None if device is None else (device, epoch)
         self._local.context = handle
+        self._local.foreign = device is None
+
+    # -- what acl_mem/_context.py needs to give a thread an object's context ------------------
+    def thread_context(self) -> tuple[bool, bool]:
+        """``(seen, foreign)``: whether this process's calls ever set a context in this
+        thread, and whether its context is one this mirror cannot place (a handle acl_mem
+        did not create or learn)."""
+        return hasattr(self._local, "current"), getattr(self._local, "foreign", False)
+
+    def default_context(self, device: int) -> int | None:
+        """The handle of ``device``'s default context, if learnt since its last release."""
+        known = self._defaults.get(device)
+        if known is None or known[0] != self._device_epoch.get(device, 0):
+            return None
+        return known[1]
+
+    def default_context_learnt(self, device: int, handle: int) -> None:
+        with self._lock:
+            self._defaults[device] = (self._device_epoch[device], handle)
+
+    def _default_device(self, handle: int) -> int | None:
+        for device, (epoch, known) in self._defaults.items():
+            if known == handle and epoch == self._device_epoch.get(device, 0):
+                return device
+        return None
+
+    def default_refs(self, device: int) -> int:
+        """aclrtSetDevice references to ``device`` this process holds (not those of
+        created contexts, which the set count includes)."""
+        with self._lock:
+            created = sum(1 for owner in self._contexts.values() if owner == device)
+            return self._set_count.get(device, 0) - created
+
+    def created_context(self, device: int) -> int | None:
+        """The newest live context from aclrtCreateContext on ``device``, if any."""
+        with self._lock:
+            found = [handle for handle, owner in self._contexts.items() if owner == device]
+        return found[-1] if found else None
 
     def kept(self, device: int) -> bool:
         """True when this thread holds the reference :meth:`keep` recorded for ``device``
@@ -145,6 +191,7 @@ class State:
         with self._lock:
             self._set_count.clear()
             self._contexts.clear()
+            self._defaults.clear()
             self.global_epoch += 1
         self._local = threading.local()
 

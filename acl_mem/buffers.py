@@ -18,12 +18,14 @@ import contextlib
 import sys
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
 
+from typing_extensions import Buffer as BufferProtocol
 from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
+from ._context import ensure_context
 from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
 from ._lifecycle import State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
@@ -33,9 +35,11 @@ from .sizes import AllocApi, _release_before, allocation_size
 from .stream import Stream
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from .device import Device
 
-__all__ = ["Buffer", "DeviceBuffer", "HostBuffer"]
+__all__ = ["Buffer", "BufferLike", "DeviceBuffer", "HostBuffer"]
 
 _FREE_CALL = {
     AllocApi.MALLOC: "aclrtFree",
@@ -258,24 +262,27 @@ class Buffer:
 
     # -- data --------------------------------------------------------------------------------------
     def copy_from(
-        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0
+        self, src: BufferLike, count: int | None = None, *, offset: int = 0,
+        src_offset: int = 0,
     ) -> None:
         """Copy ``count`` bytes (default: all of ``src`` after ``src_offset``) to ``offset``.
 
-        ``src`` is another acl_mem buffer or any buffer-protocol object; the memcpy
-        kind follows from where the two sides live. Both ranges are bounds-checked
+        ``src`` is another acl_mem buffer or any buffer-protocol object (a numpy array
+        of Python objects is a TypeError, as for ``to_device``); the memcpy kind follows
+        from where the two sides live. Both ranges are bounds-checked
         against the *requested* sizes, so the runtime's padding is never written.
         """
         _copy(self, offset, src, src_offset, count, "copy_from")
 
     def copy_to(
-        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0
+        self, dst: BufferLike, count: int | None = None, *, offset: int = 0,
+        dst_offset: int = 0,
     ) -> None:
         """Copy ``count`` bytes from ``offset`` of this buffer into ``dst`` at ``dst_offset``."""
         _copy(dst, dst_offset, self, offset, count, "copy_to")
 
     def copy_from_async(
-        self, src: object, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
+        self, src: BufferLike, count: int | None = None, *, offset: int = 0, src_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
         """:meth:`copy_from` queued on ``stream`` (default: the default stream),
@@ -289,7 +296,7 @@ class Buffer:
               self._stream(stream))
 
     def copy_to_async(
-        self, dst: object, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
+        self, dst: BufferLike, count: int | None = None, *, offset: int = 0, dst_offset: int = 0,
         stream: Stream | None = None,
     ) -> None:
         """:meth:`copy_to` queued on ``stream`` (default: the default stream), docs/runtime-model.md
@@ -335,6 +342,7 @@ class Buffer:
                      offset: int) -> tuple[int, int, int]:
         call = f"{type(self).__name__}.{what}"
         self._check_live(what)
+        ensure_context(self._device._id)
         byte = c_uint(value, call, "value", 8, "a byte 0-255")
         start = c_uint(offset, call, "offset")
         _check_range(call, "offset", start, 0, self._size)
@@ -345,12 +353,21 @@ class Buffer:
     def address_range(self) -> tuple[int, int]:
         """``(base, size)`` the runtime reports for this block (docs/runtime-model.md §4.8).
         CANN 8.5.0 has no such call: :class:`~acl_mem.FunctionNotAvailableError` there."""
-        return raw.aclrtMemGetAddressRange(self.ptr)
+        ptr = self.ptr
+        ensure_context(self._device._id)
+        return raw.aclrtMemGetAddressRange(ptr)
 
     def attributes(self) -> raw.PtrAttributes:
         """Location type, device id and page size (docs/runtime-model.md §4.9)."""
-        return raw.aclrtPointerGetAttributes(self.ptr)
+        ptr = self.ptr
+        ensure_context(self._device._id)
+        return raw.aclrtPointerGetAttributes(ptr)
 
+
+#: What a copy takes at either end: an acl_mem buffer or any buffer-protocol object (bytes,
+#: bytearray, memoryview, numpy arrays); ``copy_to(5)`` is a type error. numpy arrays are
+#: named: their stubs declare the buffer protocol only for Python 3.12 and later.
+BufferLike: TypeAlias = "Buffer | BufferProtocol | NDArray[Any]"
 
 _DEVICE_APIS = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED,
                 AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC)
@@ -614,6 +631,18 @@ def _int_pair(value: object) -> bool:
         isinstance(item, int) and not isinstance(item, bool) for item in value)
 
 
+def _refuse_objects(obj: object, call: str, name: str) -> None:
+    """TypeError for memory of Python object pointers (a numpy object array), as
+    ``to_device`` refuses it: copied bytes would be addresses that mean nothing on the
+    other side, and written ones would corrupt the objects."""
+    dtype = getattr(obj, "dtype", None)
+    objects = bool(getattr(dtype, "hasobject", False)) if dtype is not None else \
+        isinstance(obj, memoryview) and "O" in obj.format
+    if objects:
+        raise TypeError(f"{call}: {name} holds Python objects ({dtype or 'format O'}); their "
+                        "addresses mean nothing in device memory")
+
+
 def _check_range(call: str, what: str, start: int, count: int, limit: int) -> None:
     if start + count > limit:
         raise ValueError(f"{call}: {what} = {start + count} exceeds the buffer size {limit}")
@@ -632,6 +661,8 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
             dst._check_live(call)  # raises the error that says which
         dst_addr, dst_size, dst_buf, dst_keep = dst._ptr, dst._size, dst, None
     else:
+        if type(dst) is not bytearray:
+            _refuse_objects(dst, call, "dst")
         dst_addr, dst_size, dst_keep = host_bytes(dst, True, call, "dst")
         dst_buf = None
     if isinstance(src, Buffer):
@@ -639,6 +670,8 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
             src._check_live(call)
         src_addr, src_size, src_buf, src_keep = src._ptr, src._size, src, None
     else:
+        if type(src) is not bytes:
+            _refuse_objects(src, call, "src")
         src_addr, src_size, src_keep = host_bytes(src, False, call, "src")
         src_buf = None
     # Offsets are 0 and count None nearly always: no checking call for those.
@@ -671,6 +704,11 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
     dst_dev = dst_buf is not None and dst_buf.is_device
     src_dev = src_buf is not None and src_buf.is_device
     kind = (_D2D if src_dev else _H2D) if dst_dev else _D2H if src_dev else _H2H
+    if state.current_device() is None:
+        # A worker thread that only copies gets the context of the device involved.
+        owner = dst_buf if dst_dev or src_buf is None else src_buf
+        if owner is not None:
+            ensure_context(owner._device._id)
     try:
         vouched_spans.spans = spans  # vouching(spans), without the call
         if stream is None:

@@ -11,12 +11,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from typing_extensions import Self
 
-from . import raw
+from . import _backend, raw
 from ._args import c_int
 from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
-from .errors import DeviceNotCurrentError, FeatureNotSupportError, InvalidMemoryTypeError
+from .errors import (
+    DeviceNotCurrentError,
+    FeatureNotSupportError,
+    InvalidDeviceIdError,
+    InvalidMemoryTypeError,
+)
 from .sizes import AllocApi
 from .stream import Stream
 
@@ -63,7 +68,8 @@ class Device:
       behind (tests, scripts); use ``use()`` when memory must outlive a block.
 
     A thread where another device is current gets
-    :class:`~acl_mem.DeviceNotCurrentError` rather than memory on the wrong device.
+    :class:`~acl_mem.DeviceNotCurrentError` rather than memory on the wrong device
+    (:class:`~acl_mem.InvalidDeviceIdError` for an id beyond the device count).
     The raw layer (:mod:`acl_mem.raw`) stays exact: it never sets a device itself.
     """
 
@@ -142,6 +148,14 @@ class Device:
         if current is None:
             self.use()
             return
+        count = raw.aclrtGetDeviceCount()
+        if self._id >= count:
+            # Switching would fail too: say what exists rather than advise use().
+            from ._hints import device_count_hint
+
+            raise InvalidDeviceIdError(
+                107001, f"Device({self._id}).{call}",
+                hint=device_count_hint(count, _backend.get().name == "fake"))
         thread = threading.current_thread().name
         raise DeviceNotCurrentError(
             f"Device({self._id}).{call}: device {current} is current in thread {thread!r}, "

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Self
 
 from . import _backend, raw
+from ._context import ensure_context
 from ._lifecycle import close_on_exit, state
 from .device import Device, device_id
 
@@ -47,10 +48,13 @@ class Event:
     event forgotten without :meth:`destroy` is destroyed when collected.
     """
 
-    __slots__ = ("__weakref__", "_finalizer", "_handle", "_token")
+    __slots__ = ("__weakref__", "_device", "_finalizer", "_handle", "_token")
 
     def __init__(self) -> None:
         self._handle = raw.aclrtCreateEvent()
+        #: The device of the context it belongs to, as far as acl_mem followed the thread
+        #: (None: set outside acl_mem); other threads get that context to use it.
+        self._device = state.current_device()
         # aclFinalize ends every event: after it, destroy() has nothing left to destroy.
         self._token = state.token(None)
         self._finalizer = weakref.finalize(
@@ -70,22 +74,25 @@ class Event:
 
     def record(self, stream: Stream | None = None) -> Self:
         """aclrtRecordEvent on ``stream`` (default: the current context's default stream)."""
-        raw.aclrtRecordEvent(self.handle, 0 if stream is None else stream.handle)
+        handle = self._in_context("record")
+        if stream is not None:
+            ensure_context(stream.device.id)
+        raw.aclrtRecordEvent(handle, 0 if stream is None else stream.handle)
         return self
 
     def synchronize(self) -> None:
         """Block until the latest record completed (at once if never recorded)."""
-        raw.aclrtSynchronizeEvent(self.handle)
+        raw.aclrtSynchronizeEvent(self._in_context("synchronize"))
 
     def query(self) -> bool:
         """True once the latest record completed. False while it is pending, and also
         for an event never recorded (unlike CUDA, docs/runtime-model.md §3.15)."""
-        return raw.aclrtQueryEventStatus(self.handle) == _COMPLETE
+        return raw.aclrtQueryEventStatus(self._in_context("query")) == _COMPLETE
 
     def elapsed(self, end: Event) -> float:
         """Milliseconds from this event's record to ``end``'s; both must be complete
         (synchronise first: EventTimestampInvalidError 107006 otherwise)."""
-        return raw.aclrtEventElapsedTime(self.handle, end.handle)
+        return raw.aclrtEventElapsedTime(self._in_context("elapsed"), end.handle)
 
     def destroy(self) -> None:
         """aclrtDestroyEvent; a second call does nothing. Queued work naming the event
@@ -94,6 +101,8 @@ class Event:
         if handle:
             self._finalizer.detach()
             if state.is_live(None, self._token):
+                if self._device is not None:
+                    ensure_context(self._device)
                 raw.aclrtDestroyEvent(handle)
 
     def __enter__(self) -> Self:
@@ -105,6 +114,13 @@ class Event:
 
     def __repr__(self) -> str:
         return "<Event destroyed>" if self.destroyed else f"<Event handle={self._handle:#x}>"
+
+    def _in_context(self, what: str) -> int:
+        """The handle, with the event's context made current in a thread that has none."""
+        self._check_live(what)
+        if self._device is not None:
+            ensure_context(self._device)
+        return self._handle
 
     def _check_live(self, what: str) -> None:
         if self._handle == 0:

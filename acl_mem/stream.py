@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from . import raw
+from ._context import ensure_context
 from ._lifecycle import close_on_exit, state
 from .errors import DestroyedStreamError
 
@@ -60,21 +61,27 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait until everything queued on this stream ran (docs/runtime-model.md §3.4)."""
-        raw.aclrtSynchronizeStream(self.handle)
+        handle = self.handle
+        ensure_context(self._device.id)
+        raw.aclrtSynchronizeStream(handle)
 
     def record(self, event: Event | None = None) -> Event:
         """aclrtRecordEvent: mark this point of the queue; returns the event (a new one
         unless given). Other streams :meth:`wait` for it; the host synchronises on it."""
         from .events import Event
 
+        handle = self.handle
+        ensure_context(self._device.id)
         event = Event() if event is None else event
-        raw.aclrtRecordEvent(event.handle, self.handle)
+        raw.aclrtRecordEvent(event.handle, handle)
         return event
 
     def wait(self, event: Event) -> None:
         """aclrtStreamWaitEvent: work queued here from now on waits until ``event``'s
         latest record point completed (docs/runtime-model.md §3.15)."""
-        raw.aclrtStreamWaitEvent(self.handle, event.handle)
+        handle = self.handle
+        ensure_context(self._device.id)
+        raw.aclrtStreamWaitEvent(handle, event.handle)
 
     def destroy(self) -> None:
         """aclrtDestroyStream; a second call (or the default stream) does nothing."""
@@ -84,6 +91,7 @@ class Stream:
             return
         if state.is_live(self._device.id, self._token):
             try:
+                ensure_context(self._device.id)
                 raw.aclrtDestroyStream(handle)
             except BaseException:
                 # Refused (another thread's context, say): the runtime still holds the

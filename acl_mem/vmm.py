@@ -23,9 +23,12 @@ from typing_extensions import Self
 
 from . import raw
 from ._args import c_uint
+from ._context import ensure_context
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
+from ._vmm_io import MappedIO
+from .buffers import _refuse_objects
 from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
 from .errors import FreedBufferError, RtParamInvalidError
@@ -144,9 +147,14 @@ class _Owned:
         close_on_exit(self.close, exc)
 
 
-class VirtualRange(_Owned):
+class VirtualRange(_Owned, MappedIO):
     """A reservation from aclrtReserveMemAddress (docs/runtime-model.md §4.2); ``close()`` releases
-    it once every mapping in it is closed."""
+    it once every mapping in it is closed.
+
+    ``read``, ``write``, ``copy_from`` and ``copy_to`` work as DeviceBuffer's on the parts
+    mapped through :meth:`map`, offsets counted from :attr:`address`; one call stays
+    within one mapping (ValueError otherwise, as for an unmapped offset).
+    """
 
     _renew = "reserve a new VirtualRange"
     #: Collected while still mapped (see :meth:`_finalize`): a mapping releases it later.
@@ -212,9 +220,20 @@ class VirtualRange(_Owned):
             self._released = False
             self._orphaned = True
 
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+        where = self._base + offset
+        for mapping in list(self._mappings):
+            if not mapping.closed and mapping._address <= where < mapping._address + mapping._size:
+                return (mapping._address, mapping._size, mapping._physical._device,
+                        where - mapping._address)
+        raise ValueError(f"VirtualRange.{what}: offset {offset} is not mapped (the range has "
+                         f"{self._size} bytes); map physical memory there first with "
+                         "VirtualRange.map")
+
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
+        ensure_context(physical.device)
         size = physical.size
         if offset < 0 or offset + size > self._size:
             raise ValueError(f"VirtualRange.map: [{offset}, {offset + size}) is "
@@ -271,9 +290,13 @@ class PhysicalMemory(_Owned):
         raw.aclrtFreePhysical(self._handle)
 
 
-class Mapping(_Owned):
+class Mapping(_Owned, MappedIO):
     """``physical`` mapped at ``address`` (aclrtMapMem); ``close()`` unmaps (docs/runtime-model.md
-    §4.4)."""
+    §4.4).
+
+    ``read``, ``write``, ``copy_from`` and ``copy_to`` work as DeviceBuffer's on the mapped
+    bytes, offsets counted from :attr:`address`.
+    """
 
     _renew = "map the memory again with VirtualRange.map"
 
@@ -332,6 +355,12 @@ class Mapping(_Owned):
         self._open("physical")
         return self._physical
 
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+        if offset > self._size:
+            raise ValueError(f"Mapping.{what}: offset {offset} is outside the {self._size} "
+                             "mapped bytes")
+        return self._address, self._size, self._physical._device, offset
+
     def _describe(self) -> str:
         return (f"{self._address:#x}, {_size_text(self._size)} of handle "
                 f"{self._physical._handle:#x}")
@@ -358,6 +387,11 @@ class Mapping(_Owned):
 class _Contents(_Owned):
     """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
 
+    @property
+    def device(self) -> int:
+        """Id of the device the memory is on (its context is made current for copies)."""
+        raise NotImplementedError
+
     def _base_address(self) -> int:
         raise NotImplementedError
 
@@ -367,8 +401,10 @@ class _Contents(_Owned):
     def write(self, data: object, offset: int = 0) -> None:
         """Copy a buffer-protocol object to ``address + offset`` (H2D)."""
         self._open("write")
+        _refuse_objects(data, f"{type(self).__name__}.write", "data")
         span = host_span(data, writable=False, call="write", name="data")
         self._check("write", offset, span.nbytes)
+        ensure_context(self.device)
         raw.aclrtMemcpy(self._base_address() + offset, self._mapped() - offset, span.address,
                         span.nbytes, MemcpyKind.HOST_TO_DEVICE)
 
@@ -378,6 +414,7 @@ class _Contents(_Owned):
         self._check("read", offset, count)
         out = bytearray(count)
         if count:
+            ensure_context(self.device)
             raw.aclrtMemcpy(_address(out), count, self._base_address() + offset, count,
                             MemcpyKind.DEVICE_TO_HOST)
         return bytes(out)
@@ -492,6 +529,7 @@ class MappedMemory(_Contents):
     def offload(self) -> None:
         """Copy to host, unmap and free the physical memory; addresses stay reserved."""
         self._open("offload")
+        ensure_context(self.device)
         mapping, physical = self._mapping, self._physical
         if mapping is None or physical is None:
             return
@@ -514,6 +552,7 @@ class MappedMemory(_Contents):
     def restore(self) -> None:
         """Map fresh physical memory at the same addresses and copy the contents back."""
         self._open("restore")
+        ensure_context(self.device)
         if self._mapping is not None:
             return
         physical: PhysicalMemory | None = None
@@ -629,6 +668,7 @@ class ExpandableSegment(_Contents):
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
         self._open("grow")
+        ensure_context(self.device)
         wanted = -(-c_uint(size, "ExpandableSegment.grow", "size") // self._chunk)
         if wanted * self._chunk > self._max_size:
             raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self._max_size}")

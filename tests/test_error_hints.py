@@ -115,3 +115,50 @@ def test_hint_survives_pickling(fake, dev):
     copy = pickle.loads(pickle.dumps(e.value))
     assert type(copy) is type(e.value)
     assert (copy.code, copy.what, copy.hint) == (e.value.code, e.value.what, e.value.hint)
+
+
+def test_out_of_memory_names_what_acl_mem_has_to_free(fake, dev):
+    _, total = dev.mem_info(MemAttr.HBM_MEM_NORMAL)
+    with pytest.raises(MemoryAllocationError) as e:
+        raw.aclrtMalloc(total + 1, MallocPolicy.NORMAL_ONLY)
+    hint = e.value.hint
+    # Only calls that exist: no pool has an empty_cache().
+    assert "empty_cache" not in hint
+    assert "release_unused()" in hint and "free()" in hint
+    assert hasattr(acl_mem.SegmentPool, "release_unused")
+    assert hasattr(acl_mem.ExpandablePool, "release_unused")
+    assert "configure(hbm_bytes" in hint
+
+
+def test_out_of_address_space_has_its_own_hint(fake, dev):
+    from acl_mem._fake.vmm_calls import MAX_RESERVATION
+
+    with pytest.raises(MemoryAllocationError) as e:
+        acl_mem.vmm.VirtualRange(MAX_RESERVATION * 2)
+    assert e.value.code == 207001
+    hint = e.value.hint
+    assert "address space" in hint and "VirtualRange.close()" in hint
+    assert "page pool" in hint and "huge-page pool" not in hint  # no pool figures
+
+
+def test_a_device_beyond_the_count_is_not_advised_to_be_used(fake):
+    acl_mem.fake.configure(device_count=2)
+    with acl_mem.Device(0):
+        with pytest.raises(InvalidDeviceIdError) as e:
+            acl_mem.Device(8).malloc(64)
+        assert e.value.code == 107001
+        assert "use()" not in e.value.hint
+        assert "0 to 1" in e.value.hint and "configure(device_count=" in e.value.hint
+    with pytest.raises(InvalidDeviceIdError) as e:
+        acl_mem.Device(8).malloc(64)  # no device current: the runtime refuses the set
+    assert "configure(device_count=" in e.value.hint
+
+
+def test_physical_memory_off_the_granularity_names_the_rule(fake, dev):
+    chunk = acl_mem.vmm.granularity(dev)
+    with pytest.raises(RtParamInvalidError) as e:
+        acl_mem.vmm.PhysicalMemory(1, device=dev)
+    assert e.value.code == 107000
+    hint = e.value.hint
+    assert "aclrtMemGetAllocationGranularity" in hint and "multiple" in hint
+    assert human(chunk) in hint and str(chunk) in hint  # the value, and 1 rounded up

@@ -34,13 +34,20 @@ def uses(obj: Any, calls: dict[str, Callable[[], object]]) -> dict[str, Callable
     return {**every, **calls, "__enter__": obj.__enter__}
 
 
+def io_calls(obj: VirtualRange | Mapping) -> dict[str, Callable[[], object]]:
+    """One call of each of the read/write methods VirtualRange and Mapping share."""
+    return {"read": lambda: obj.read(1), "write": lambda: obj.write(b"x"),
+            "copy_from": lambda: obj.copy_from(b"x"),
+            "copy_to": lambda: obj.copy_to(bytearray(1), 1)}
+
+
 def make(kind: str, keep: list[Any]) -> tuple[Any, dict[str, Callable[[], object]]]:
     """A closed object of ``kind`` and one use of each of its public attributes."""
     if kind == "VirtualRange":
         rng = VirtualRange(2 * MiB)
         physical = PhysicalMemory(2 * MiB)
         keep.append(physical)
-        return rng, uses(rng, {"map": lambda: rng.map(physical)})
+        return rng, uses(rng, {"map": lambda: rng.map(physical), **io_calls(rng)})
     if kind == "PhysicalMemory":
         physical = PhysicalMemory(2 * MiB)
         return physical, uses(physical, {})
@@ -48,7 +55,7 @@ def make(kind: str, keep: list[Any]) -> tuple[Any, dict[str, Callable[[], object
         rng, physical = VirtualRange(2 * MiB), PhysicalMemory(2 * MiB)
         keep += [rng, physical]
         mapping = rng.map(physical)
-        return mapping, uses(mapping, {})
+        return mapping, uses(mapping, io_calls(mapping))
     if kind == "MappedMemory":
         memory = acl_mem.reserve_and_map(2 * MiB)
         return memory, uses(memory, {

@@ -7,14 +7,16 @@ import itertools
 import threading
 from collections import deque
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, cast
 
-from typing_extensions import Self
+from typing_extensions import Self, TypeVar
 
 from .. import _backend
 from .._args import c_uint
+from .._context import ensure_context
 from .._lifecycle import close_on_exit, state
 from .._runtime_facts import padding_of
+from ..buffers import Buffer
 from ..device import Device
 from ..errors import FreedBufferError
 from ..sizes import (
@@ -25,8 +27,12 @@ from ._index import _SizeIndex
 from .segments import HostSegment, Segment
 from .stats import _OOM, _SIZE_LIMIT, PoolOutOfMemoryError, PoolStats
 
+#: What ``allocate`` returns: Segment (a DeviceBuffer) for device memory, HostSegment (a
+#: HostBuffer) for an aclrtMallocHost pool; the pool's type says which.
+SegmentT = TypeVar("SegmentT", bound=Buffer, default=Segment)
 
-class _PoolBase:
+
+class _PoolBase(Generic[SegmentT]):
     """Free extents, live segments, statistics and the lock; subclasses supply memory."""
 
     def __init__(self, device: Device | int, api: AllocApi | str, mixed_media: bool,
@@ -116,7 +122,7 @@ class _PoolBase:
         """The §3.14 size of a segment of ``size`` bytes in this pool."""
         return -(-size // 32) * 32 + self._extra
 
-    def allocate(self, size: int) -> Segment | HostSegment:
+    def allocate(self, size: int) -> SegmentT:
         """A segment of ``size`` bytes (> 0); PoolOutOfMemoryError if it cannot be served.
 
         A :class:`HostSegment` for an aclrtMallocHost pool, else a :class:`Segment`.
@@ -139,6 +145,7 @@ class _PoolBase:
             try:
                 carved = self._carve(need)
                 if carved is None:
+                    ensure_context(self._device.id)
                     self._grow(footprint, nbytes)
                     carved = self._carve(need)
                     if carved is None:  # pragma: no cover - _grow guarantees room
@@ -148,8 +155,8 @@ class _PoolBase:
                 # Made before the commit: once committed, nothing can stop the segment
                 # from reaching the caller except the return itself (then its finalizer
                 # gives the range back).
-                segment = (HostSegment if self._host else Segment)(self, start, nbytes, extent,
-                                                                   serial)
+                segment = cast(SegmentT, (HostSegment if self._host else Segment)(
+                    self, start, nbytes, extent, serial))
                 count = self._allocations + 1
                 self._live[start], self._allocations = (footprint, nbytes, serial), count
                 self._in_use += footprint
@@ -177,6 +184,7 @@ class _PoolBase:
                 self._drain()
             if self._closed:
                 return 0
+            ensure_context(self._device.id)
             try:
                 return self._release_unused()
             except BaseException:
@@ -210,6 +218,8 @@ class _PoolBase:
         """Give every block back; live segments become freed. A second call does nothing."""
         with self._lock:
             if not self._closed:
+                if state.is_live(self._owner, self._token):
+                    ensure_context(self._device.id)
                 self._shutdown()
 
     def _shutdown(self) -> None:

@@ -14,9 +14,10 @@ from ..sizes import (
 )
 from ..vmm import ExpandableSegment
 from ._base import _PoolBase
+from .segments import Segment
 
 
-class ExpandablePool(_PoolBase):
+class ExpandablePool(_PoolBase[Segment]):
     """Segments in one contiguous virtual range that grows and shrinks (docs/runtime-model.md §4,
     §3.14).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-from typing import Any
+from typing import Any, Literal, overload
 
 from .._args import c_uint
 from ..buffers import Buffer
@@ -19,12 +19,20 @@ from ..sizes import (
     align_up,
     allocation_size,
 )
-from ._base import _PoolBase
+from ._base import SegmentT, _PoolBase
 from ._index import _Block
+from .segments import HostSegment, Segment
 from .stats import DEFAULT_BLOCK_SIZE
 
+#: The ``api`` values of device memory and of page-locked host memory, for the overloads.
+_DeviceApi = Literal[AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED,
+                     AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC, "aclrtMalloc",
+                     "aclrtMallocAlign32", "aclrtMallocCached", "acldvppMalloc",
+                     "hi_mpi_dvpp_malloc"]
+_HostApi = Literal[AllocApi.MALLOC_HOST, "aclrtMallocHost"]
 
-class SegmentPool(_PoolBase):
+
+class SegmentPool(_PoolBase[SegmentT]):
     """Segments carved from parent blocks taken with ``api`` (docs/runtime-model.md §3.14).
 
     ``api`` is any allocation call: aclrtMalloc (default), aclrtMallocAlign32,
@@ -37,6 +45,21 @@ class SegmentPool(_PoolBase):
     memory. The calling thread must have the device current when the pool grows.
     """
 
+    # The pool's type follows ``api``: SegmentPool[Segment] (DeviceBuffer segments) for
+    # device memory, SegmentPool[HostSegment] for aclrtMallocHost; an api only known at
+    # run time gives the union.
+    @overload
+    def __init__(self: SegmentPool[Segment], device: Device | int, *,
+                 api: _DeviceApi = ..., block_size: int = ..., limit: int | None = ...,
+                 mixed_media: bool = ..., policy: int = ...) -> None: ...
+    @overload
+    def __init__(self: SegmentPool[HostSegment], device: Device | int, *, api: _HostApi,
+                 block_size: int = ..., limit: int | None = ..., mixed_media: bool = ...,
+                 policy: int = ...) -> None: ...
+    @overload
+    def __init__(self: SegmentPool[Segment | HostSegment], device: Device | int, *,
+                 api: AllocApi | str, block_size: int = ..., limit: int | None = ...,
+                 mixed_media: bool = ..., policy: int = ...) -> None: ...
     def __init__(self, device: Device | int, *, api: AllocApi | str = AllocApi.MALLOC,
                  block_size: int = DEFAULT_BLOCK_SIZE, limit: int | None = None,
                  mixed_media: bool = False,

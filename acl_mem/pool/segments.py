@@ -18,7 +18,7 @@ class _SegmentBase(Buffer):
     """What a segment changes in a buffer: its memory goes back to its pool."""
 
     __slots__ = ()
-    _pool: _PoolBase
+    _pool: _PoolBase[Any]
     _extent: int
     _serial: int
 
@@ -41,7 +41,7 @@ class _SegmentBase(Buffer):
             raise
 
     @property
-    def pool(self) -> _PoolBase:
+    def pool(self) -> _PoolBase[Any]:
         """The pool this segment came from."""
         return self._pool
 
@@ -82,7 +82,7 @@ class Segment(_SegmentBase, DeviceBuffer):
 
     __slots__ = ("_extent", "_pool", "_serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int, serial: int) -> None:
+    def __init__(self, pool: _PoolBase[Any], ptr: int, size: int, extent: int, serial: int) -> None:
         # The pool first: the finalizer needs it as soon as there is a pointer to return.
         self._pool = pool
         self._extent = extent
@@ -96,7 +96,7 @@ class _GiveBack:
 
     __slots__ = ("parent", "pool", "ptr", "serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, serial: int, parent: Any) -> None:
+    def __init__(self, pool: _PoolBase[Any], ptr: int, serial: int, parent: Any) -> None:
         self.pool, self.ptr, self.serial, self.parent = pool, ptr, serial, parent
 
     def __call__(self, _: Any) -> None:
@@ -110,7 +110,7 @@ class HostSegment(_SegmentBase, HostBuffer):
 
     __slots__ = ("_extent", "_pool", "_serial")
 
-    def __init__(self, pool: _PoolBase, ptr: int, size: int, extent: int, serial: int) -> None:
+    def __init__(self, pool: _PoolBase[Any], ptr: int, size: int, extent: int, serial: int) -> None:
         self._pool = pool
         self._extent = extent
         self._serial = serial

@@ -567,7 +567,7 @@ class PoolMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pool: SegmentPool | None = None
+        self.pool: SegmentPool[Segment | HostSegment] | None = None
         self.live: list[tuple[Segment | HostSegment, int, int]] = []  # (segment, size, byte)
         self.counter = 0
 
