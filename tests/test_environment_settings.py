@@ -13,6 +13,7 @@ from acl_mem import _env
 from acl_mem._fake import config
 from acl_mem.errors import SettingError
 
+
 @pytest.fixture(autouse=True)
 def _environment_decides(monkeypatch):
     """What configure() chose earlier in the session would hide the variables."""
