@@ -92,6 +92,13 @@ class State:
                 # Every thread that had the device current has none now (current_device).
                 self._device_epoch[device] += 1
 
+    def device_reset_force(self, device: int) -> None:
+        """aclrtResetDeviceForce: only the device's created contexts still hold it."""
+        with self._lock:
+            held = sum(1 for owner in self._contexts.values() if owner == device)
+            self._set_count[device] = held + 1  # device_reset takes the last of the sets
+        self.device_reset(device)
+
     def context_created(self, handle: int, device: int) -> None:
         """aclrtCreateContext: the context holds ``device`` open and is now current."""
         with self._lock:

@@ -107,6 +107,7 @@ __all__ = [
     "aclrtReleaseMemAddress",
     "aclrtReserveMemAddress",
     "aclrtResetDevice",
+    "aclrtResetDeviceForce",
     "aclrtResetEvent",
     "aclrtSetCurrentContext",
     "aclrtSetDevice",
@@ -182,6 +183,21 @@ def aclrtResetDevice(deviceId: int) -> None:
             raise
         check(rc, "aclrtResetDevice", deviceId=dev)
         state.device_reset(dev)
+
+
+def aclrtResetDeviceForce(deviceId: int) -> None:
+    """Drop every reference of aclrtSetDevice at once: the device's default context and its
+    memory are released (created contexts still hold it open); no reference left -> 507007
+    (docs/runtime-model.md §3.2)."""
+    dev = c_int(deviceId, "aclrtResetDeviceForce", "deviceId")
+    with state.lock:
+        try:
+            rc = _backend.get().aclrtResetDeviceForce(dev)
+        except HazardError:
+            state.device_reset_force(dev)  # raised after the reset took effect
+            raise
+        check(rc, "aclrtResetDeviceForce", deviceId=dev)
+        state.device_reset_force(dev)
 
 
 def aclrtGetDevice() -> int:

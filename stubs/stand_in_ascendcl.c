@@ -138,6 +138,7 @@ struct acl_mem_stand_in_table {
     aclError (*aclFinalize)(void);
     aclError (*aclrtSetDevice)(int32_t deviceId);
     aclError (*aclrtResetDevice)(int32_t deviceId);
+    aclError (*aclrtResetDeviceForce)(int32_t deviceId);
     aclError (*aclrtGetDevice)(int32_t *deviceId);
     aclError (*aclrtGetDeviceCount)(uint32_t *count);
     aclError (*aclrtGetRunMode)(aclrtRunMode *runMode);
@@ -221,6 +222,10 @@ aclError aclrtSetDevice(int32_t deviceId)
 aclError aclrtResetDevice(int32_t deviceId)
 {
     return stand_in.aclrtResetDevice ? stand_in.aclrtResetDevice(deviceId) : 507000;
+}
+aclError aclrtResetDeviceForce(int32_t deviceId)
+{
+    return stand_in.aclrtResetDeviceForce ? stand_in.aclrtResetDeviceForce(deviceId) : 507000;
 }
 aclError aclrtGetDevice(int32_t *deviceId)
 {

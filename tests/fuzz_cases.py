@@ -321,6 +321,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
     "aclFinalize": (),
     "aclrtSetDevice": ("device",),
     "aclrtResetDevice": ("device",),
+    "aclrtResetDeviceForce": ("device",),
     "aclrtGetDevice": (),
     "aclrtGetDeviceCount": (),
     "aclrtGetRunMode": (),
@@ -388,6 +389,7 @@ SIGNATURES: dict[str, tuple[str, ...]] = {
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "runtime": ("aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice",
+                "aclrtResetDeviceForce",
                 "aclrtGetDevice", "aclrtGetDeviceCount", "aclrtGetRunMode", "aclrtGetSocName",
                 "aclrtGetVersion", "aclsysGetVersionStr", "aclrtGetLastError",
                 "aclrtPeekAtLastError",

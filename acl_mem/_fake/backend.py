@@ -356,6 +356,10 @@ class FakeBackend:
         with self._state.lock, self._state.hazards.held():
             return self._state.runtime.reset_device(deviceId)
 
+    def aclrtResetDeviceForce(self, deviceId: int) -> int:
+        with self._state.lock, self._state.hazards.held():
+            return self._state.runtime.reset_device(deviceId, force=True)
+
     def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]:
         if null_outputs & 1:
             return codes.INVALID_PARAM, 0

@@ -116,12 +116,16 @@ class FakeRuntime:
             self._local.cur = primary
         return codes.SUCCESS
 
-    def reset_device(self, device_id: int) -> int:
+    def reset_device(self, device_id: int, force: bool = False) -> int:
+        """aclrtResetDevice drops one reference; ``force`` (aclrtResetDeviceForce) drops them
+        all. Created contexts keep the device open either way."""
         if not self.valid_device(device_id):
             return codes.INVALID_DEVICEID
         with self.lock:
             if self._references[device_id] == 0:
                 return codes.CONTEXT_RELEASE_ERROR
+            if force:
+                self._references[device_id] = 1
             self._references[device_id] -= 1
             if self._references[device_id] == 0:
                 primary = self._primary[device_id]

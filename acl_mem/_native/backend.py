@@ -95,6 +95,9 @@ class NativeBackend(NativeEvents, NativeVmm):
     def aclrtResetDevice(self, deviceId: int) -> int:
         return int(self.lib.aclrtResetDevice(deviceId))
 
+    def aclrtResetDeviceForce(self, deviceId: int) -> int:
+        return int(self.lib.aclrtResetDeviceForce(deviceId))
+
     def aclrtGetDevice(self, null_outputs: int = 0) -> tuple[int, int]:
         out = self._out("int32_t *", bool(null_outputs & 1))
         rc = int(self.lib.aclrtGetDevice(out))

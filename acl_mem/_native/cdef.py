@@ -143,6 +143,7 @@ aclError aclInit(const char *configPath);
 aclError aclFinalize();
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtResetDeviceForce(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
 aclError aclrtGetRunMode(aclrtRunMode *runMode);

@@ -108,6 +108,12 @@ def _kept_code(getter: Callable[[int], int], level: int) -> int:
         return _common.as_int32(exc.code)
 
 
+def reset_device_force(device_id: int, /) -> int:
+    """``ret = acl.rt.reset_device_force(device_id)``: aclrtResetDeviceForce."""
+    dev = _common.as_int(device_id, "acl.rt.reset_device_force", "device_id")
+    return _common.code_of(lambda: _raw.aclrtResetDeviceForce(dev))
+
+
 def destroy_stream_force(stream: int, /) -> int:
     """``ret = acl.rt.destroy_stream_force(stream)``: aclrtDestroyStreamForce."""
     handle = _common.as_ulong(stream, "acl.rt.destroy_stream_force", "stream")
@@ -241,7 +247,6 @@ _common.define_stubs(globals(), _MODULE, """
     device_enable_peer_access device_disable_peer_access device_peer_access_status
     get_mem_uce_info mem_uce_repair synchronize_stream_with_timeout
     synchronize_device_with_timeout stream_query create_stream_with_config
-    reset_device_force
 """, _common.NOT_YET.format(what="these memory, stream and device calls"))
 
 _common.define_stubs(globals(), _MODULE, """

@@ -516,8 +516,7 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
                     for (ret, name, args), (_, _, low, calls) in zip(decls, lowered, strict=True)
                     if name in fast}
     ffi.cdef("\n".join(extern for extern, _ in entries_fast.values()))
-    ffi.cdef('extern "Python" aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);\n'
-             'extern "Python" void acl_mem_py_at_exit(void);\n'
+    ffi.cdef('extern "Python" void acl_mem_py_at_exit(void);\n'
              "void acl_mem_shim_note(const char *text);\n"
              "uintptr_t acl_mem_shim_caller(void);\n"
              "int acl_mem_shim_where(uintptr_t address, char **file, char **symbol,\n"
@@ -545,14 +544,11 @@ def engine_ffi(*, python: str, paths: list[str], version: str) -> cffi.FFI:
         *[f"static {ret} acl_mem_py_{name}({args});" for ret, name, args, _ in lowered],
         *[extern.replace('extern "Python" ', "static ")
           for extern, _ in entries_fast.values()],
-        "static aclError acl_mem_py_aclrtResetDeviceForce(int32_t deviceId);",
         "static void acl_mem_py_at_exit(void);",
         *[f"static {ret} acl_mem_c_{name}({args})\n{{\n    return acl_mem_py_{name}({calls});\n}}"
           for (ret, name, args), (_, _, _, calls) in zip(decls, lowered, strict=True)
           if name not in own and name not in fast],
         *[wrapper for _, wrapper in entries_fast.values()],
-        "static aclError acl_mem_c_aclrtResetDeviceForce(int32_t deviceId)\n"
-        "{\n    return acl_mem_py_aclrtResetDeviceForce(deviceId);\n}",
         _OWN,
         f"static const struct acl_mem_shim_table acl_mem_shim_table_value = {{\n{table}\n}};",
         _START,

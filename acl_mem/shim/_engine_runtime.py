@@ -15,7 +15,7 @@ from ._decls import arg_names, sections
 from ._marshal import fast_eligible, forwarder, roles
 
 __all__ = ["ALLOCATING", "CALLBACK_FAILED", "CallerSites", "failure_text", "install",
-           "leak_report_at_exit", "reset_device_force"]
+           "leak_report_at_exit"]
 
 #: What an entry point returns if the engine raised (a bug in acl_mem: cffi prints the
 #: traceback): ACL_ERROR_RT_INTERNAL_ERROR, as the test suite's stand-in does.
@@ -54,20 +54,6 @@ def _noter(lib: Any, name: str) -> Callable[[int, dict[str, object]], None]:
         lib.acl_mem_shim_note(text.encode("utf-8", "replace"))
 
     return failed
-
-
-def reset_device_force(deviceId: int) -> int:
-    """aclrtResetDeviceForce on the fake: aclrtResetDevice until no reference is left,
-    under the runtime's lock (acl_mem/shim/_extra.py)."""
-    backend = _backend.get()
-    runtime = getattr(backend, "runtime", None)
-    if runtime is None:  # not the fake: install() makes it the fake, so never here
-        return backend.aclrtResetDevice(deviceId)
-    with runtime.lock:
-        rc = backend.aclrtResetDevice(deviceId)
-        while rc == 0 and runtime.references(deviceId) > 0:
-            rc = backend.aclrtResetDevice(deviceId)
-        return rc
 
 
 def leak_report_at_exit(where: Callable[[int], str | None] | None = None) -> None:
@@ -217,13 +203,4 @@ def install(ffi: Any, lib: Any) -> None:
                                  failed=_noter(lib, name), names=names, sited=sites.call,
                                  noted=noted, fast=True)
                 ffi.def_extern(name=f"acl_mem_py_fast_{name}", error=-CALLBACK_FAILED)(fast)
-    note_force = _noter(lib, "aclrtResetDeviceForce")
-
-    def force(deviceId: int) -> int:
-        rc = reset_device_force(deviceId)
-        if rc:
-            note_force(rc, {"deviceId": deviceId})
-        return rc
-
-    ffi.def_extern(name="acl_mem_py_aclrtResetDeviceForce", error=CALLBACK_FAILED)(force)
     ffi.def_extern(name="acl_mem_py_at_exit")(lambda: leak_report_at_exit(sites.where))

@@ -6,9 +6,9 @@ Three kinds:
   (data buffers, aclDataTypeSize, aclrtDeviceGetBareTgid, aclGetRecentErrMsg). Written
   here in C and compiled into the front library: no Python starts for them.
 - :data:`ENGINE`: functions the fake has no entry point for, answered by the engine on
-  top of existing ones (aclrtResetDeviceForce: resets until no reference is left;
-  aclFinalizeReference: the aclInit reference count, kept by the engine around aclInit
-  and aclFinalize). Reached through the table like the bound functions.
+  top of existing ones (aclFinalizeReference: the aclInit reference count, kept by the
+  engine around aclInit and aclFinalize). Reached through the table like the bound
+  functions.
 - :data:`SERVICES`: table entries that are no ACL function: the engine's per-thread
   "recent error" text (written by the marshalling when a call fails), a way for the
   front to add to it, the exit hook that prints the leak report, and the C caller of
@@ -35,10 +35,6 @@ The choices, with what the public CANN runtime source does (hicann/runtime,
   the next failure.
 - aclrtDeviceGetBareTgid: the process id (``getpid()``), which is what the fake's
   sharing whitelist (aclrtMemSetPidToShareableHandle) compares; NULL -> 100000.
-- aclrtResetDeviceForce: like aclrtResetDevice until the device has no reference left,
-  under the fake's lock (no other thread's aclrtSetDevice slips in between); a device
-  without references -> 507007 and an id out of range -> 107001, as aclrtResetDevice.
-  Contexts from aclrtCreateContext keep the device open, as they do for aclrtResetDevice.
 - fork: once Python runs, the engine registers pthread_atfork handlers. Before a fork
   from a thread that does not hold the GIL, the forking thread takes aclInit's lock,
   then the GIL (the order aclInit takes them), then PyOS_BeforeFork: no other thread is
@@ -89,7 +85,6 @@ __all__ = ["DATA_TYPES", "ENGINE", "FRONT_C", "FRONT_C_SUPPORT", "HEADER_CONSTAN
 
 #: Engine functions: name -> (return type, parameters), header-free (the engine's types).
 ENGINE: dict[str, tuple[str, str]] = {
-    "aclrtResetDeviceForce": ("aclError", "int32_t deviceId"),
     "aclFinalizeReference": ("aclError", "uint64_t *refCount"),
 }
 

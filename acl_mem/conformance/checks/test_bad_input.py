@@ -39,6 +39,7 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
     "aclFinalize": [],
     "aclrtSetDevice": [("deviceId", I32, 0)],
     "aclrtResetDevice": [("deviceId", I32, 0)],
+    "aclrtResetDeviceForce": [("deviceId", I32, 0)],
     "aclrtGetDevice": [],
     "aclrtGetDeviceCount": [],
     "aclrtGetRunMode": [],
@@ -114,7 +115,7 @@ SIGNATURES: dict[str, list[tuple[str, str, object]]] = {
 _STRUCTS = {"aclrtPhysicalMemProp", "aclrtMemLocation", "aclrtMemAccessDesc"}
 
 #: Calls whose harmless valid arguments can be run as a control (no init/finalize/reset).
-_CONTROL_SKIP = {"aclInit", "aclFinalize", "aclrtResetDevice"}
+_CONTROL_SKIP = {"aclInit", "aclFinalize", "aclrtResetDevice", "aclrtResetDeviceForce"}
 
 WRONG_TYPES = ["0", None, 1.5, True, False, 1.0, b"\x00", [0], 1 + 0j]
 
@@ -228,7 +229,7 @@ def test_raw_malloc_size_0_is_100000(dev, name):
     assert e.value.code == 100000
 
 
-@pytest.mark.parametrize("name", ["aclrtSetDevice", "aclrtResetDevice"])
+@pytest.mark.parametrize("name", ["aclrtSetDevice", "aclrtResetDevice", "aclrtResetDeviceForce"])
 @pytest.mark.parametrize("device", [-1, 2**31 - 1, -(2**31)])
 def test_raw_int32_device_outside_device_range_is_107001(dev, name, device):
     """docs/runtime-model.md §3.2: a valid int32 outside [0, count) reaches the runtime ->

@@ -470,6 +470,56 @@ def test_spec_3_2_reset_out_of_range_is_107001(backend, which):
     assert e.value.code == 107001
 
 
+def test_spec_3_2_reset_force_drops_every_reference_and_the_memory(backend):
+    """docs/runtime-model.md §3.2: aclrtResetDeviceForce after three aclrtSetDevice releases the
+    device at once: the context is gone, the memory free again; another force reset -> 507007."""
+    raw.aclrtSetDevice(0)
+    huge0 = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
+    raw.aclrtSetDevice(0)
+    raw.aclrtSetDevice(0)
+    raw.aclrtMalloc(4 * MiB, MallocPolicy.HUGE_ONLY)
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0] < huge0
+    raw.aclrtResetDeviceForce(0)
+    with pytest.raises(ContextNullError):
+        raw.aclrtGetDevice()
+    for reset in (raw.aclrtResetDeviceForce, raw.aclrtResetDevice):
+        with pytest.raises(ContextReleaseError) as e:
+            reset(0)
+        assert e.value.code == 507007
+    raw.aclrtSetDevice(0)
+    try:
+        assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0] == huge0
+    finally:
+        raw.aclrtResetDevice(0)
+
+
+def test_spec_3_2_reset_force_of_a_device_never_set_is_507007(backend):
+    """docs/runtime-model.md §3.2: no reference to drop -> 507007; an id out of range ->
+    107001."""
+    with pytest.raises(ContextReleaseError) as e:
+        raw.aclrtResetDeviceForce(0)
+    assert e.value.code == 507007
+    with pytest.raises(InvalidDeviceIdError) as e2:
+        raw.aclrtResetDeviceForce(device_count())
+    assert e2.value.code == 107001
+
+
+def test_spec_3_2_reset_force_leaves_created_contexts_holding_the_device(backend):
+    """docs/runtime-model.md §3.2 / §3.3: a context from aclrtCreateContext is no reference of the
+    default context: after the force reset its memory and the context still work."""
+    raw.aclrtSetDevice(0)
+    created = raw.aclrtCreateContext(0)
+    try:
+        ptr = raw.aclrtMalloc(64)
+        raw.aclrtSetDevice(0)
+        raw.aclrtResetDeviceForce(0)
+        raw.aclrtSetCurrentContext(created)
+        raw.aclrtMemset(ptr, 64, 7, 64)
+        raw.aclrtFree(ptr)
+    finally:
+        raw.aclrtDestroyContext(created)
+
+
 # -- §3.2 aclrtGetDevice / per-thread contexts -----------------------------------------------------
 
 
