@@ -237,6 +237,17 @@ def test_a_pid_whitelisted_before_its_process_starts_admits_only_later_processes
     assert not entry.admits((gone + 1, entry.start + 5))
 
 
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_whitelisting_the_same_pids_again_does_not_grow_the_record(fake, dev, share_dir,
+                                                                  handles):
+    shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0)
+    pids = [dead_pid(), os.getppid()]
+    for _ in range(3):
+        raw.aclrtMemSetPidToShareableHandle(shareable, pids, 2)
+    entries = read_record(record_path(share_dir, shareable))["pids"]
+    assert sorted(entry[0] for entry in entries) == sorted(pids)
+
+
 def _set_last_pid(pid: int) -> bool:
     try:
         Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid))

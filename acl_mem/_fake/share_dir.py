@@ -27,6 +27,7 @@ import pwd
 import stat
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import _env
@@ -74,10 +75,11 @@ def open_share_directory() -> tuple[int, Path]:
                    "of your own with mode 0700")
 
 
-def default_candidates() -> list[Path]:
+def default_candidates() -> Iterator[Path]:
+    """The default places in order, each looked up only if the one before is refused."""
     uid = os.geteuid()
     base = _SHM if _SHM.is_dir() else Path(tempfile.gettempdir())
-    found = [base / f"acl_mem_fake_{uid}"]
+    yield base / f"acl_mem_fake_{uid}"
     run = _RUN_USER / str(uid)
     try:
         info = os.stat(run, follow_symlinks=False)
@@ -85,11 +87,10 @@ def default_candidates() -> list[Path]:
         info = None
     if info is not None and stat.S_ISDIR(info.st_mode) and info.st_uid == uid and \
             stat.S_IMODE(info.st_mode) & 0o077 == 0:
-        found.append(run / "acl_mem_fake")
+        yield run / "acl_mem_fake"
     home = _home(uid)
     if home is not None:
-        found.append(home / ".cache" / "acl_mem" / "share")
-    return found
+        yield home / ".cache" / "acl_mem" / "share"
 
 
 def _home(uid: int) -> Path | None:

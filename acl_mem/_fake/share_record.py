@@ -114,7 +114,15 @@ class Record:
 
     def allow(self, pids: list[int]) -> None:
         entries = set(self.allowed) | {Allowed.now(pid) for pid in pids}
-        self.allowed = sorted(entries, key=lambda e: (e.pid, e.start, e.exact))
+        # Of the entries for a pid nothing ran under, the earliest admits every later
+        # one's processes: keeping one stops repeated calls from growing the record.
+        earliest: dict[int, Allowed] = {}
+        for entry in entries:
+            if not entry.exact and (entry.pid not in earliest or
+                                    entry.start < earliest[entry.pid].start):
+                earliest[entry.pid] = entry
+        kept = {e for e in entries if e.exact or earliest[e.pid] is e}
+        self.allowed = sorted(kept, key=lambda e: (e.pid, e.start, e.exact))
 
     def drop_dead_holders(self) -> bool:
         """Forget holders that no longer run; True if any went."""
