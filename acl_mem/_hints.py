@@ -199,9 +199,16 @@ def address_space_hint() -> str:
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     except (OSError, ValueError):
         limit = resource.RLIM_INFINITY
-    shown = "is unlimited" if limit == resource.RLIM_INFINITY else f"is {_human(limit)}"
+    if limit == resource.RLIM_INFINITY:
+        # No limit, so the kernel said no: in strict overcommit (vm.overcommit_memory=2)
+        # even MAP_NORESERVE mappings count against the commit limit.
+        cause = ("this process has no address-space limit (RLIMIT_AS, `ulimit -v`), so the "
+                 "kernel refused it (vm.overcommit_memory=2 counts sparse mappings too)")
+        remedy = "Give the fake a smaller device"
+    else:
+        cause = f"this process's address-space limit (RLIMIT_AS, `ulimit -v`) is {_human(limit)}"
+        remedy = "Raise the limit, or give the fake a smaller device"
     return ("The fake backs each device's memory with sparse host mappings of about twice "
             "its capacity plus 16 GiB for DVPP (no RAM is used until bytes are written), and "
-            f"this process's address-space limit (RLIMIT_AS, `ulimit -v`) {shown}. Raise "
-            "the limit, or give the fake a smaller device: "
-            "acl_mem.fake.configure(hbm_bytes=...), or ACL_MEM_FAKE_PROFILE=atlas-200dk")
+            f"{cause}. {remedy}: acl_mem.fake.configure(hbm_bytes=...), or "
+            "ACL_MEM_FAKE_PROFILE=atlas-200dk")

@@ -7,6 +7,7 @@ fixture), so runs of the suite on one machine never meet in the default director
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -165,3 +166,16 @@ def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]
 def kill(proc: subprocess.Popen[str]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def no_tmpfile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """open(O_TMPFILE) fails as on a file system that cannot make unnamed files."""
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)

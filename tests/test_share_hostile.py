@@ -22,10 +22,12 @@ from helpers import clean_env
 from share_support import (
     CHILD,
     FAKE_ONLY,
+    LOCK_NAME,
     MAGIC,
     child,
     handles,
     huge_free,
+    no_tmpfile,
     physical,
     read_record,
     record_path,
@@ -40,7 +42,7 @@ from acl_mem._fake.share_record import Allowed
 from acl_mem._fake.vmm_share import new_shareable
 from acl_mem.errors import InternalError, RtParamInvalidError
 
-__all__ = ["handles", "share_dir"]  # fixtures, used by name
+__all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
 
 
 def dead_pid() -> int:
@@ -427,3 +429,18 @@ def test_blank_share_dir_setting_means_the_default(fake, dev, handles, default_p
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     assert records(default_places["default"]) == [
         record_path(default_places["default"], shareable)]
+
+
+# -- file systems without unnamed files ----------------------------------------------------------
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_without_unnamed_files_records_are_still_whole_and_tidy(
+        fake, dev, share_dir, handles, no_tmpfile):
+    """Where O_TMPFILE is refused a named temporary file is written and linked: the
+    sharing calls work the same and leave no temporary file behind."""
+    shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0)
+    raw.aclrtMemSetPidToShareableHandle(shareable, [os.getppid()], 1)
+    assert read_record(record_path(share_dir, shareable))["pids"][0][0] == os.getppid()
+    raw.aclrtFreePhysical(handles.pop())
+    assert [p.name for p in share_dir.iterdir()] == [LOCK_NAME]

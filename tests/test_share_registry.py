@@ -27,6 +27,7 @@ from share_support import (
     huge_free,
     kill,
     lock_is_free,
+    no_tmpfile,
     physical,
     read_record,
     record_path,
@@ -37,9 +38,10 @@ from share_support import (
 )
 
 from acl_mem import raw
+from acl_mem._fake import vmm_share
 from acl_mem.errors import InternalError, RtParamInvalidError
 
-__all__ = ["handles", "share_dir"]  # fixtures, used by name
+__all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
 
 
 # -- 1. the directory is trusted only when it is the user's own ------------------------------------
@@ -301,9 +303,14 @@ def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
-def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles):
+@pytest.mark.parametrize("files", ["unnamed", "named"])
+def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles, files,
+                                                  request):
     """Whatever line an export is interrupted at: the lock is free, every record on disk
-    is whole and belongs to an exported handle, and freeing the handle removes it."""
+    is whole and belongs to an exported handle, and freeing the handle removes it; no
+    temporary file stays, with or without unnamed files (O_TMPFILE)."""
+    if files == "named":
+        request.getfixturevalue("no_tmpfile")
     before = huge_free()
 
     def setup() -> Any:
@@ -320,7 +327,12 @@ def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles)
         assert not (share_dir / LOCK_NAME).exists() or lock_is_free(share_dir)
         raw.aclrtFreePhysical(handles.pop())
         assert records(share_dir) == []
+        for path in share_dir.glob(".acl_mem_fake-tmp-*"):  # the next export sweeps them
+            assert path.name in vmm_share._own_temps or path.read_bytes().startswith(MAGIC)
     assert huge_free() == before
+    raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    raw.aclrtFreePhysical(handles.pop())
+    assert list(share_dir.glob(".acl_mem_fake-tmp-*")) == []
 
 
 @pytest.mark.fake_only(FAKE_ONLY)

@@ -58,6 +58,9 @@ _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 #: Errors of open(O_TMPFILE) where the file system cannot make unnamed files.
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
 _counter = itertools.count(1)
+#: Temporary files this process creates without the magic in them yet (where there are no
+#: unnamed files): its own to remove, whatever they hold.
+_own_temps: set[str] = set()
 _counter_lock = threading.Lock()
 
 
@@ -136,7 +139,7 @@ class _Session:
             os.replace(temp, record_name(shareable), src_dir_fd=self.dirfd,
                        dst_dir_fd=self.dirfd)
         except BaseException:
-            self.remove(temp)
+            self.remove_temp(temp)
             raise
 
     def create(self, shareable: int, record: Record) -> bool:
@@ -170,33 +173,49 @@ class _Session:
                 yield lambda name: os.link(source, name, dst_dir_fd=self.dirfd,
                                            follow_symlinks=True)
             return
-        # No unnamed files here: a named one, whose only unproven moment is an interrupt
-        # between its creation and its one write (then an empty file stays).
+        # No unnamed files here: a named one. Until the magic is in it, it is proven
+        # ours by its name being in _own_temps, entered before it is created (with
+        # O_EXCL, under a random name) and left only once the file is gone.
         temp = f"{_TEMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+        _own_temps.add(temp)
         try:
-            with open(temp, "xb", buffering=0, opener=self._opener()) as file:
+            try:
+                file = open(temp, "xb", buffering=0, opener=self._opener())  # noqa: SIM115
+            except FileExistsError:
+                _own_temps.discard(temp)  # someone else's file had the name
+                raise
+            with file:
                 _write_all(file, data)
             yield lambda name: os.link(temp, name, src_dir_fd=self.dirfd,
                                        dst_dir_fd=self.dirfd, follow_symlinks=False)
         finally:
-            self.remove(temp)
+            self.remove_temp(temp)
 
-    def remove(self, name: str) -> bool:
+    def remove(self, name: str, *, created_here: bool = False) -> bool:
         """Unlink ``name`` if it is provably the fake's: a regular file of this user that
-        starts with the magic, and still the same file when unlinked. True if removed."""
+        starts with the magic (or that this process created: ``created_here``), and still
+        the same file when unlinked. True once nothing is at the name."""
         try:
             with open(name, "rb", buffering=0, opener=self._opener(os.O_NONBLOCK)) as file:
                 info = os.fstat(file.fileno())
-                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or \
-                        file.read(len(MAGIC)) != MAGIC:
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                    return False
+                if not created_here and file.read(len(MAGIC)) != MAGIC:
                     return False
                 now = os.stat(name, dir_fd=self.dirfd, follow_symlinks=False)
                 if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
                     return False
                 os.unlink(name, dir_fd=self.dirfd)
                 return True
+        except FileNotFoundError:
+            return True
         except OSError:
             return False
+
+    def remove_temp(self, name: str) -> None:
+        """Remove a temporary file (abandoned: they exist only under the lock)."""
+        if self.remove(name, created_here=name in _own_temps):
+            _own_temps.discard(name)
 
     def remove_record(self, shareable: int) -> bool:
         return self.remove(record_name(shareable))
@@ -366,7 +385,7 @@ class ShareRegistry:
         me = os.getpid()
         for name in session.names():
             if _TEMP_NAME.fullmatch(name):
-                session.remove(name)  # written only under the lock we hold: abandoned
+                session.remove_temp(name)  # written only under the lock we hold: abandoned
                 continue
             match = _RECORD_NAME.fullmatch(name)
             if match is None:
