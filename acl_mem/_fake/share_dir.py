@@ -21,6 +21,7 @@ then used.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pwd
@@ -160,5 +161,9 @@ def _notice_fallback(directory: Path, refused: list[str]) -> None:
     if key in _noticed:
         return
     _noticed.add(key)
-    sys.stderr.write(f"acl_mem fake: sharing memory through {directory}, not through "
+    stream = sys.stderr
+    if stream is None:  # pythonw, or closed on purpose: nobody to tell
+        return
+    with contextlib.suppress(OSError, ValueError):  # a closed or broken stderr
+        stream.write(f"acl_mem fake: sharing memory through {directory}, not through "
                      f"{'; '.join(refused)}\n")
