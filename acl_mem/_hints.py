@@ -25,7 +25,7 @@ from .sizes import (
     page_kinds,
 )
 
-__all__ = ["check", "describe", "error"]
+__all__ = ["host_address_space_hint", "check", "describe", "error"]
 
 _CONTEXT_NULL = 107002
 _PARAM_INVALID = 107000
@@ -113,6 +113,8 @@ def _hint(rc: int, call: str, size: int | None, policy: int, prop: object = None
                 "created since): use a stream of the calling thread's current device")
     if rc == _OOM and call == "aclrtReserveMemAddress":
         return _address_space_hint(size)
+    if rc == _OOM and call in _OPENS_DEVICE and _is_fake():
+        return host_address_space_hint()
     if rc == _OOM:
         return _oom_hint(call, size, policy)
     return ""
@@ -232,3 +234,39 @@ def _human(n: int) -> str:
         if n >= unit:
             return f"{n / unit:.2f} {name} ({n} bytes)" if n % unit else f"{n // unit} {name}"
     return f"{n} bytes"
+
+
+# -- the fake under an address-space limit (docs/fidelity.md row 76) ---------------------------
+
+#: Calls after which the fake maps a device's backing; their 207001 is the host's refusal.
+_OPENS_DEVICE = frozenset({"aclrtSetDevice", "aclrtCreateContext"})
+
+
+def _is_fake() -> bool:
+    try:
+        return type(_backend.get()).__module__.startswith("acl_mem._fake")
+    except Exception:  # a broken backend only loses the hint
+        return False
+
+
+def host_address_space_hint() -> str:
+    """Why the fake's device memory found no host address space, and the ways out."""
+    import resource  # only on this path, and only where it exists
+
+    try:
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (OSError, ValueError):
+        limit = resource.RLIM_INFINITY
+    if limit == resource.RLIM_INFINITY:
+        # No limit, so the kernel said no: in strict overcommit (vm.overcommit_memory=2)
+        # even MAP_NORESERVE mappings count against the commit limit.
+        cause = ("this process has no address-space limit (RLIMIT_AS, `ulimit -v`), so the "
+                 "kernel refused it (vm.overcommit_memory=2 counts sparse mappings too)")
+        remedy = "Give the fake a smaller device"
+    else:
+        cause = f"this process's address-space limit (RLIMIT_AS, `ulimit -v`) is {_human(limit)}"
+        remedy = "Raise the limit, or give the fake a smaller device"
+    return ("The fake backs each device's memory with sparse host mappings of about twice "
+            "its capacity plus 16 GiB for DVPP (no RAM is used until bytes are written), and "
+            f"{cause}. {remedy}: acl_mem.fake.configure(hbm_bytes=...), or "
+            "ACL_MEM_FAKE_PROFILE=atlas-200dk")

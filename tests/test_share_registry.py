@@ -8,149 +8,40 @@ directory of its own.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import signal
-import subprocess
-import sys
-import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import clean_env
-from injection import in_files, interrupted_runs, is_unsignalled
+from injection import interrupted_runs
+from share_support import (
+    EXPORTER,
+    FAKE_ONLY,
+    HUGE,
+    IMPORTER,
+    LOCK_NAME,
+    MAGIC,
+    child,
+    handles,
+    huge_free,
+    kill,
+    lock_is_free,
+    no_tmpfile,
+    physical,
+    read_record,
+    record_path,
+    records,
+    share_dir,
+    sharing_lines,
+    write_record,
+)
 
-import acl_mem
 from acl_mem import raw
-from acl_mem._fake import FakeBackend
-from acl_mem.enums import MemAttr, MemLocationType
-from acl_mem.errors import AclError, InternalError, RtParamInvalidError
+from acl_mem._fake import vmm_share
+from acl_mem.errors import InternalError, RtParamInvalidError
 
-MiB = 1 << 20
-HUGE = 2 * MiB
-FAKE_ONLY = "the share directory and its records exist only in the fake"
-_FAKE = Path(acl_mem.__file__).resolve().parent / "_fake"
-_SHARING = in_files(str(_FAKE / "vmm_share.py"), str(_FAKE / "vmm_calls.py"))
-
-
-def sharing_lines(frame: Any) -> bool:
-    """Lines of the sharing code where an interrupt can really arrive."""
-    return _SHARING(frame) and not is_unsignalled(frame)
-
-
-def prop() -> raw.aclrtPhysicalMemProp:
-    return raw.aclrtPhysicalMemProp(0, 0, MemAttr.HBM_MEM_HUGE,
-                                    raw.aclrtMemLocation(0, MemLocationType.DEVICE), 0)
-
-
-def huge_free() -> int:
-    return raw.aclrtGetMemInfo(MemAttr.HBM_MEM_HUGE)[0]
-
-
-def record_path(directory: Path, shareable: int) -> Path:
-    return directory / f"{shareable:016x}.json"
-
-
-def records(directory: Path) -> list[Path]:
-    return sorted(directory.glob("*.json"))
-
-
-def lock_is_free(directory: Path) -> bool:
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_NOFOLLOW)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
-@pytest.fixture
-def share_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    directory = tmp_path / "share"
-    monkeypatch.setenv("ACL_MEM_FAKE_SHARE_DIR", str(directory))
-    return directory
-
-
-@pytest.fixture
-def handles(fake: FakeBackend) -> Iterator[list[int]]:
-    """Physical handles of the check, freed at its end whatever happened."""
-    made: list[int] = []
-    try:
-        yield made
-    finally:
-        for handle in made:
-            with contextlib.suppress(AclError):
-                raw.aclrtFreePhysical(handle)
-
-
-def physical(handles: list[int]) -> int:
-    handle = raw.aclrtMallocPhysical(HUGE, prop())
-    handles.append(handle)
-    return handle
-
-
-# -- other processes -------------------------------------------------------------------------------
-
-_CHILD = """
-import sys
-import acl_mem
-from acl_mem import raw
-acl_mem.use_backend("fake")
-def code(fn, *args):
-    try:
-        return fn(*args)
-    except acl_mem.AclError as exc:
-        return -exc.code
-"""
-
-#: Imports the shareable handle given on the command line, says so, then waits.
-_IMPORTER = _CHILD + """
-print(code(raw.aclrtMemImportFromShareableHandle, int(sys.argv[1]), 0), flush=True)
-sys.stdin.readline()
-"""
-
-#: Exports 2 MiB of device memory without pid validation, prints the handle, waits.
-_EXPORTER = _CHILD + """
-prop = raw.aclrtPhysicalMemProp(0, 0, 4, raw.aclrtMemLocation(0, 1), 0)
-handle = raw.aclrtMallocPhysical(2 << 20, prop)
-print(raw.aclrtMemExportToShareableHandle(handle, 0, 1), flush=True)
-sys.stdin.readline()
-"""
-
-
-@contextlib.contextmanager
-def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
-    """A python process running ``script``; yields it and the number it printed first."""
-    env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ["ACL_MEM_FAKE_SHARE_DIR"])
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait(timeout=10)
-            assert proc.stderr is not None
-            raise AssertionError(f"the child ended early:\n{proc.stderr.read()}")
-        yield proc, int(line)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def kill(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=10)
+__all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
 
 
 # -- 1. the directory is trusted only when it is the user's own ------------------------------------
@@ -241,7 +132,7 @@ def test_symlinks_at_record_names_are_not_followed(fake, dev, share_dir, handles
 def test_symlinked_lock_file_is_refused(fake, dev, share_dir, handles, tmp_path):
     share_dir.mkdir(mode=0o700)
     target = tmp_path / "lock-target"
-    (share_dir / ".lock").symlink_to(target)
+    (share_dir / LOCK_NAME).symlink_to(target)
     with pytest.raises(InternalError) as e:
         raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     assert e.value.code == 507000
@@ -264,13 +155,13 @@ _DAMAGE = {
 def damage(path: Path, how: str) -> None:
     data = _DAMAGE[how]
     if data is None:
-        record: dict[str, Any] = json.loads(path.read_text())
+        record = read_record(path)
         if how == "wrong types":
             record = {key: str(value) for key, value in record.items()}
         else:
             record["holders"] = "many"
         data = json.dumps(record).encode()
-    path.write_bytes(data)
+    path.write_bytes(MAGIC + data)
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
@@ -316,7 +207,7 @@ def test_permission_error_reading_a_record_is_an_unusable_handle(
     real_open = os.open
 
     def refusing(path: Any, *args: Any, **kwargs: Any) -> int:
-        if str(path).endswith(".json"):
+        if str(path).endswith(".record"):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 
@@ -345,7 +236,7 @@ def test_killed_importer_lets_go_of_exported_memory(fake, dev, share_dir, handle
     before = huge_free()
     handle = physical(handles)
     shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
-    with child(_IMPORTER, str(shareable)) as (proc, imported):
+    with child(IMPORTER, str(shareable)) as (proc, imported):
         assert imported > 0
         raw.aclrtFreePhysical(handles.pop())
         assert huge_free() == before - HUGE  # held by the child
@@ -358,7 +249,7 @@ def test_killed_importer_lets_go_of_exported_memory(fake, dev, share_dir, handle
 def test_killed_importer_before_the_exporter_frees(fake, dev, share_dir, handles):
     before = huge_free()
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
-    with child(_IMPORTER, str(shareable)) as (proc, imported):
+    with child(IMPORTER, str(shareable)) as (proc, imported):
         assert imported > 0
         kill(proc)
         raw.aclrtFreePhysical(handles.pop())
@@ -373,10 +264,10 @@ def test_holder_whose_pid_was_reused_is_not_alive(fake, dev, share_dir, handles)
     before = huge_free()
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     path = record_path(share_dir, shareable)
-    record = json.loads(path.read_text())
+    record = read_record(path)
     start = int(Path(f"/proc/{os.getppid()}/stat").read_text().rsplit(")", 1)[1].split()[19])
     record["holders"] = [[os.getppid(), start + 1]]
-    path.write_text(json.dumps(record))
+    write_record(path, record)
     raw.aclrtFreePhysical(handles.pop())
     assert huge_free() == before
     assert records(share_dir) == []
@@ -384,7 +275,7 @@ def test_holder_whose_pid_was_reused_is_not_alive(fake, dev, share_dir, handles)
 
 @pytest.mark.fake_only(FAKE_ONLY)
 def test_record_of_a_killed_exporter_is_removed(fake, dev, share_dir, handles):
-    with child(_EXPORTER) as (proc, shareable):
+    with child(EXPORTER) as (proc, shareable):
         assert record_path(share_dir, shareable).exists()
         kill(proc)
     with pytest.raises(RtParamInvalidError) as e:
@@ -397,24 +288,29 @@ def test_record_of_a_killed_exporter_is_removed(fake, dev, share_dir, handles):
 @pytest.mark.fake_only(FAKE_ONLY)
 def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
     """Two imports of one export: each holds the memory until it is freed."""
-    with child(_EXPORTER) as (_, shareable):
+    with child(EXPORTER) as (_, shareable):
         first = raw.aclrtMemImportFromShareableHandle(shareable, 0)
         second = raw.aclrtMemImportFromShareableHandle(shareable, 0)
         path = record_path(share_dir, shareable)
-        assert len(json.loads(path.read_text())["holders"]) == 2
+        assert len(read_record(path)["holders"]) == 2
         raw.aclrtFreePhysical(first)
-        assert len(json.loads(path.read_text())["holders"]) == 1
+        assert len(read_record(path)["holders"]) == 1
         raw.aclrtFreePhysical(second)
-        assert json.loads(path.read_text())["holders"] == []
+        assert read_record(path)["holders"] == []
 
 
 # -- 4. interrupted at any line --------------------------------------------------------------------
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
-def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles):
+@pytest.mark.parametrize("files", ["unnamed", "named"])
+def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles, files,
+                                                  request):
     """Whatever line an export is interrupted at: the lock is free, every record on disk
-    is whole and belongs to an exported handle, and freeing the handle removes it."""
+    is whole and belongs to an exported handle, and freeing the handle removes it; no
+    temporary file stays, with or without unnamed files (O_TMPFILE)."""
+    if files == "named":
+        request.getfixturevalue("no_tmpfile")
     before = huge_free()
 
     def setup() -> Any:
@@ -426,19 +322,24 @@ def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles)
         exported = fake.physicals[handle].exported
         on_disk = records(share_dir)
         for path in on_disk:
-            json.loads(path.read_text())
+            read_record(path)
         assert on_disk in ([], [record_path(share_dir, exported)])
-        assert not (share_dir / ".lock").exists() or lock_is_free(share_dir)
+        assert not (share_dir / LOCK_NAME).exists() or lock_is_free(share_dir)
         raw.aclrtFreePhysical(handles.pop())
         assert records(share_dir) == []
+        for path in share_dir.glob(".acl_mem_fake-tmp-*"):  # the next export sweeps them
+            assert path.name in vmm_share._own_temps or path.read_bytes().startswith(MAGIC)
     assert huge_free() == before
+    raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    raw.aclrtFreePhysical(handles.pop())
+    assert list(share_dir.glob(".acl_mem_fake-tmp-*")) == []
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
 def test_interrupted_import_holds_only_what_it_returned(fake, dev, share_dir):
     """Whatever line an import is interrupted at, the record counts exactly the imported
     handles that exist, and the lock is free."""
-    with child(_EXPORTER) as (_, shareable):
+    with child(EXPORTER) as (_, shareable):
         path = record_path(share_dir, shareable)
 
         def setup() -> Any:
@@ -446,8 +347,8 @@ def test_interrupted_import_holds_only_what_it_returned(fake, dev, share_dir):
 
         for _ in interrupted_runs(setup, where=sharing_lines):
             mine = [h for h, p in fake.physicals.items() if p.imported_from == shareable]
-            assert len(json.loads(path.read_text())["holders"]) == len(mine)
+            assert len(read_record(path)["holders"]) == len(mine)
             assert lock_is_free(share_dir)
             for handle in mine:
                 raw.aclrtFreePhysical(handle)
-            assert json.loads(path.read_text())["holders"] == []
+            assert read_record(path)["holders"] == []

@@ -12,7 +12,10 @@ import mmap
 import sys
 from dataclasses import dataclass
 
+from .._hints import host_address_space_hint
+from ..errors import AclError
 from ..sizes import GIANT_PAGE, HUGE_PAGE, NORMAL_PAGE, GiB, MiB, TiB, align_up
+from .codes import MEMORY_ALLOCATION
 from .extents import Block, BlockIndex, ExtentAllocator
 from .hostmem import address_of
 from .profiles import Profile
@@ -81,12 +84,28 @@ class Region:
         if offset is None:
             # Both steps idempotent: an interrupt between them leaves nothing half-made.
             if self._map is None:
-                self._map = mmap.mmap(
-                    -1, self.size + mmap.PAGESIZE,
-                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE,
-                )
+                self._map = self._make_map()
             offset = self.host_offset = address_of(self._map) + _SKEW - self.base
         return offset + device_address
+
+    def make_backing(self) -> bool:
+        """Map the host side now; False when the host refuses that much address space
+        (``ulimit -v``), so aclrtSetDevice can say so instead of a copy failing later."""
+        try:
+            self.host_address(self.base)
+        except AclError:
+            return False
+        return True
+
+    def _make_map(self) -> mmap.mmap:
+        try:
+            return mmap.mmap(-1, self.size + mmap.PAGESIZE,
+                             flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
+        except OSError as exc:
+            # MAP_NORESERVE costs no RAM, but RLIMIT_AS counts every mapped byte. A
+            # smaller window would change where blocks may go (docs/fidelity.md row 76).
+            raise AclError(MEMORY_ALLOCATION, f"mapping {self.size} bytes of host address "
+                           "space behind fake device memory", host_address_space_hint()) from exc
 
     def freed(self, device_address: int, size: int, live: BlockIndex) -> None:
         """``[device_address, +size)`` is free now; sweep when too much is resident."""

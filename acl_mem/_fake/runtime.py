@@ -106,6 +106,8 @@ class FakeRuntime:
             return codes.INVALID_DEVICEID
         with self.lock:
             primary = self._primary[device_id]
+            if primary is None and not self._backing_ready(device_id):
+                return codes.MEMORY_ALLOCATION
             if primary is None:
                 primary = self._new_context(device_id, primary=True)
                 self._primary[device_id] = primary
@@ -145,6 +147,8 @@ class FakeRuntime:
         if not self.valid_device(device_id):
             return codes.INVALID_DEVICEID, 0
         with self.lock:
+            if not self._backing_ready(device_id):
+                return codes.MEMORY_ALLOCATION, 0
             context = self._new_context(device_id, primary=False)
             self._created[device_id] += 1
             self._local.ctx = context
@@ -223,6 +227,13 @@ class FakeRuntime:
         return self._references[device_id] > 0 or self._created[device_id] > 0
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _backing_ready(self, device_id: int) -> bool:
+        """Whether the device's memory has host address space behind it. Mapped when the
+        device is first opened so that a tight ``ulimit -v`` fails here, with a hint, rather
+        than in the first copy (docs/fidelity.md row 76)."""
+        device = self.devices[device_id]
+        return device.heap.make_backing() and device.dvpp.make_backing()
+
     def _new_context(self, device_id: int, *, primary: bool) -> Context:
         self._next_handle += _CONTEXT_STEP
         context = Context(self._next_handle, device_id, primary)

@@ -1,22 +1,22 @@
 """Exported physical memory, visible to other processes of the same user (docs/runtime-model.md
 §4.6).
 
-An export writes a record file into the share directory: the exporter (pid and process
-start time), its memfd number and that memfd's inode, the range, flags, the pid
-whitelist, whether the exporter has freed its handle, and the importers holding the
-memory, each as (pid, start time). An importer reads the record and opens the
-exporter's memfd through ``/proc/<pid>/fd``. The memory goes back to the exporter's
-pool once the exporter has freed it and no live importer holds it.
+An export writes a record (:mod:`.share_record`) into the share directory
+(:mod:`.share_dir`). An importer reads it and opens the exporter's memfd through
+``/proc/<pid>/fd``. The memory goes back to the exporter's pool once the exporter has
+freed it and no live importer holds it; dead or zombie holders are dropped whenever a
+record is read, and records of dead exporters go once nobody holds them.
 
-A process is named by (pid, start time from ``/proc/<pid>/stat``) so that a pid reused
-by an unrelated process is not taken for a holder; dead or zombie holders are dropped
-whenever a record is read, and records of dead exporters go once nobody holds them.
-
-The directory is trusted only if it is a real directory owned by the user with mode
-0700, checked on every use (docs/fidelity.md row 55). Files in it are opened relative to the
-directory's descriptor without following symlinks, records are written to a temporary
-file and renamed into place, and every read-modify-write holds ``flock`` on ``.lock``
-(released by closing its descriptor, so no exception can leave it locked).
+The directory may be a user's own (ACL_MEM_FAKE_SHARE_DIR), holding files the fake
+knows nothing of, so the fake only ever removes what it can prove it wrote: a regular
+file owned by the user, named like its records or temporary files, that starts with the
+record magic, and is still the file that was checked when it is unlinked. Anything
+else at a record's name (a symlink, a fifo, a user's file) is left alone and makes that
+shareable number unusable. Files are opened relative to the directory's descriptor,
+never through a symlink and never blocking; reads are capped. A record is written into
+an unnamed file (``O_TMPFILE``) and linked or renamed into place whole, and every
+read-modify-write holds ``flock`` on the lock file (released by closing its descriptor,
+so no exception can leave it locked).
 """
 
 from __future__ import annotations
@@ -24,67 +24,44 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import itertools
-import json
 import os
 import re
 import stat
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import AclError
 from . import codes
+from .share_dir import UNUSABLE_DIRECTORY, open_share_directory
+from .share_record import (
+    MAGIC,
+    DamagedRecord,
+    Identity,
+    Record,
+    identity_of,
+    is_alive,
+    self_identity,
+)
 
-__all__ = ["Identity", "Record", "ShareRegistry", "identity_of", "new_shareable",
-           "self_identity"]
+__all__ = ["UNUSABLE_DIRECTORY", "Identity", "Record", "ShareRegistry", "identity_of",
+           "new_shareable", "record_name", "self_identity"]
 
-#: ACL_ERROR_RT_INTERNAL_ERROR: the fake cannot use its share directory (docs/fidelity.md row 55).
-UNUSABLE_DIRECTORY = 507000
-#: (pid, start time in clock ticks after boot): one process, never a later one.
-Identity = tuple[int, int]
-
-_LOCK_NAME = ".lock"
-_RECORD_NAME = re.compile(r"([0-9a-f]{16})\.json")
-_TEMP_PREFIX = ".tmp-"
+LOCK_NAME = ".acl_mem_fake.lock"
+_RECORD_NAME = re.compile(r"acl_mem_fake-([0-9a-f]{16})\.record")
+_TEMP_PREFIX = ".acl_mem_fake-tmp-"
+_TEMP_NAME = re.compile(re.escape(_TEMP_PREFIX) + r"\d+-[0-9a-f]{12}")
 _MAX_RECORD_BYTES = 4 << 20  # 65535 whitelisted pids fit with room to spare
-_U64 = (1 << 64) - 1
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
+#: Errors of open(O_TMPFILE) where the file system cannot make unnamed files.
+_NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
 _counter = itertools.count(1)
+#: Temporary files this process creates without the magic in them yet (where there are no
+#: unnamed files): its own to remove, whatever they hold.
+_own_temps: set[str] = set()
 _counter_lock = threading.Lock()
-_self: dict[int, Identity] = {}
-
-
-def identity_of(pid: int) -> Identity | None:
-    """(pid, start time) of a running process; None if it is gone or a zombie."""
-    if pid <= 0:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as file:
-            text = file.read()
-    except OSError:
-        return None
-    # comm (field 2) may hold spaces and parentheses: fields 3.. follow the last ")".
-    rest = text[text.rfind(b")") + 1:].split()
-    if len(rest) < 20 or rest[0] in (b"Z", b"X", b"x"):
-        return None
-    try:
-        return pid, int(rest[19])
-    except ValueError:
-        return None
-
-
-def self_identity() -> Identity:
-    pid = os.getpid()
-    if pid not in _self:  # keyed by pid: a forked child is another process
-        _self[pid] = identity_of(pid) or (pid, 0)
-    return _self[pid]
-
-
-def is_alive(who: Identity) -> bool:
-    return identity_of(who[0]) == who
 
 
 def new_shareable() -> int:
@@ -94,159 +71,154 @@ def new_shareable() -> int:
     return (os.getpid() << 24) | (n & 0xFF_FFFF or 1)
 
 
-class DamagedRecord(Exception):
-    """A record file that is not a record (bad JSON, missing or mistyped fields)."""
+def record_name(shareable: int) -> str:
+    return f"acl_mem_fake-{shareable:016x}.record"
 
 
-@dataclass
-class Record:
-    owner: Identity
-    fd: int
-    inode: tuple[int, int]
-    offset: int
-    size: int
-    device: int
-    flags: int
-    mem_attr: int
-    pids: list[int] = field(default_factory=list)
-    holders: list[Identity] = field(default_factory=list)
-    owner_freed: bool = False
-
-    def owner_gone(self) -> bool:
-        return self.owner_freed or not is_alive(self.owner)
-
-    def drop_dead_holders(self) -> bool:
-        """Forget holders that no longer run; True if any went."""
-        alive = [who for who in self.holders if is_alive(who)]
-        changed = len(alive) != len(self.holders)
-        self.holders = alive
-        return changed
-
-    def to_json(self) -> bytes:
-        return json.dumps({
-            "pid": self.owner[0], "start": self.owner[1], "fd": self.fd,
-            "dev": self.inode[0], "ino": self.inode[1], "offset": self.offset,
-            "size": self.size, "device": self.device, "flags": self.flags,
-            "memAttr": self.mem_attr, "pids": self.pids,
-            "holders": [list(who) for who in self.holders], "owner_freed": self.owner_freed,
-        }).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Record:
-        try:
-            raw = json.loads(data)
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            raise DamagedRecord(f"not JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise DamagedRecord(f"a JSON {type(raw).__name__}, not an object")
-        holders = raw.get("holders")
-        if not isinstance(holders, list) or not all(
-                isinstance(who, list) and len(who) == 2 for who in holders):
-            raise DamagedRecord("'holders' is not a list of [pid, start] pairs")
-        pids = raw.get("pids")
-        if not isinstance(pids, list):
-            raise DamagedRecord("'pids' is not a list")
-        freed = raw.get("owner_freed")
-        if not isinstance(freed, bool):
-            raise DamagedRecord("'owner_freed' is not true or false")
-        return cls(
-            owner=(_whole(raw.get("pid"), "pid"), _whole(raw.get("start"), "start")),
-            fd=_whole(raw.get("fd"), "fd"),
-            inode=(_whole(raw.get("dev"), "dev"), _whole(raw.get("ino"), "ino")),
-            offset=_whole(raw.get("offset"), "offset"), size=_whole(raw.get("size"), "size"),
-            device=_whole(raw.get("device"), "device"),
-            flags=_whole(raw.get("flags"), "flags"),
-            mem_attr=_whole(raw.get("memAttr"), "memAttr"),
-            pids=[_whole(p, "a whitelisted pid", low=-(1 << 31)) for p in pids],
-            holders=[(_whole(p, "a holder's pid"), _whole(s, "a holder's start"))
-                     for p, s in holders],
-            owner_freed=freed,
-        )
-
-
-def _whole(value: object, what: str, *, low: int = 0) -> int:
-    # bool is an int to Python, never to the record.
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= _U64:
-        raise DamagedRecord(f"{what} is {value!r}, not a whole number")
-    return value
+class _NotOurs(Exception):
+    """Something at a record's name the fake did not write, or cannot read."""
 
 
 class _Session:
     """The open share directory, locked; every name is resolved relative to it."""
 
-    def __init__(self, registry: ShareRegistry, dirfd: int) -> None:
-        self.registry = registry
+    def __init__(self, directory: Path, dirfd: int) -> None:
+        self.directory = directory
         self.dirfd = dirfd
 
+    # -- reading ---------------------------------------------------------------------------------
     def load(self, shareable: int) -> Record | None:
         """The record of ``shareable``; None if there is none. A record that cannot be
-        read or parsed raises 107000 with the reason."""
+        read or parsed, or a file there the fake did not write, raises 107000."""
+        try:
+            data = self._read(record_name(shareable))
+            if data is None:
+                return None
+            if len(data) > _MAX_RECORD_BYTES:
+                raise DamagedRecord("too long")
+            return Record.decode(data)
+        except (_NotOurs, DamagedRecord) as exc:
+            raise self._damaged(shareable, str(exc)) from None
+
+    def _read(self, name: str) -> bytes | None:
+        """The bytes of ``name`` (capped) if the fake wrote it; None if nothing is there."""
         try:
             # O_NONBLOCK: a fifo planted at the name must not hang the reader.
-            with open(_name(shareable), "rb", opener=self._opener(os.O_NONBLOCK)) as file:
+            with open(name, "rb", opener=self._opener(os.O_NONBLOCK)) as file:
                 if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                    raise self._damaged(shareable, "not a regular file")
+                    raise _NotOurs("not a regular file")
                 data = file.read(_MAX_RECORD_BYTES + 1)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise self._damaged(shareable, _reason(exc)) from None
-        try:
-            if len(data) > _MAX_RECORD_BYTES:
-                raise DamagedRecord("too long")
-            return Record.from_json(data)
-        except DamagedRecord as exc:
-            raise self._damaged(shareable, str(exc)) from None
+            raise _NotOurs("a symlink" if exc.errno == errno.ELOOP else _reason(exc)) \
+                from None
+        if not data.startswith(MAGIC):
+            raise _NotOurs("not written by the acl_mem fake")
+        return data
 
     def _damaged(self, shareable: int, why: str) -> AclError:
-        path = self.registry.directory / _name(shareable)
+        path = self.directory / record_name(shareable)
         return AclError(codes.RT_PARAM_INVALID,
                         f"shareable handle {shareable:#x} cannot be used: its record {path} "
-                        f"is damaged ({why}); the exporting process may remove it by freeing "
-                        f"its handle, or delete the file")
+                        f"is damaged or not the fake's ({why}); the exporting process "
+                        f"removes a damaged record of its own by freeing its handle; "
+                        f"anything else there is left for you to delete")
 
+    def names(self) -> list[str]:
+        return os.listdir(self.dirfd)
+
+    # -- writing ---------------------------------------------------------------------------------
     def store(self, shareable: int, record: Record) -> None:
-        """Replace the record at once: readers see the old one or the new one, whole."""
-        temp = self._write_temp(record.to_json())
+        """Replace the record (loaded, so the fake's) at once: readers see the old one or
+        the new one, whole."""
+        temp = f"{_TEMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+        with self._staged(record.encode()) as link:
+            link(temp)
         try:
-            os.replace(temp, _name(shareable), src_dir_fd=self.dirfd, dst_dir_fd=self.dirfd)
+            os.replace(temp, record_name(shareable), src_dir_fd=self.dirfd,
+                       dst_dir_fd=self.dirfd)
         except BaseException:
-            self._unlink(temp)
+            self.remove_temp(temp)
             raise
 
     def create(self, shareable: int, record: Record) -> bool:
         """Publish a new record, whole; False if the name is taken."""
-        temp = self._write_temp(record.to_json())
-        try:
-            # link() neither replaces nor follows whatever already has the name.
-            os.link(temp, _name(shareable), src_dir_fd=self.dirfd, dst_dir_fd=self.dirfd,
-                    follow_symlinks=False)
-        except BaseException as exc:
-            self._unlink(temp)
-            if isinstance(exc, FileExistsError):
+        with self._staged(record.encode()) as link:
+            try:
+                # link() neither replaces nor follows whatever already has the name.
+                link(record_name(shareable))
+            except FileExistsError:
                 return False
-            raise
-        # Published: no error may say otherwise now (a stray temp file is swept later).
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=self.dirfd)
         return True
 
-    def remove(self, shareable: int) -> None:
-        self._unlink(_name(shareable))
-
-    def _unlink(self, name: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(name, dir_fd=self.dirfd)
-
-    def _write_temp(self, data: bytes) -> str:
-        name = f"{_TEMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+    @contextlib.contextmanager
+    def _staged(self, data: bytes) -> Iterator[Callable[[str], None]]:
+        """``data`` in a file of the directory under no name yet; the yielded function
+        links it at a name (FileExistsError if taken). An interrupted write leaves no
+        file behind, so nothing half-written ever needs telling from a user's file."""
         try:
-            with open(name, "xb", opener=self._opener()) as file:
-                file.write(data)
-        except BaseException:
-            self._unlink(name)
-            raise
-        return name
+            unnamed = open(".", "wb", buffering=0,  # noqa: SIM115 (closed by the with below)
+                           opener=lambda _, __: os.open(
+                               ".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600,
+                               dir_fd=self.dirfd))
+        except OSError as exc:
+            if exc.errno not in _NO_TMPFILE:
+                raise
+            unnamed = None
+        if unnamed is not None:
+            with unnamed:
+                _write_all(unnamed, data)
+                source = f"/proc/self/fd/{unnamed.fileno()}"
+                yield lambda name: os.link(source, name, dst_dir_fd=self.dirfd,
+                                           follow_symlinks=True)
+            return
+        # No unnamed files here: a named one. Until the magic is in it, it is proven
+        # ours by its name being in _own_temps, entered before it is created (with
+        # O_EXCL, under a random name) and left only once the file is gone.
+        temp = f"{_TEMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+        _own_temps.add(temp)
+        try:
+            try:
+                file = open(temp, "xb", buffering=0, opener=self._opener())  # noqa: SIM115
+            except FileExistsError:
+                _own_temps.discard(temp)  # someone else's file had the name
+                raise
+            with file:
+                _write_all(file, data)
+            yield lambda name: os.link(temp, name, src_dir_fd=self.dirfd,
+                                       dst_dir_fd=self.dirfd, follow_symlinks=False)
+        finally:
+            self.remove_temp(temp)
+
+    def remove(self, name: str, *, created_here: bool = False) -> bool:
+        """Unlink ``name`` if it is provably the fake's: a regular file of this user that
+        starts with the magic (or that this process created: ``created_here``), and still
+        the same file when unlinked. True once nothing is at the name."""
+        try:
+            with open(name, "rb", buffering=0, opener=self._opener(os.O_NONBLOCK)) as file:
+                info = os.fstat(file.fileno())
+                if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                    return False
+                if not created_here and file.read(len(MAGIC)) != MAGIC:
+                    return False
+                now = os.stat(name, dir_fd=self.dirfd, follow_symlinks=False)
+                if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+                    return False
+                os.unlink(name, dir_fd=self.dirfd)
+                return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+
+    def remove_temp(self, name: str) -> None:
+        """Remove a temporary file (abandoned: they exist only under the lock)."""
+        if self.remove(name, created_here=name in _own_temps):
+            _own_temps.discard(name)
+
+    def remove_record(self, shareable: int) -> bool:
+        return self.remove(record_name(shareable))
 
     def _opener(self, extra: int = 0) -> Callable[[str, int], int]:
         """For open(): relative to the directory, never through a symlink. A file object
@@ -254,84 +226,41 @@ class _Session:
         return lambda name, flags: os.open(name, flags | extra | _OPEN_FLAGS, 0o600,
                                            dir_fd=self.dirfd)
 
-    def names(self) -> list[str]:
-        return os.listdir(self.dirfd)
+
+def _write_all(file: io.FileIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) or 0:]
 
 
 class ShareRegistry:
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory or Path(os.environ.get("ACL_MEM_FAKE_SHARE_DIR", "")
-                                           or _default_directory())
-
-    # -- the directory -----------------------------------------------------------------------------
-    def _refuse(self, why: str) -> AclError:
-        return AclError(UNUSABLE_DIRECTORY,
-                        f"the acl_mem fake will not share memory through {self.directory}: "
-                        f"{why}. Another user could read or replace its records. Remove it "
-                        f"(it is recreated with mode 0700), or set ACL_MEM_FAKE_SHARE_DIR to "
-                        f"a directory of your own with mode 0700")
-
-    def _open_directory(self) -> int:
-        created = False
-        try:
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS)
-        except FileNotFoundError:
-            created = self._create_directory()
-            fd = self._open_existing_directory()
-        except OSError as exc:
-            raise self._refuse(_directory_reason(exc)) from None
-        try:
-            info = os.fstat(fd)
-            if info.st_uid != os.geteuid():
-                raise self._refuse(f"it belongs to uid {info.st_uid}, not to uid "
-                                   f"{os.geteuid()}")
-            if created and stat.S_IMODE(info.st_mode) != 0o700:
-                os.fchmod(fd, 0o700)  # the umask may have taken bits away
-                info = os.fstat(fd)
-            if stat.S_IMODE(info.st_mode) != 0o700:
-                raise self._refuse(f"its mode is {stat.S_IMODE(info.st_mode):#o}, not 0o700")
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _create_directory(self) -> bool:
-        try:
-            self.directory.parent.mkdir(parents=True, exist_ok=True)
-            os.mkdir(self.directory, 0o700)
-        except FileExistsError:
-            return False  # someone else was first; checked like any existing directory
-        except OSError as exc:
-            raise self._refuse(f"it cannot be created ({_reason(exc)})") from None
-        return True
-
-    def _open_existing_directory(self) -> int:
-        try:
-            return os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | _OPEN_FLAGS)
-        except OSError as exc:
-            raise self._refuse(_directory_reason(exc)) from None
+    def __init__(self) -> None:
+        #: The directory of the last session (for messages); chosen anew every time.
+        self.directory: Path | None = None
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[_Session]:
-        dirfd = self._open_directory()
+        dirfd, directory = open_share_directory()
+        self.directory = directory
         try:
-            session = _Session(self, dirfd)
+            session = _Session(directory, dirfd)
             try:
                 # Closing the file releases the flock; a file object's ``with`` closes it
                 # in C, so no interrupt can leave the lock held.
-                lock = open(_LOCK_NAME, "ab", opener=session._opener())  # noqa: SIM115
+                lock = open(LOCK_NAME, "ab", opener=session._opener(os.O_NONBLOCK))  # noqa: SIM115
             except OSError as exc:
                 why = "a symlink" if exc.errno == errno.ELOOP else _reason(exc)
-                raise self._refuse(f"its lock file {_LOCK_NAME} cannot be used ({why})") \
+                raise _refuse(directory, f"its lock file {LOCK_NAME} cannot be used ({why})") \
                     from None
             with lock:
                 if not stat.S_ISREG(os.fstat(lock.fileno()).st_mode):
-                    raise self._refuse(f"its lock file {_LOCK_NAME} is not a regular file")
+                    raise _refuse(directory, f"its lock file {LOCK_NAME} is not a regular file")
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 try:
                     yield session
                 except OSError as exc:
-                    raise self._refuse(f"writing a record failed ({_reason(exc)})") from None
+                    raise _refuse(directory, f"writing a record failed ({_reason(exc)})") \
+                        from None
         finally:
             os.close(dirfd)
 
@@ -342,24 +271,24 @@ class ShareRegistry:
             self._sweep(session)
             if session.create(shareable, record):
                 return True
-            # The name is taken. Ours and live: the caller picks another number.
-            # Anything else there (a dead process's record, a symlink) is replaced.
+            # The name is taken. Only a record of ours that nobody uses any more is
+            # reclaimed; anything else (a live record, a user's file, a symlink) stays
+            # and the caller picks another number.
             try:
-                existing = session.load(shareable)
+                if self._current(session, shareable) is not None:
+                    return False
             except AclError:
-                existing = None
-            if existing is not None and existing.owner == record.owner:
                 return False
-            session.remove(shareable)
             return session.create(shareable, record)
 
     def allow(self, shareable: int, pids: list[int], owner: Identity) -> int:
-        """Add ``pids`` to the whitelist of ``owner``'s export; an aclError code."""
+        """Add ``pids`` (each with the start time of the process now running under it)
+        to the whitelist of ``owner``'s export; an aclError code."""
         with self._session() as session:
             record = session.load(shareable)
             if record is None or record.owner != owner:
                 return codes.RT_PARAM_INVALID
-            record.pids = sorted(set(record.pids) | set(pids))
+            record.allow(pids)
             session.store(shareable, record)
             return codes.SUCCESS
 
@@ -372,7 +301,7 @@ class ShareRegistry:
                 return codes.RT_PARAM_INVALID, -1, None
             if record.owner == me:
                 return codes.FEATURE_NOT_SUPPORT, -1, None  # same-process import: fidelity row 50
-            if record.flags == 0 and me[0] not in record.pids:
+            if record.flags == 0 and not record.admits(me):
                 return codes.RT_PARAM_INVALID, -1, None
             fd = _open_memfd(record)
             if fd < 0:
@@ -400,7 +329,7 @@ class ShareRegistry:
             record.drop_dead_holders()
             if record.owner_gone() and not record.holders:
                 on_last()
-                session.remove(shareable)
+                session.remove_record(shareable)
             else:
                 session.store(shareable, record)
 
@@ -421,14 +350,16 @@ class ShareRegistry:
             try:
                 record = session.load(shareable)
             except AclError:
-                session.remove(shareable)  # the holders are unknowable: docs/fidelity.md row 56
+                # Its holders are unknowable (docs/fidelity.md row 56); a damaged record
+                # of ours goes, whatever else is there stays.
+                session.remove_record(shareable)
                 return True
             if record is None:
                 return True
             changed = record.drop_dead_holders() or not record.owner_freed
             record.owner_freed = True
             if not record.holders:
-                session.remove(shareable)
+                session.remove_record(shareable)
                 return True
             if changed:
                 session.store(shareable, record)
@@ -442,7 +373,7 @@ class ShareRegistry:
             return None
         changed = record.drop_dead_holders()
         if not is_alive(record.owner) and not record.holders:
-            session.remove(shareable)
+            session.remove_record(shareable)
             return None
         if changed:
             session.store(shareable, record)
@@ -450,11 +381,11 @@ class ShareRegistry:
 
     def _sweep(self, session: _Session) -> None:
         """Remove what dead processes left (their records nobody holds) and temporary
-        files of interrupted writes."""
+        files of interrupted writes, where they are provably the fake's."""
         me = os.getpid()
         for name in session.names():
-            if name.startswith(_TEMP_PREFIX):
-                session._unlink(name)  # written only under the lock we hold: abandoned
+            if _TEMP_NAME.fullmatch(name):
+                session.remove_temp(name)  # written only under the lock we hold: abandoned
                 continue
             match = _RECORD_NAME.fullmatch(name)
             if match is None:
@@ -466,28 +397,18 @@ class ShareRegistry:
                 self._current(session, shareable)
             except AclError:
                 if identity_of(shareable >> 24) is None:
-                    session.remove(shareable)
+                    session.remove_record(shareable)
 
 
-def _name(shareable: int) -> str:
-    return f"{shareable:016x}.json"
-
-
-def _default_directory() -> Path:
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-    return base / f"acl_mem_fake_{os.getuid()}"
+def _refuse(directory: Path, why: str) -> AclError:
+    return AclError(UNUSABLE_DIRECTORY,
+                    f"the acl_mem fake will not share memory through {directory}: {why}",
+                    "Remove it (it is recreated with mode 0700), or set "
+                    "ACL_MEM_FAKE_SHARE_DIR to a directory of your own with mode 0700")
 
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
-
-
-def _directory_reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "it is a symlink"
-    if exc.errno == errno.ENOTDIR:
-        return "it is not a directory"
-    return f"it cannot be opened ({_reason(exc)})"
 
 
 def _open_memfd(record: Record) -> int:
