@@ -25,7 +25,7 @@ from .sizes import (
     page_kinds,
 )
 
-__all__ = ["host_address_space_hint", "check", "describe", "error"]
+__all__ = ["check", "describe", "error", "host_address_space_hint"]
 
 _CONTEXT_NULL = 107002
 _PARAM_INVALID = 107000
