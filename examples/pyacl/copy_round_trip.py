@@ -1,8 +1,9 @@
 """A pyACL program as CANN's samples write it: a host buffer to the device and back.
 
-It imports ``acl`` (pyACL) and knows nothing of acl_mem; run it on acl_mem's fake with
+It imports ``acl`` (pyACL) and knows nothing of acl_mem (nor does mypy: pyACL ships no
+types, so this folder is not type-checked with the other examples); run it on the fake with
 
-    acl-mem run examples/pyacl_copy.py --size 4096
+    acl-mem run examples/pyacl/copy_round_trip.py --size 4096
 
 Every call returns ``ret``; the program stops at the first one that is not 0.
 """
