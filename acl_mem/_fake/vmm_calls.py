@@ -27,6 +27,7 @@ from .state import EngineState
 from .vmm_share import Record, ShareRegistry, new_shareable, self_identity
 from .vmm_space import (
     VMM_WINDOW,
+    Held,
     Mapping,
     Physical,
     PhysicalPool,
@@ -78,6 +79,20 @@ class VmmCalls:
         self._pool_space = {}
         self._registry = None
         self._still_shared = []
+
+    def live_vmm(self) -> list[Held]:
+        """What the process holds of virtual memory now, oldest kind first: reservations,
+        then physical handles not freed, then mappings."""
+        with self._state.lock:
+            reservations = list(self._state.reservations.reservations.values())
+            physicals = [p for p in self.physicals.values() if not p.freed]
+            mappings = [m for r in reservations for m in r.mappings.values()]
+        held = [Held("aclrtReserveMemAddress", r.base, r.size, None) for r in reservations]
+        held += [Held("aclrtMemImportFromShareableHandle" if p.imported_from
+                      else "aclrtMallocPhysical", p.handle, p.size, p.device)
+                 for p in physicals]
+        held += [Held("aclrtMapMem", m.va, m.size, m.physical.device) for m in mappings]
+        return held
 
     # -- reservations (§4.2) -----------------------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
