@@ -120,6 +120,8 @@ class Held:
     address: int
     size: int
     device: int | None
+    #: Page pool of physical memory (normal, huge, giant); "-" for the others.
+    pool: str = "-"
 
 
 @dataclass
