@@ -18,7 +18,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, overload
 
 from typing_extensions import Buffer as BufferProtocol
 from typing_extensions import Self
@@ -35,7 +35,9 @@ from .sizes import AllocApi, _release_before, allocation_size
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
+    # Types only: numpy stays optional at run time (HostBuffer.numpy imports it on call).
+    import numpy as _np
+    from numpy.typing import DTypeLike, NDArray
 
     from .device import Device
 
@@ -505,8 +507,13 @@ class HostBuffer(Buffer, BufferSlots):
             self._check_live(what)
         return view
 
-    def numpy(self, dtype: Any = "uint8") -> Any:
-        """A numpy array over the memory (needs numpy; no copy)."""
+    @overload
+    def numpy(self) -> NDArray[_np.uint8]: ...
+    @overload
+    def numpy(self, dtype: DTypeLike) -> NDArray[Any]: ...
+    def numpy(self, dtype: DTypeLike = "uint8") -> NDArray[Any]:
+        """A numpy array over the memory (needs numpy; no copy): uint8 unless ``dtype``
+        says otherwise."""
         import numpy
 
         return numpy.frombuffer(self.view(), dtype=dtype)

@@ -143,7 +143,9 @@ def test_memory_freed_while_mapped_stays_until_the_unmap(dev):
     contents stay readable in between, and closing releases everything."""
     memory = acl_mem.reserve_and_map(2 * MiB, device=dev)
     memory.write(b"kept")
-    memory._physical.close()  # the first step of close()
+    physical = memory._physical
+    assert physical is not None
+    physical.close()  # the first step of close()
     assert memory.read(4) == b"kept"
     memory.close()
     assert memory.closed
