@@ -27,7 +27,7 @@ from . import _backend, raw
 from ._args import c_uint
 from ._context import ensure_context
 from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
-from ._lifecycle import State, close_on_exit, state
+from ._lifecycle import HOST, State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
@@ -102,7 +102,8 @@ class Buffer:
         self._api = api
         self._policy = policy
         self._device = device
-        self._owner = owner = device._id if self.is_device else None  # (.id, no call)
+        # Pinned host memory outlives device resets and aclFinalize (HOST, §3.7).
+        self._owner = owner = device._id if self.is_device else HOST  # (.id, no call)
         self._token = state.token(owner)
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
@@ -464,7 +465,7 @@ class HostBuffer(Buffer, BufferSlots):
         if owned:
             # Views hold this handle; the memory is released when the buffer and every
             # view are gone, never under a live view.
-            release = _release_later(self._backend, self._free_name, ptr, None, self._token)
+            release = _release_later(self._backend, self._free_name, ptr, HOST, self._token)
             self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
         else:
             self._handle = ffi.cast("char *", ptr)
