@@ -26,7 +26,7 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._context import ensure_context
-from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
+from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes, vouched_spans
 from ._lifecycle import HOST, State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
@@ -448,10 +448,10 @@ class HostBuffer(Buffer, BufferSlots):
     interpreter); memory is released after the last one dies if the buffer is simply
     dropped.
 
-    On Python 3.10 / 3.11 the buffer protocol comes from a base class, because CPython
-    reads ``__buffer__`` only from 3.12 on: there, ``memoryview()`` of a freed buffer
-    raises SystemError (with the reason as a RuntimeWarning) instead of
-    :class:`~acl_mem.FreedBufferError`; :meth:`view` raises the real error everywhere.
+    ``memoryview()`` of a freed buffer raises :class:`~acl_mem.FreedBufferError` on every
+    Python (on 3.10 / 3.11, where the buffer protocol comes from a base class, a freed
+    buffer becomes an instance of a subclass for that; only one whose memory the runtime
+    released without free(), after a fork or a new fake, still gives SystemError there).
     """
 
     __slots__ = ("_handle",)
@@ -490,6 +490,14 @@ class HostBuffer(Buffer, BufferSlots):
 
     def __del__(self) -> None:
         return None
+
+    def free(self) -> None:
+        super().free()
+        freed = _FREED_HOST_BUFFER
+        if freed is not None and self._ptr == 0 and type(self) is HostBuffer:
+            # Python 3.10 / 3.11: memoryview(buf) now raises FreedBufferError, not
+            # SystemError (acl_mem/_hostbuf.py, freed_variant).
+            self.__class__ = freed
 
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
@@ -604,6 +612,13 @@ class HostBuffer(Buffer, BufferSlots):
             )
         ffi.gc(self._handle, None)
         super()._release(ptr)
+
+
+def _refuse_freed(buffer: HostBuffer) -> None:
+    buffer._check_live("__buffer__")
+
+
+_FREED_HOST_BUFFER = freed_variant(HostBuffer, _refuse_freed)
 
 
 def _check_host_range(call: str, address: int, nbytes: int) -> None:
