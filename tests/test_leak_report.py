@@ -83,3 +83,23 @@ def test_importing_acl_mem_loads_no_backend():
                 "assert not loaded, loaded\n", ACL_MEM_LEAK_REPORT="1")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
+
+
+def test_the_no_leaks_fixture_sees_virtual_memory(tmp_path):
+    test_file = tmp_path / "test_vmm_leak.py"
+    test_file.write_text(
+        "import acl_mem\n"
+        "KEEP = []\n"
+        "def test_keeps(acl_mem_no_leaks):\n"
+        "    acl_mem.Device(0).use()\n"
+        "    KEEP.append(acl_mem.reserve_and_map(1 << 20))\n"
+        "def test_closes(acl_mem_no_leaks):\n"
+        "    acl_mem.reserve_and_map(1 << 20).close()\n")
+    settings = {k: v for k, v in os.environ.items() if not k.startswith("ACL_MEM_")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(test_file)], capture_output=True, text=True, cwd=tmp_path,
+                          env={**settings, "ACL_MEM_BACKEND": "fake"}, timeout=120)
+    assert "2 passed, 1 error" in done.stdout, done.stdout
+    assert "ERROR at teardown of test_keeps" in done.stdout
+    for api in ("aclrtReserveMemAddress", "aclrtMallocPhysical", "aclrtMapMem"):
+        assert api in done.stdout
