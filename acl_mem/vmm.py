@@ -37,7 +37,7 @@ from ._vmm_io import MappedIO
 from .buffers import _refuse_objects
 from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
-from .errors import AclError, FreedBufferError, RtParamInvalidError
+from .errors import AclError, FreedBufferError, HazardError, MemoryCheckError, RtParamInvalidError
 
 __all__ = ["ExpandableSegment", "MappedMemory", "Mapping", "PhysicalMemory", "VirtualRange",
            "granularity", "reserve_and_map"]
@@ -132,6 +132,11 @@ class _Owned:
                 self._step_started = False
                 _undecided.pop(key, None)
                 raise
+            except (HazardError, MemoryCheckError):
+                # The fake's strict mode reports once the call took effect.
+                self._step_done = True
+                _undecided.pop(key, None)
+                raise
         elif not self._step_done:
             # 107000: the interrupted attempt had released it.
             with contextlib.suppress(RtParamInvalidError):
@@ -175,14 +180,23 @@ class _Owned:
                 self._released = True
                 return
             self._closing = True
-            try:
-                self._release()
-            except AclError:
-                # Refused with nothing released that this object still needs (each step
-                # records its own progress): usable again, as the runtime left it.
-                self._closing = False
-                raise
+            report: HazardError | MemoryCheckError | None = None
+            while True:
+                try:
+                    self._release()
+                    break
+                except AclError:
+                    # Refused with nothing released that this object still needs (each
+                    # step records its own progress): usable again, as the runtime left it.
+                    self._closing = False
+                    raise
+                except (HazardError, MemoryCheckError) as found:
+                    # Strict mode reports after the step took effect (recorded done, so
+                    # each round gets further): finish the teardown, then raise the first.
+                    report = report or found
             self._released = True
+            if report is not None:
+                raise report
 
     def __del__(self) -> None:
         if self._released or self._token is None or \

@@ -208,3 +208,19 @@ def test_a_reused_value_settles_the_undecided_step(dev):
         assert mapping.address == base
     second.close()
     assert _held() == []
+
+
+def test_a_strict_mode_report_during_close_still_finishes_it(fake, dev):
+    """Hazards in raise mode are raised after the unmap took effect: close() finishes the
+    teardown first (before, the retry met 107000 for ever)."""
+    acl_mem.fake.configure(hazards="raise")
+    memory = MappedMemory(2 * MiB)
+    stream = dev.stream()
+    acl_mem.raw.aclrtMemsetAsync(memory.address, 2 * MiB, 1, 2 * MiB, stream.handle)
+    with pytest.raises(acl_mem.HazardError):
+        memory.close()
+    assert memory.closed
+    memory.close()
+    assert _held() == []
+    acl_mem.fake.configure(hazards="count")
+    stream.synchronize()  # the queued memset, on unmapped memory, is skipped
