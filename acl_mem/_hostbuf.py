@@ -12,8 +12,8 @@ import _cffi_backend
 
 from ._cffi_lite import LiteFFI
 
-__all__ = ["BufferSlots", "HostSpan", "ffi", "host_bytes", "host_span", "vouched",
-           "vouched_spans", "vouching"]
+__all__ = ["BufferSlots", "HostSpan", "ffi", "freed_variant", "host_bytes", "host_span",
+           "vouched", "vouched_spans", "vouching"]
 
 # Types built at import (acl_mem/_cffi_lite.py): no C parser, nothing parsed on a call path.
 ffi = LiteFFI()
@@ -118,8 +118,9 @@ def _python_api(name: str, restype: Any, *argtypes: Any) -> Any:
 # CPython 3.12 does for ``__buffer__``), so that memoryview keeps the export alive;
 # ``bf_releasebuffer`` does nothing, but its presence tells consumers (numpy) to hold
 # the export instead of the object. One limit: an exception raised by ``__buffer__``
-# cannot cross a C callback; it is reported as a RuntimeWarning and the caller sees a
-# SystemError (on 3.12+ it is raised as is).
+# cannot cross a C callback (cffi clears it, and ctypes turns an error set through it
+# into a Python exception at once); it is reported as a RuntimeWarning and the caller
+# sees a SystemError. A freed buffer avoids that path: see freed_variant.
 
 if sys.version_info >= (3, 12) or TYPE_CHECKING:
 
@@ -199,6 +200,50 @@ else:
         return cls
 
     BufferSlots = _buffer_slots()
+
+
+# -- a freed buffer's export error on Python 3.10 / 3.11 -------------------------------------------
+#
+# ``memoryview()`` of a freed buffer must raise FreedBufferError, which a Python callback in
+# ``bf_getbuffer`` cannot do (above). A C function can: ``PyObject_Size(obj)`` calls
+# ``type(obj).__len__`` and returns -1 with its exception set. So a freed buffer becomes an
+# instance of a subclass (same layout, so ``__class__`` may be assigned) whose own buffer
+# slot is ``PyObject_Size`` and whose ``__len__`` always raises: the slot's extra arguments
+# (view, flags) are ignored, as the C calling conventions of CPython's platforms allow,
+# and the view is never filled because the call never succeeds.
+
+_TP_AS_BUFFER = 20 * 8  # offsetof(PyTypeObject, tp_as_buffer), 64-bit CPython 3.10 / 3.11
+
+
+def freed_variant(cls: type, refuse: Any) -> type | None:
+    """A subclass of ``cls`` for its freed instances whose export raises what
+    ``refuse(obj)`` raises (it must always raise); None where not needed (3.12+: PEP 688)
+    or not safely possible (not 64-bit CPython, or the type's layout is not the one
+    checked here)."""
+    if sys.version_info >= (3, 12) or sys.maxsize != (1 << 63) - 1:
+        return None
+    keep = getattr(BufferSlots, "_keep", None)
+    if keep is None or sys.implementation.name != "cpython":
+        return None
+    import ctypes
+
+    def __len__(self: Any) -> int:
+        refuse(self)
+        raise RuntimeError("freed_variant: refuse() returned")  # never 0: see above
+
+    freed = type(cls.__name__, (cls,), {"__slots__": (), "__len__": __len__,
+                                        "__module__": cls.__module__,
+                                        "__qualname__": cls.__qualname__})
+    expected = int(ffi.cast("uintptr_t", keep[0][0]))  # BufferSlots' bf_getbuffer callback
+    mine = ctypes.c_void_p.from_address(id(freed) + _TP_AS_BUFFER).value
+    theirs = ctypes.c_void_p.from_address(id(cls) + _TP_AS_BUFFER).value
+    # Patched only if the offset really holds this heap type's own buffer procs, filled
+    # from BufferSlots: anything else means another layout, and the SystemError stays.
+    if not mine or mine == theirs or ctypes.c_void_p.from_address(mine).value != expected:
+        return None
+    ctypes.c_void_p.from_address(mine).value = ctypes.cast(ctypes.pythonapi.PyObject_Size,
+                                                           ctypes.c_void_p).value
+    return freed
 
 
 # -- DLPack ----------------------------------------------------------------------------------------

@@ -16,7 +16,13 @@ from collections.abc import Callable
 
 from .errors import HazardError, MemoryCheckError
 
-__all__ = ["State", "close_on_exit", "state"]
+__all__ = ["HOST", "State", "close_on_exit", "state"]
+
+#: The owner of page-locked host memory (aclrtMallocHost). The runtime keeps no record of
+#: it per device or context, so neither a device reset nor aclFinalize releases it; only
+#: a fork (the child does not own the parent's) or a new backend does
+#: (docs/runtime-model.md §3.7).
+HOST = -1
 
 
 def close_on_exit(close: Callable[[], None], propagating: BaseException | None) -> None:
@@ -44,6 +50,8 @@ class State:
         self._lock = threading.Lock()
         self._local = threading.local()
         self.global_epoch = 0
+        #: Moves on fork and on a new backend, not on aclFinalize: what HOST tokens follow.
+        self.host_epoch = 0
         self._device_epoch: Counter[int] = Counter()
         self._set_count: Counter[int] = Counter()
         #: Contexts created through the raw layer: handle -> device.
@@ -66,12 +74,16 @@ class State:
         return current[0]
 
     def token(self, device: int | None) -> tuple[int, int]:
+        if device == HOST:
+            return (self.host_epoch, HOST)
         # .get, not [...]: a Counter's miss (a device never reset) is a Python-level call.
         return (self.global_epoch,
                 self._device_epoch.get(device, 0) if device is not None else 0)
 
     def is_live(self, device: int | None, token: tuple[int, int]) -> bool:
         # token() spelled out: every copy and free of a buffer asks this.
+        if device == HOST:
+            return token[0] == self.host_epoch
         return token[0] == self.global_epoch and token[1] == (
             self._device_epoch.get(device, 0) if device is not None else 0)
 
@@ -193,13 +205,16 @@ class State:
         self._lock = threading.Lock()
         self.teardown()
 
-    def teardown(self) -> None:
-        """aclFinalize or a new fake configuration: every device released at once."""
+    def teardown(self, *, keeps_host: bool = False) -> None:
+        """aclFinalize (``keeps_host``: pinned host memory stays the process's), a fork or
+        a new backend: every device released at once."""
         with self._lock:
             self._set_count.clear()
             self._contexts.clear()
             self._defaults.clear()
             self.global_epoch += 1
+            if not keeps_host:
+                self.host_epoch += 1
         self._local = threading.local()
 
 

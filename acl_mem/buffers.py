@@ -18,7 +18,7 @@ import contextlib
 import sys
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, overload
 
 from typing_extensions import Buffer as BufferProtocol
 from typing_extensions import Self
@@ -26,8 +26,8 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._context import ensure_context
-from ._hostbuf import BufferSlots, dlpack_capsule, ffi, host_bytes, vouched_spans
-from ._lifecycle import State, close_on_exit, state
+from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes, vouched_spans
+from ._lifecycle import HOST, State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
@@ -35,7 +35,9 @@ from .sizes import AllocApi, _release_before, allocation_size
 from .stream import Stream
 
 if TYPE_CHECKING:
-    from numpy.typing import NDArray
+    # Types only: numpy stays optional at run time (HostBuffer.numpy imports it on call).
+    import numpy as _np
+    from numpy.typing import DTypeLike, NDArray
 
     from .device import Device
 
@@ -100,7 +102,8 @@ class Buffer:
         self._api = api
         self._policy = policy
         self._device = device
-        self._owner = owner = device._id if self.is_device else None  # (.id, no call)
+        # Pinned host memory outlives device resets and aclFinalize (HOST, §3.7).
+        self._owner = owner = device._id if self.is_device else HOST  # (.id, no call)
         self._token = state.token(owner)
         self._free_name = call = _FREE_CALL[api]
         self._raw_free: Callable[[int], None] = _RAW_FREE[call]
@@ -445,10 +448,10 @@ class HostBuffer(Buffer, BufferSlots):
     interpreter); memory is released after the last one dies if the buffer is simply
     dropped.
 
-    On Python 3.10 / 3.11 the buffer protocol comes from a base class, because CPython
-    reads ``__buffer__`` only from 3.12 on: there, ``memoryview()`` of a freed buffer
-    raises SystemError (with the reason as a RuntimeWarning) instead of
-    :class:`~acl_mem.FreedBufferError`; :meth:`view` raises the real error everywhere.
+    ``memoryview()`` of a freed buffer raises :class:`~acl_mem.FreedBufferError` on every
+    Python (on 3.10 / 3.11, where the buffer protocol comes from a base class, a freed
+    buffer becomes an instance of a subclass for that; only one whose memory the runtime
+    released without free(), after a fork or a new fake, still gives SystemError there).
     """
 
     __slots__ = ("_handle",)
@@ -462,7 +465,7 @@ class HostBuffer(Buffer, BufferSlots):
         if owned:
             # Views hold this handle; the memory is released when the buffer and every
             # view are gone, never under a live view.
-            release = _release_later(self._backend, self._free_name, ptr, None, self._token)
+            release = _release_later(self._backend, self._free_name, ptr, HOST, self._token)
             self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
         else:
             self._handle = ffi.cast("char *", ptr)
@@ -488,6 +491,14 @@ class HostBuffer(Buffer, BufferSlots):
     def __del__(self) -> None:
         return None
 
+    def free(self) -> None:
+        super().free()
+        freed = _FREED_HOST_BUFFER
+        if freed is not None and self._ptr == 0 and type(self) is HostBuffer:
+            # Python 3.10 / 3.11: memoryview(buf) now raises FreedBufferError, not
+            # SystemError (acl_mem/_hostbuf.py, freed_variant).
+            self.__class__ = freed
+
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
         return self._view("view")
@@ -505,8 +516,13 @@ class HostBuffer(Buffer, BufferSlots):
             self._check_live(what)
         return view
 
-    def numpy(self, dtype: Any = "uint8") -> Any:
-        """A numpy array over the memory (needs numpy; no copy)."""
+    @overload
+    def numpy(self) -> NDArray[_np.uint8]: ...
+    @overload
+    def numpy(self, dtype: DTypeLike) -> NDArray[Any]: ...
+    def numpy(self, dtype: DTypeLike = "uint8") -> NDArray[Any]:
+        """A numpy array over the memory (needs numpy; no copy): uint8 unless ``dtype``
+        says otherwise."""
         import numpy
 
         return numpy.frombuffer(self.view(), dtype=dtype)
@@ -596,6 +612,13 @@ class HostBuffer(Buffer, BufferSlots):
             )
         ffi.gc(self._handle, None)
         super()._release(ptr)
+
+
+def _refuse_freed(buffer: HostBuffer) -> None:
+    buffer._check_live("__buffer__")
+
+
+_FREED_HOST_BUFFER = freed_variant(HostBuffer, _refuse_freed)
 
 
 def _check_host_range(call: str, address: int, nbytes: int) -> None:

@@ -8,21 +8,19 @@ Changing only the reporting modes (``hazards``, ``check``) keeps the memory.
 Environment variables read here: ``ACL_MEM_FAKE_PROFILE`` (profile at first use),
 ``ACL_MEM_FAKE_CANN=8.5.0|9.0.1|9.1.0`` (the CANN release played, default 9.1.0),
 ``ACL_MEM_CHECK=1`` (memory checker on), ``ACL_MEM_HAZARDS=warn|raise|count`` (hazard
-mode) and ``ACL_MEM_LEAK_REPORT=1``, which prints, when the process exits, every
+mode). ``ACL_MEM_LEAK_REPORT=1``, which prints, when the process exits, every
 allocation the fake still holds (with its allocation stack when the checker is on) to
-standard error.
+standard error, works without importing this module: acl_mem/_fake/leak_report.py.
 """
 
 from __future__ import annotations
 
-import atexit
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import _backend, _env
+from . import _backend
 from ._args import c_uint
 from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
+from ._fake import leak_report as _leak_report
 from ._fake.config import (
     current_cann,
     current_check,
@@ -146,36 +144,24 @@ class Allocation:
     stack: str
 
 
-_NO_STACK = "(stack recorded only with check=True)"
+_NO_STACK = _leak_report._NO_STACK
 
 
 def leaks() -> list[Allocation]:
-    """Every allocation the active fake still holds (stacks recorded while checking)."""
+    """Every allocation the active fake still holds: blocks (with their allocation stacks
+    while checking), then virtual memory: reservations, physical handles not freed and
+    mappings (``address`` is the handle for aclrtMallocPhysical; no stacks)."""
     fake = _active_fake("leaks")
-    return [Allocation(b.start, b.requested, b.api, b.device,
-                       "".join(b.stack or ()) or _NO_STACK)
-            for b in fake.live_blocks()]
+    found = [Allocation(b.start, b.requested, b.api, b.device,
+                        "".join(b.stack or ()) or _NO_STACK)
+             for b in fake.live_blocks()]
+    return found + [Allocation(h.address, h.size, h.api, h.device, _NO_STACK)
+                    for h in fake.live_vmm()]
 
 
-def _report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> None:
-    """Print the active fake's leaks; ``where(address)``, if given, says where a block
-    was allocated when the checker recorded no stack (the drop-in library's C caller)."""
-    active = _backend._active
-    if not isinstance(active, FakeBackend):
-        return
-    blocks = active.live_blocks()
-    if not blocks:
-        return
-    print(f"acl_mem: {len(blocks)} allocation(s) never freed:", file=sys.stderr)
-    for block in blocks:
-        stack = "".join(block.stack or ()) or (where(block.start) if where else None) or \
-            _NO_STACK
-        print(f"  {block.api} {block.start:#x} ({block.requested} bytes, device "
-              f"{block.device})\n{stack}", file=sys.stderr)
-
-
-if _env.flag("ACL_MEM_LEAK_REPORT"):
-    atexit.register(_report_leaks_at_exit)
+#: Kept here for the drop-in library, which prints the report itself at a C program's
+#: exit (the hook is registered when a fake is made: acl_mem/_fake/leak_report.py).
+_report_leaks_at_exit = _leak_report.report_leaks_at_exit
 
 
 def hazards() -> dict[str, int]:

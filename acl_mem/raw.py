@@ -154,10 +154,11 @@ def aclFinalize() -> None:
         try:
             rc = _backend.get().aclFinalize()
         except HazardError:
-            state.teardown()  # raised after the runtime released everything
+            state.teardown(keeps_host=True)  # raised after the runtime released everything
             raise
         check(rc, "aclFinalize")
-        state.teardown()
+        # Pinned host memory is not the devices': it stays allocated (§3.7).
+        state.teardown(keeps_host=True)
 
 
 def aclrtSetDevice(deviceId: int) -> None:

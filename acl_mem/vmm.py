@@ -3,17 +3,23 @@
 Every multi-step helper here is transactional: when a step fails, what the earlier
 steps did is undone (unmap, free, release) and the original AclError is raised, so an
 address range is never left half mapped (the failure users of cuda.core and
-vllm-ascend's camem hit). The same holds when a KeyboardInterrupt arrives between two
-steps: each object records a resource in the same statement that obtains it, and
-``try/except BaseException`` undoes (or, once undoing is the riskier way, completes)
-what a step left half done. A closed object refuses every use with FreedBufferError
-rather than touching whatever the runtime put at its old address since
-(docs/runtime-model.md §4).
+vllm-ascend's camem hit). When a KeyboardInterrupt arrives between two steps of a
+construction, each object records a resource in the same statement that obtains it,
+and ``try/except BaseException`` undoes what the construction did.
+
+Teardown (``close()``, ``shrink()``, ``offload()``) is a sequence of steps, each one
+runtime call whose effect is recorded only after the call returned, so an interrupt
+anywhere leaves the object where a second call continues: it unmaps what is still
+mapped, frees what is still held and releases the reservation (see ``_Owned._step``
+for the one step whose outcome an interrupt can leave undecided). A closed object
+refuses every use with FreedBufferError rather than touching whatever the runtime put
+at its old address since (docs/runtime-model.md §4).
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections.abc import Callable
 from types import TracebackType
@@ -31,7 +37,7 @@ from ._vmm_io import MappedIO
 from .buffers import _refuse_objects
 from .device import Device, device_id
 from .enums import MemAttr, MemcpyKind, MemLocationType
-from .errors import FreedBufferError, RtParamInvalidError
+from .errors import AclError, FreedBufferError, HazardError, MemoryCheckError, RtParamInvalidError
 
 __all__ = ["ExpandableSegment", "MappedMemory", "Mapping", "PhysicalMemory", "VirtualRange",
            "granularity", "reserve_and_map"]
@@ -56,6 +62,24 @@ def _size_text(n: int) -> str:
     return f"{n} bytes"
 
 
+#: Release calls an interrupt may have cut off after the runtime did them, by (kind, value):
+#: the object whose step it is. An acquisition that gets the same value back proves the
+#: release happened (the runtime handed the value out again) and removes the entry.
+_undecided: weakref.WeakValueDictionary[tuple[str, int], _Owned] = \
+    weakref.WeakValueDictionary()
+#: One teardown at a time: a second close() on another thread must not take the step an
+#: unfinished one is deciding for a failed call.
+_teardown_lock = threading.RLock()
+
+
+def _given_again(kind: str, value: int) -> None:
+    """The runtime handed out ``value`` (a base, handle or mapped address) again: any
+    release of it an interrupt left undecided did happen."""
+    owner = _undecided.pop((kind, value), None)
+    if owner is not None:
+        owner._step_done = True
+
+
 class _Owned:
     """Release-once ownership shared by the objects below.
 
@@ -64,13 +88,62 @@ class _Owned:
     """
 
     _released: bool = False
+    #: close() began and did not finish: use is refused, close() continues it.
+    _closing: bool = False
+    #: The release call of :meth:`_step` may have run (an interrupt can land after the
+    #: runtime did it and before ``_released`` records it).
+    _step_started: bool = False
+    #: Proven done although the call's return was lost (see :func:`_given_again`).
+    _step_done: bool = False
     _token: tuple[int, int] | None = None
     _lifecycle: State = state
     #: What to do instead of using a closed object (ends the FreedBufferError message).
     _renew: ClassVar[str] = "create a new one"
+    #: What the release call takes back, for :data:`_undecided` ("" for composites).
+    _kind: ClassVar[str] = ""
 
     def _release(self) -> None:
+        """Every step of the teardown; each one re-runnable (for one call: :meth:`_step`)."""
         raise NotImplementedError
+
+    def _release_call(self) -> None:
+        """The one runtime call that releases a single resource."""
+        raise NotImplementedError
+
+    def _value(self) -> int:
+        raise NotImplementedError
+
+    def _step(self) -> None:
+        """The release call, re-runnable from wherever an interrupt stopped it.
+
+        The first attempt is registered in :data:`_undecided` before the call. If a
+        retry finds it there, nothing else was handed the same value since, so the call
+        is made again and 107000 (not a live reservation, handle or mapping) means the
+        first one had done it. A call that fails with an AclError had no effect: the
+        next close() starts afresh.
+        """
+        key = (self._kind, self._value())
+        if not self._step_started:
+            _undecided[key] = self
+            self._step_started = True
+            try:
+                self._release_call()
+            except AclError:
+                self._step_started = False
+                _undecided.pop(key, None)
+                raise
+            except (HazardError, MemoryCheckError):
+                # The fake's strict mode reports once the call took effect.
+                self._step_done = True
+                _undecided.pop(key, None)
+                raise
+        elif not self._step_done:
+            # 107000: the interrupted attempt had released it.
+            with contextlib.suppress(RtParamInvalidError):
+                self._release_call()
+        self._step_done = True
+        if _undecided.get(key) is self:
+            del _undecided[key]
 
     def _open(self, what: str) -> None:
         """Raise FreedBufferError if closed: the runtime may have given the address, handle
@@ -81,45 +154,59 @@ class _Owned:
         if self._token is not None and not self._lifecycle.is_live(None, self._token):
             raise FreedBufferError(f"{type(self).__name__}.{what}: the runtime released it "
                                    f"(aclFinalize, fork or fake reconfigured); {self._renew}")
+        if self._closing:
+            raise FreedBufferError(f"{type(self).__name__}.{what}: close() was interrupted "
+                                   "part-way; call close() again to finish releasing it")
 
     @property
     def closed(self) -> bool:
         """True once ``close()`` released the resource (or the finalizer did), or the
         runtime did (aclFinalize, fork, fake reconfigured)."""
         return self._released or (self._token is not None and
-                                   not self._lifecycle.is_live(None, self._token))
+                                  not self._lifecycle.is_live(None, self._token))
 
     def close(self) -> None:
         """Release now; a second call does nothing.
 
-        If the release raises (the runtime refused, or an interrupt arrived before the
-        runtime call), the object stays open and ``close()`` may be called again.
+        If the runtime refuses (an AclError), the object stays open and usable. If an
+        interrupt stops it part-way, the object refuses use and ``close()`` called again
+        continues from where it stopped.
         """
-        if self._released:
-            return
-        if self._token is not None and not self._lifecycle.is_live(None, self._token):
-            # The runtime already took it (aclFinalize, reset, fork): nothing to call.
+        with _teardown_lock:
+            if self._released:
+                return
+            if self._token is not None and not self._lifecycle.is_live(None, self._token):
+                # The runtime already took it (aclFinalize, reset, fork): nothing to call.
+                self._released = True
+                return
+            self._closing = True
+            report: HazardError | MemoryCheckError | None = None
+            while True:
+                try:
+                    self._release()
+                    break
+                except AclError:
+                    # Refused with nothing released that this object still needs (each
+                    # step records its own progress): usable again, as the runtime left it.
+                    self._closing = False
+                    raise
+                except (HazardError, MemoryCheckError) as found:
+                    # Strict mode reports after the step took effect (recorded done, so
+                    # each round gets further): finish the teardown, then raise the first.
+                    report = report or found
             self._released = True
-            return
-        # Marked before the runtime call: a second close() racing with this one, or a
-        # finalizer, must not release a second time what may already be someone else's.
-        try:
-            self._released = True
-            self._release()
-        except BaseException:
-            # _release is one runtime call, or idempotent closes of parts: when it raised,
-            # what it did not release is still held and a retry finishes the job.
-            self._released = False
-            raise
+            if report is not None:
+                raise report
 
     def __del__(self) -> None:
         if self._released or self._token is None or \
                 not self._lifecycle.is_live(None, self._token):
             return
-        self._released = True
-        # A finalizer must never raise; what cannot be released is lost to this process.
-        try:  # noqa: SIM105 - no module globals in a finalizer
+        # A finalizer must never raise; what cannot be released is lost to this process
+        # (and listed by acl_mem.fake.leaks()).
+        try:
             self._release()
+            self._released = True
         except Exception:
             pass
 
@@ -138,6 +225,8 @@ class _Owned:
             status = "released by the runtime"
         elif self._token is None:
             status = "not created"
+        elif self._closing:
+            status = "closing (interrupted: call close() again)"
         else:
             status = self._describe()
         return f"<{type(self).__name__} {status}>"
@@ -157,6 +246,7 @@ class VirtualRange(_Owned, MappedIO):
     """
 
     _renew = "reserve a new VirtualRange"
+    _kind = "range"
     #: Collected while still mapped (see :meth:`_finalize`): a mapping releases it later.
     _orphaned = False
 
@@ -168,6 +258,7 @@ class VirtualRange(_Owned, MappedIO):
         # One statement on one line: the address is owned (and released when collected)
         # exactly when it was obtained, whatever line an interrupt lands on.
         self._base, self._token = raw.aclrtReserveMemAddress(size, 0, expect, flags), token
+        _given_again(self._kind, self._base)
 
     @property
     def size(self) -> int:
@@ -201,6 +292,12 @@ class VirtualRange(_Owned, MappedIO):
                 hint=f"{len(live)} mapping(s) in the range are still live (at {where}): "
                 "close() them first (or use MappedMemory / ExpandableSegment, which close "
                 "their parts in order)")
+        self._step()
+
+    def _value(self) -> int:
+        return self._base
+
+    def _release_call(self) -> None:
         raw.aclrtReleaseMemAddress(self._base)
 
     def __del__(self) -> None:
@@ -211,13 +308,12 @@ class VirtualRange(_Owned, MappedIO):
         if self._released or self._token is None or \
                 not self._lifecycle.is_live(None, self._token):
             return
-        self._released = True
         try:
             self._release()
+            self._released = True
         except Exception:
             # Still mapped: collected together with a mapping (a reference cycle), the
             # range can be finalized first. The mapping releases it once unmapped.
-            self._released = False
             self._orphaned = True
 
     def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
@@ -248,6 +344,7 @@ class PhysicalMemory(_Owned):
     """
 
     _renew = "allocate a new PhysicalMemory"
+    _kind = "physical"
 
     def __init__(self, size: int, *, device: Device | int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE,
@@ -258,6 +355,7 @@ class PhysicalMemory(_Owned):
         token = state.token(None)
         # One statement, as in VirtualRange: owned exactly when allocated.
         self._handle, self._token = raw.aclrtMallocPhysical(size, self._prop), token
+        _given_again(self._kind, self._handle)
 
     @property
     def size(self) -> int:
@@ -287,6 +385,12 @@ class PhysicalMemory(_Owned):
         return f"handle {self._handle:#x}, {_size_text(self._size)}, device {self._device}"
 
     def _release(self) -> None:
+        self._step()
+
+    def _value(self) -> int:
+        return self._handle
+
+    def _release_call(self) -> None:
         raw.aclrtFreePhysical(self._handle)
 
 
@@ -299,6 +403,7 @@ class Mapping(_Owned, MappedIO):
     """
 
     _renew = "map the memory again with VirtualRange.map"
+    _kind = "mapping"
 
     def __init__(self, address: int | VirtualRange, physical: PhysicalMemory,
                  within: VirtualRange | None = None) -> None:
@@ -328,6 +433,7 @@ class Mapping(_Owned, MappedIO):
         except BaseException:
             self._token = None
             raise
+        _given_again(self._kind, address)
         if within is not None:
             within._mappings.add(self)
 
@@ -366,6 +472,12 @@ class Mapping(_Owned, MappedIO):
                 f"{self._physical._handle:#x}")
 
     def _release(self) -> None:
+        self._step()
+
+    def _value(self) -> int:
+        return self._address
+
+    def _release_call(self) -> None:
         raw.aclrtUnmapMem(self._address)
 
     def close(self) -> None:
@@ -460,6 +572,8 @@ class MappedMemory(_Contents):
         chunk = granularity(device, attr)
         self._size = -(-size // chunk) * chunk
         self._saved: bytearray | None = None
+        #: The contents while an offload() tears the memory down (kept if interrupted).
+        self._saving: bytearray | None = None
         rng: VirtualRange | None = None
         physical: PhysicalMemory | None = None
         mapping: Mapping | None = None
@@ -524,35 +638,38 @@ class MappedMemory(_Contents):
         return self._range._base
 
     def _mapped(self) -> int:
-        return 0 if self._mapping is None else self._size
+        # Nothing while an interrupted offload() may have unmapped part of it.
+        return 0 if self._mapping is None or self._saving is not None else self._size
 
     def offload(self) -> None:
-        """Copy to host, unmap and free the physical memory; addresses stay reserved."""
+        """Copy to host, unmap and free the physical memory; addresses stay reserved.
+
+        Interrupted, it is continued (never undone) by the next offload(), restore() or
+        close(): the copy is kept from the first attempt.
+        """
         self._open("offload")
         ensure_context(self.device)
         mapping, physical = self._mapping, self._physical
         if mapping is None or physical is None:
             return
-        saved = bytearray(self._size)
-        raw.aclrtMemcpy(_address(saved), self._size, self._range._base, self._size,
-                        MemcpyKind.DEVICE_TO_HOST)
-        try:
-            mapping.close()
-            # Unmapped: from here the contents live in ``saved`` only.
-            self._mapping, self._physical, self._saved = None, None, saved
-            physical.close()
-        except BaseException:
-            if mapping.closed:
-                # Past the unmap, finishing is safer than mapping again: record the
-                # offload and free the physical memory.
-                self._mapping, self._physical, self._saved = None, None, saved
-                _undo([physical.close])
-            raise
+        if self._saving is None:
+            saved = bytearray(self._size)
+            raw.aclrtMemcpy(_address(saved), self._size, self._range._base, self._size,
+                            MemcpyKind.DEVICE_TO_HOST)
+            self._saving = saved
+        # Freed first, while still mapped: a retry of the free cannot hit a handle the
+        # runtime gave someone else, as the mapping keeps this one alive.
+        physical.close()
+        mapping.close()
+        # The commit: one statement, so the object is either offloading or offloaded.
+        self._mapping, self._physical, self._saved, self._saving = None, None, self._saving, None
 
     def restore(self) -> None:
         """Map fresh physical memory at the same addresses and copy the contents back."""
         self._open("restore")
         ensure_context(self.device)
+        if self._saving is not None:
+            self.offload()  # finish the interrupted offload first
         if self._mapping is not None:
             return
         physical: PhysicalMemory | None = None
@@ -571,11 +688,12 @@ class MappedMemory(_Contents):
             raise
 
     def _release(self) -> None:
-        # Each part's close() is idempotent, so an interrupted release can be retried.
-        if self._mapping is not None:
-            self._mapping.close()
+        # Each part's close() records its own progress, so a retry continues here. The
+        # physical memory is freed while still mapped (see offload()).
         if self._physical is not None:
             self._physical.close()
+        if self._mapping is not None:
+            self._mapping.close()
         self._range.close()
 
 
@@ -655,20 +773,27 @@ class ExpandableSegment(_Contents):
 
     @property
     def size(self) -> int:
-        """Bytes mapped now (from ``address``)."""
+        """Bytes mapped now (from ``address``); a chunk an interrupted shrink() began to
+        release is not counted (the next shrink(), grow() or close() finishes it)."""
         self._open("size")
-        return len(self._chunks) * self._chunk
+        return self._mapped()
 
     def _base_address(self) -> int:
         return self._range._base
 
     def _mapped(self) -> int:
-        return len(self._chunks) * self._chunk
+        return self._whole() * self._chunk
+
+    def _whole(self) -> int:
+        """Chunks mapped and untouched: not the last one if a shrink() began on it."""
+        count = len(self._chunks)
+        return count - 1 if count and self._chunks[-1][0]._closing else count
 
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
         self._open("grow")
         ensure_context(self.device)
+        self._shrink(self._whole())  # first finish a chunk an interrupted shrink() left
         wanted = -(-c_uint(size, "ExpandableSegment.grow", "size") // self._chunk)
         if wanted * self._chunk > self._max_size:
             raise ValueError(f"ExpandableSegment.grow: {size} exceeds max_size {self._max_size}")
@@ -692,21 +817,15 @@ class ExpandableSegment(_Contents):
         self._shrink(-(-c_uint(size, "ExpandableSegment.shrink", "size") // self._chunk))
 
     def _shrink(self, keep: int) -> None:
-        chunk: tuple[PhysicalMemory, Mapping] | None = None
-        try:
-            while len(self._chunks) > keep:
-                chunk = self._chunks.pop()
-                chunk[1].close()
-                chunk[0].close()
-                chunk = None
-        except BaseException:
-            if chunk is not None:
-                if chunk[1].closed:
-                    # Unmapped already: finish (free the physical memory) rather than map again.
-                    _undo([chunk[0].close])
-                else:
-                    self._chunks.append(chunk)  # still mapped: keep tracking it
-            raise
+        # Steps from the end, each recorded by the part that did it: free the physical
+        # memory (while mapped, see MappedMemory.offload), unmap, then drop the chunk.
+        # An interrupt leaves the chunk listed, so the next call continues it.
+        keep = min(keep, self._whole())
+        while len(self._chunks) > keep:
+            physical, mapping = self._chunks[-1]
+            physical.close()
+            mapping.close()
+            self._chunks.pop()
 
     def _release(self) -> None:
         self._shrink(0)

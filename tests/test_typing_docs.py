@@ -34,3 +34,24 @@ def test_readme_and_examples_pass_mypy_strict(tmp_path):
         "mypy cannot see the installed acl_mem: reinstall with "
         "pip install -e . --config-settings editable_mode=compat\n" + done.stdout)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_host_buffer_numpy_is_typed(tmp_path):
+    """HostBuffer.numpy() is an NDArray (uint8 by default), not Any; numpy is needed for
+    the check only (acl_mem imports it for types under TYPE_CHECKING)."""
+    pytest.importorskip("mypy", reason="mypy is in the dev extra")
+    pytest.importorskip("numpy")
+    path = tmp_path / "numpy_types.py"
+    path.write_text(
+        "from typing import Any\n"
+        "import numpy as np\n"
+        "from numpy.typing import NDArray\n"
+        "from typing_extensions import assert_type\n"
+        "import acl_mem\n"
+        "def use(buf: acl_mem.HostBuffer) -> None:\n"
+        "    assert_type(buf.numpy(), NDArray[np.uint8])\n"
+        "    assert_type(buf.numpy('float32'), NDArray[Any])\n")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+                           "--cache-dir", str(ROOT / ".mypy_cache"), str(path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -83,6 +83,11 @@ class AddressMap:
             return address, None, True, (pinned,)
         if not (address >= HOST_PAGE and address + count <= USER_SPACE_END):
             return None  # plausible_host_range(address, count), without the call
+        freed = state.pinned_freed
+        if freed.by_start and _touches(freed, address, count):
+            # Freed pinned memory the fake keeps mapped a while (a view may outlive the
+            # free): the runtime no longer knows it, and the copy must not succeed.
+            return None
         return address, None, False, ()
 
     def locate(self, address: int, count: int) -> tuple[int, int | None, bool] | None:
@@ -125,3 +130,9 @@ def _covered(blocks: BlockIndex, first: Block, end: int) -> tuple[Block, ...] | 
         found.append(nxt)
         block = nxt
     return tuple(found)
+
+
+def _touches(blocks: BlockIndex, address: int, count: int) -> bool:
+    """Whether ``[address, address+count)`` overlaps a block of ``blocks``."""
+    block = blocks.containing(address) or blocks.containing(address + count - 1)
+    return block is not None

@@ -48,6 +48,7 @@ from .diagnostics import Diagnostics
 from .events import EventCalls
 from .extents import BlockIndex
 from .hostmem import HOST_PAGE, reserve_address_space
+from .leak_report import arm as arm_leak_report
 from .memory import DeviceMemory
 from .profiles import DEFAULT_PROFILE, Profile, resolve_profile
 from .runtime import FakeRuntime
@@ -192,6 +193,7 @@ class FakeBackend:
     checker_segment_freed = _Call("_diagnostics", Diagnostics.checker_segment_freed)
     check_pending = _Call("_diagnostics", Diagnostics.check_pending)
     live_blocks = _Call("_diagnostics", Diagnostics.live_blocks)
+    live_vmm = _Call("_vmm", VmmCalls.live_vmm)
 
     def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False,
                  cann: CannVersion | None = None) -> None:
@@ -210,6 +212,9 @@ class FakeBackend:
         self._last_error = threading.local()
         self._bind_calls()
         _backends.add(self)
+        # The exit report covers every program that ran on a fake, not only those that
+        # imported acl_mem.fake (ACL_MEM_LEAK_REPORT).
+        arm_leak_report()
 
     def _bind_calls(self) -> None:
         """Put each part's method into the instance, unless a subclass overrides it."""

@@ -138,6 +138,8 @@ class Checker(Postponable):
         #: reuses the bytes or the block goes: any access there is a use after free.
         self._freed: dict[int, Segment] = {}
         self._freed_starts: list[int] = []
+        #: Freed pinned blocks, poisoned while the fake keeps them mapped: by start.
+        self._freed_pinned: dict[int, Block] = {}
 
     # -- reporting ---------------------------------------------------------------------------------
     def report(self, kind: str, message: str) -> None:
@@ -159,6 +161,34 @@ class Checker(Postponable):
             return  # allocated while the checker was off: no canary to verify
         self._verify(host + block.requested, block.padded - block.requested, block,
                      block.requested, block.stack, when)
+
+    # -- freed pinned host memory ------------------------------------------------------------------
+    def on_pinned_freed(self, block: Block, host: int) -> None:
+        """aclrtFreeHost: poison the block the fake keeps mapped for a while."""
+        _fill(host, POISON_FREED, min(block.padded, POISON_LIMIT))
+        self._freed_pinned[block.start] = block
+
+    def freed_pinned(self) -> list[Block]:
+        return list(self._freed_pinned.values())
+
+    def verify_freed_pinned(self, block: Block, host: int, when: str) -> None:
+        """Report (once) a write through a view or pointer that outlived the free."""
+        if self._freed_pinned.get(block.start) is not block:
+            return
+        length = min(block.padded, POISON_LIMIT)
+        data = ctypes.string_at(host, length)
+        if data.count(POISON_FREED) == length:
+            if when == "its unmapping":
+                del self._freed_pinned[block.start]
+            return
+        del self._freed_pinned[block.start]
+        damaged = [i for i, byte in enumerate(data) if byte != POISON_FREED]
+        where = "".join(block.stack or ()).rstrip() or "  (stack not recorded)"
+        self.report("use-after-free",
+                    f"aclrtMallocHost block {block.start:#x} ({block.requested} bytes "
+                    f"requested) was written after aclrtFreeHost, at offsets "
+                    f"{damaged[0]}..{damaged[-1]} (seen at {when}), through a view or "
+                    f"pointer that outlived the free; allocated at:\n{where}")
 
     # -- pool segments -----------------------------------------------------------------------------
     def on_segment(self, parent: int, start: int, requested: int, size: int,

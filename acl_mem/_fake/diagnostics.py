@@ -40,6 +40,8 @@ class Diagnostics:
                     located = self._addresses.locate(segment.start, segment.size)
                     if located is not None:
                         checker.verify_segment(segment, located[0], when)
+            for block in checker.freed_pinned():
+                checker.verify_freed_pinned(block, block.start, when)
             return [(f.kind, f.message) for f in checker.findings]
 
     def checker_segment_allocated(self, parent: int, start: int, requested: int,

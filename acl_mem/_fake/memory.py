@@ -48,6 +48,10 @@ _MALLOC_FAMILY = frozenset(
     {AllocApi.MALLOC.value, AllocApi.MALLOC_ALIGN32.value, AllocApi.MALLOC_CACHED.value}
 )
 
+#: Freed pinned blocks kept mapped (emptied) before they are unmapped: each is one kernel
+#: mapping, so a bound well under vm.max_map_count.
+PINNED_QUARANTINE = QUARANTINE_ENTRIES
+
 
 class DeviceMemory:
     """aclrtMalloc ... aclrtPointerGetAttributes for the fake."""
@@ -268,11 +272,35 @@ class DeviceMemory:
                 self._state.wait_for_copies(block.start, block.end)
                 self._state.pinned.discard(block)
                 host_map = self._state.pinned_maps.pop(hostPtr, None)
-                # If something still exports the mapping, it goes with the last view.
                 if host_map is not None:
-                    with contextlib.suppress(BufferError):
-                        host_map.close()
+                    self._quarantine_pinned(block, host_map)
             return codes.SUCCESS
+
+    def _quarantine_pinned(self, block: Block, host_map: mmap.mmap) -> None:
+        """Keep a freed pinned block mapped, emptied, for the next PINNED_QUARANTINE frees.
+
+        A view or pointer that outlived aclrtFreeHost (memory wrapped with
+        HostBuffer.from_ptr, a numpy array over a raw address) then reads zeros (or the
+        checker's poison) and writes where no later allocation lives, instead of
+        crashing or changing someone else's bytes; the checker reports such a write
+        (docs/fidelity.md row 20). Older blocks are unmapped.
+        """
+        with contextlib.suppress(OSError, ValueError):
+            host_map.madvise(mmap.MADV_DONTNEED)  # the pages go back at once
+        checker = self._state.checker
+        if checker is not None:
+            checker.on_pinned_freed(block, block.start)
+        quarantine = self._state.pinned_quarantine
+        self._state.pinned_freed.add(block)
+        quarantine.append((block, host_map))
+        while len(quarantine) > PINNED_QUARANTINE:
+            old, old_map = quarantine.popleft()
+            self._state.pinned_freed.discard(old)
+            if checker is not None:
+                checker.verify_freed_pinned(old, old.start, "its unmapping")
+            # If something still exports the mapping, it goes with the last export.
+            with contextlib.suppress(BufferError):
+                old_map.close()
 
     # -- queries (§3.12, §4.8, §4.9) ---------------------------------------------------------------
     def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:

@@ -17,11 +17,12 @@ import mmap
 import sys
 import threading
 import time
+from collections import deque
 from types import CodeType, FrameType
 
 from .checker import Checker
 from .device import FakeDevice
-from .extents import BlockIndex
+from .extents import Block, BlockIndex
 from .profiles import Profile
 from .runtime import Context, FakeRuntime
 from .streams import Hazards, Marker, Op, StreamTable
@@ -70,6 +71,11 @@ class EngineState:
         self.pinned_maps: dict[int, mmap.mmap] = {}
         #: Pinned mappings a fork left behind (views of them may still exist).
         self.orphaned_maps: list[mmap.mmap] = []
+        #: Freed pinned blocks whose mapping is kept a while, emptied, oldest first: a
+        #: view that outlived aclrtFreeHost lands there, not in a later allocation.
+        self.pinned_quarantine: deque[tuple[Block, mmap.mmap]] = deque()
+        #: The same blocks by address: copies through them fail as before the free.
+        self.pinned_freed = BlockIndex()
         self.reservations = ReservationIndex()
 
     def after_fork(self) -> None:
@@ -86,7 +92,10 @@ class EngineState:
             device.release_all()
             device.pools.reset()
         self.orphaned_maps += self.pinned_maps.values()
+        self.orphaned_maps += [host_map for _, host_map in self.pinned_quarantine]
         self.pinned_maps = {}
+        self.pinned_quarantine = deque()
+        self.pinned_freed = BlockIndex()
         self.pinned = BlockIndex()
         self.reservations = ReservationIndex()
         if self.checker is not None:

@@ -27,6 +27,7 @@ from .state import EngineState
 from .vmm_share import Record, ShareRegistry, new_shareable, self_identity
 from .vmm_space import (
     VMM_WINDOW,
+    Held,
     Mapping,
     Physical,
     PhysicalPool,
@@ -78,6 +79,21 @@ class VmmCalls:
         self._pool_space = {}
         self._registry = None
         self._still_shared = []
+
+    def live_vmm(self) -> list[Held]:
+        """What the process holds of virtual memory now, oldest kind first: reservations,
+        then physical handles not freed, then mappings."""
+        with self._state.lock:
+            reservations = list(self._state.reservations.reservations.values())
+            physicals = [p for p in self.physicals.values() if not p.freed]
+            mappings = [m for r in reservations for m in r.mappings.values()]
+        held = [Held("aclrtReserveMemAddress", r.base, r.size, None) for r in reservations]
+        held += [Held("aclrtMemImportFromShareableHandle" if p.imported_from
+                      else "aclrtMallocPhysical", p.handle, p.size, p.device,
+                      p.kind.name.lower())
+                 for p in physicals]
+        held += [Held("aclrtMapMem", m.va, m.size, m.physical.device) for m in mappings]
+        return held
 
     # -- reservations (§4.2) -----------------------------------------------------------------------
     def aclrtReserveMemAddress(self, size: int, alignment: int, expectPtr: int, flags: int,
@@ -210,9 +226,12 @@ class VmmCalls:
             physical = self.physicals.get(handle)
             if physical is None or physical.freed:
                 return codes.RT_PARAM_INVALID
-            physical.freed = True
-            if physical.mappings == 0:
-                self._release_physical(physical)
+            try:
+                physical.freed = True
+                self._release_unmapped(physical)
+            except BaseException:
+                self._release_unmapped(physical)  # an interrupt: finish, then raise
+                raise
             return codes.SUCCESS
 
     def _release_physical(self, physical: Physical) -> None:
@@ -341,6 +360,7 @@ class VmmCalls:
                     physical.mappings = count_after
                     if checker is not None:
                         checker.forget_range(virPtr, virPtr + mapping.size)
+                    self._release_unmapped(physical)
                 except BaseException:
                     # Interrupted half-way: finish (every step is idempotent), then raise.
                     reservation.discard(virPtr)
@@ -348,10 +368,16 @@ class VmmCalls:
                     physical.mappings = count_after
                     if checker is not None:
                         checker.forget_range(virPtr, virPtr + mapping.size)
+                    self._release_unmapped(physical)
                     raise
-                if physical.freed and physical.mappings == 0:
-                    self._release_physical(physical)
             return codes.SUCCESS
+
+    def _release_unmapped(self, physical: Physical) -> None:
+        """The last unmap of freed memory releases it (once: the unmap may be finishing
+        an interrupted attempt of its own)."""
+        if physical.freed and physical.mappings == 0 and \
+                self.physicals.get(physical.handle) is physical:
+            self._release_physical(physical)
 
     # -- access (§4.7) -----------------------------------------------------------------------------
     def aclrtMemSetAccess(self, virPtr: int, size: int, desc: list[aclrtMemAccessDesc] | None,

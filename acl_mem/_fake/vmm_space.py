@@ -110,6 +110,20 @@ def granularity_of(mem_attr: int) -> int:
     return GIANT_PAGE if mem_attr in _GIANT_ATTRS else HUGE_PAGE
 
 
+@dataclass(frozen=True)
+class Held:
+    """A virtual-memory resource the process still holds (for leaks() and the summary):
+    a reservation, a physical handle not freed yet, or a mapping (which keeps its
+    physical memory even after that handle was freed)."""
+
+    api: str
+    address: int
+    size: int
+    device: int | None
+    #: Page pool of physical memory (normal, huge, giant); "-" for the others.
+    pool: str = "-"
+
+
 @dataclass
 class Mapping:
     va: int

@@ -14,7 +14,7 @@ from typing_extensions import Self, TypeVar
 from .. import _backend
 from .._args import c_uint
 from .._context import ensure_context
-from .._lifecycle import close_on_exit, state
+from .._lifecycle import HOST, close_on_exit, state
 from .._runtime_facts import padding_of
 from ..buffers import Buffer
 from ..device import Device
@@ -47,7 +47,7 @@ class _PoolBase(Generic[SegmentT]):
         #: §3.14: ALIGN_UP(len, 32) + 32; no +32 where the SoC pads nothing (Ascend950).
         self._extra = 32 if self._padding else 0
         self._host = self._api is AllocApi.MALLOC_HOST
-        self._owner = None if self._host else self._device.id
+        self._owner = HOST if self._host else self._device.id
         self._token = state.token(self._owner)
         self._lock = threading.Lock()
         #: Segment returns queued by finalizers (and by interrupted frees): (start, serial).

@@ -7,7 +7,8 @@ Where the figures come from, best first:
   on either backend: every allocation, pool segment and mapping live now, with call
   sites when stacks are recorded, and the peaks since the recording began;
 * the fake, not recording: the fake's live blocks (aclrtMalloc family, DVPP and pinned
-  host memory; pool segments, VMM memory and peaks are only known while recording);
+  host memory) and physical memory handles not freed (pool segments, mappings and peaks
+  are only known while recording);
 * the native backend, not recording: only what the runtime reports (aclrtGetMemInfo) for
   a device current in this thread.
 """
@@ -80,6 +81,18 @@ def _from_fake(backend: Any) -> TraceSummary:
         figures = devices.setdefault(key, DeviceFigures(key))
         figures.pools.setdefault(pool, PoolFigures()).add(a.in_use, a.reserved, 0, 0)
         figures.total.add(a.in_use, a.reserved, 0, 0)
+    for held in backend.live_vmm() if hasattr(backend, "live_vmm") else ():
+        # Mappings and reservations hold no memory of their own; a physical handle holds
+        # its memory until freed (the mapping of a freed handle until unmapped: not shown).
+        if held.pool == "-":
+            continue
+        key = HOST if held.device is None else str(held.device)
+        a = Allocation("physical", held.api, held.address, held.size, key, held.pool,
+                       held.size, held.size, 0, 0, [])
+        live.append(a)
+        figures = devices.setdefault(key, DeviceFigures(key))
+        figures.pools.setdefault(held.pool, PoolFigures()).add(a.in_use, a.reserved, 0, 0)
+        figures.total.add(a.in_use, a.reserved, 0, 0)
     for figures in devices.values():
         mine = [a for a in live if a.device == figures.device]
         mine.sort(key=lambda a: (-a.in_use, a.address))
@@ -110,9 +123,9 @@ def memory_summary(device: object = None, *, top: int = 10) -> str:
         with_peaks = True
     elif hasattr(backend, "live_blocks"):
         summary = _from_fake(backend)
-        source = ("from the fake's live blocks (aclrtMalloc family, DVPP, pinned host); "
-                  "pool segments, virtual memory and peaks are known only while "
-                  "recording (acl_mem.trace.record)")
+        source = ("from the fake's live blocks (aclrtMalloc family, DVPP, pinned host) "
+                  "and physical memory handles; pool segments, mappings and peaks are "
+                  "known only while recording (acl_mem.trace.record)")
         with_peaks = False
     else:
         summary = None

@@ -369,6 +369,25 @@ def test_freed_host_buffer_raises_freed_buffer_error(dev):
         host.read()
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # no export error left to report
+def test_freed_host_buffer_refuses_the_buffer_protocol_with_freed_buffer_error(dev):
+    """A freed host buffer gives no memoryview, bytes or array: FreedBufferError on every
+    Python (3.10 / 3.11 gave SystemError, which the buffer slot could not avoid), and the
+    freed object still says what it is."""
+    host = dev.malloc_host(64)
+    borrowed = acl_mem.HostBuffer.from_ptr(host.ptr, 64)
+    borrowed.free()
+    host.free()
+    for freed in (host, borrowed):
+        with pytest.raises(FreedBufferError):
+            memoryview(freed)
+        with pytest.raises(FreedBufferError):
+            bytes(freed)
+        assert isinstance(freed, acl_mem.HostBuffer) and freed.freed and not freed
+        assert type(freed).__name__ == "HostBuffer"
+        freed.free()  # a second free still does nothing
+
+
 def test_forgotten_buffer_is_freed_by_finalizer_spec_3_6(dev, backend, mocker):
     """docs/runtime-model.md §3.6: a dropped buffer is freed on collection and its pages come
     back."""

@@ -220,6 +220,30 @@ def test_spec_3_7_free_host_of_other_memory_is_107000(dev):
         raw.aclrtFreeHost(host)
 
 
+def test_spec_3_7_pinned_memory_outlives_device_reset_and_finalize(backend):
+    """docs/runtime-model.md §3.7: the runtime keeps no record of pinned memory per device
+    or context, so a device reset and aclFinalize leave it allocated: the HostBuffer and
+    its views stay valid, and free() afterwards releases it (aclrtFreeHost needs no
+    context)."""
+    raw.aclInit()
+    with acl_mem.Device(0) as dev:  # the block's end resets the device to zero references
+        buf = dev.malloc_host(64)
+        view = buf.view()
+        view[:4] = b"kept"
+    assert not buf.freed
+    assert bytes(view[:4]) == b"kept"
+    raw.aclFinalize()
+    assert not buf.freed
+    view[:4] = b"more"
+    assert bytes(buf.view()[:4]) == b"more"
+    view.release()
+    buf.free()
+    assert buf.freed
+    with pytest.raises(RtParamInvalidError) as e:  # it really went: a second free is 107000
+        raw.aclrtFreeHost(buf._address)
+    assert e.value.code == 107000
+
+
 # -- §3.8 / §3.9 DVPP memory -----------------------------------------------------------------------
 
 

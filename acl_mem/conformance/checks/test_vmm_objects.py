@@ -109,3 +109,43 @@ def test_reprs_show_address_size_and_device(dev):
     with PhysicalMemory(2 * MiB, attr=MemAttr.HBM_MEM_HUGE) as pm:
         assert hex(pm.handle) in repr(pm) and "2 MiB" in repr(pm)
     assert repr(pm) == "<PhysicalMemory closed>"
+
+
+def _as_if_interrupted_after_the_call(obj: VirtualRange | PhysicalMemory | Mapping) -> None:
+    """What an interrupt between the runtime's release and the object noting it leaves:
+    the step started, its runtime call done, the object not closed."""
+    obj._closing = obj._step_started = True
+
+
+def test_a_close_whose_runtime_call_had_run_finishes_on_retry(dev):
+    """close() continues an interrupted teardown: the runtime answers 107000 to a repeated
+    unmap, free or release (docs/runtime-model.md §4.2-§4.4), which the retry takes as
+    done, on every backend."""
+    vr = VirtualRange(2 * MiB)
+    pm = PhysicalMemory(2 * MiB, device=dev)
+    mapping = vr.map(pm)
+    acl_mem.raw.aclrtUnmapMem(mapping.address)
+    _as_if_interrupted_after_the_call(mapping)
+    with pytest.raises(acl_mem.FreedBufferError):
+        mapping.address  # noqa: B018 - half closed: refused until close() finishes
+    mapping.close()
+    acl_mem.raw.aclrtFreePhysical(pm.handle)
+    _as_if_interrupted_after_the_call(pm)
+    pm.close()
+    acl_mem.raw.aclrtReleaseMemAddress(vr.address)
+    _as_if_interrupted_after_the_call(vr)
+    vr.close()
+    assert mapping.closed and pm.closed and vr.closed
+
+
+def test_memory_freed_while_mapped_stays_until_the_unmap(dev):
+    """The order MappedMemory and ExpandableSegment release in (free, then unmap): the
+    contents stay readable in between, and closing releases everything."""
+    memory = acl_mem.reserve_and_map(2 * MiB, device=dev)
+    memory.write(b"kept")
+    physical = memory._physical
+    assert physical is not None
+    physical.close()  # the first step of close()
+    assert memory.read(4) == b"kept"
+    memory.close()
+    assert memory.closed

@@ -1,0 +1,65 @@
+"""``ACL_MEM_LEAK_REPORT=1``: the fake's leak report, printed when the process exits.
+
+The exit hook is registered when the first fake backend is made (the backend is chosen on
+first use), so every program that ran on the fake gets the report: one that only called
+``acl_mem.raw`` or the Pythonic layer as much as one that imported ``acl_mem.fake``.
+Importing acl_mem alone stays free of backend code, and a native-only program has no
+fake to report on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+from collections.abc import Callable
+
+from .. import _backend, _env
+
+__all__ = ["arm", "report_leaks_at_exit"]
+
+_NO_STACK = "(stack recorded only with check=True)"
+_armed = False
+_arm_lock = threading.Lock()
+
+
+def arm() -> None:
+    """Register the exit report once per process, if ACL_MEM_LEAK_REPORT asks for it.
+
+    Once only, even after the drop-in library unregistered it to print the report itself
+    (a fake made during its exit must not print a second one).
+    """
+    global _armed
+    if _armed:
+        return
+    with _arm_lock:
+        if _armed:
+            return
+        # Read before marking: a bad setting raises now and again at the next fake.
+        wanted = _env.flag("ACL_MEM_LEAK_REPORT")
+        _armed = True
+        if wanted:
+            atexit.register(report_leaks_at_exit)
+
+
+def report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> None:
+    """Print the active fake's leaks; ``where(address)``, if given, says where a block
+    was allocated when the checker recorded no stack (the drop-in library's C caller)."""
+    from .backend import FakeBackend
+
+    active = _backend._active
+    if not isinstance(active, FakeBackend):
+        return
+    blocks = active.live_blocks()
+    held = active.live_vmm()
+    if not blocks and not held:
+        return
+    print(f"acl_mem: {len(blocks) + len(held)} allocation(s) never freed:", file=sys.stderr)
+    for block in blocks:
+        stack = "".join(block.stack or ()) or (where(block.start) if where else None) or \
+            _NO_STACK
+        print(f"  {block.api} {block.start:#x} ({block.requested} bytes, device "
+              f"{block.device})\n{stack}", file=sys.stderr)
+    for item in held:
+        print(f"  {item.api} {item.address:#x} ({item.size} bytes, device {item.device})",
+              file=sys.stderr)
