@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+from .._env import secure_path
+
 __all__ = ["cache_dir", "hypothesis_storage", "run_checks"]
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +31,7 @@ def cache_dir() -> Path:
     ``$XDG_CACHE_HOME/acl_mem/hypothesis``, or ``~/.cache/acl_mem/hypothesis`` when
     XDG_CACHE_HOME is unset or not an absolute path (as the XDG specification says).
     """
-    base = os.environ.get("XDG_CACHE_HOME", "")
+    base = secure_path("XDG_CACHE_HOME") or ""
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".cache"
     return root / "acl_mem" / "hypothesis"
 
