@@ -55,7 +55,7 @@ def shown(value: object) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):
-        return json.dumps(cut(value, 24))
+        return json.dumps(cut(value, 24), ensure_ascii=False)
     if type(value) is int and value.bit_length() > 80:
         digits = len(str(abs(value)))
         return f"{str(value)[:20]}… ({digits} digits)"

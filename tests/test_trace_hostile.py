@@ -1,0 +1,163 @@
+"""Trace files are untrusted input: acl-mem trace summary, replay and plot read any file
+without a traceback, a hang or memory out of proportion, leave out what is damaged and
+say where."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from acl_mem.cli import main
+from acl_mem.trace import TraceFormatError, read_trace
+from acl_mem.trace._format import LINE_LIMIT, PROBLEMS_KEPT
+
+HEADER = {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
+          "soc": "Ascend910B1", "cann": "9.1.0", "padding": 32, "device_count": 1,
+          "set_counts": {"0": 1}, "current_device": 0, "capacity": 1 << 30}
+GOOD = {"t": 5, "th": 1, "dev": 0, "call": "aclrtMalloc", "size": 100, "policy": 0, "rc": 0,
+        "ptr": 0x1000}
+
+
+def _malloc(**changes: Any) -> str:
+    return json.dumps({**GOOD, **changes})
+
+
+#: Damaged lines, and the field each names (None: the line as a whole).
+HOSTILE: list[tuple[str, str | None]] = [
+    ('{"t":1,"th":1,"dev":0,"call":"aclrtMalloc","size":-Infinity,"policy":0,"rc":0,'
+     '"ptr":8}', "size"),
+    ('{"t":1,"th":1,"dev":0,"call":"aclrtMalloc","size":NaN,"policy":0,"rc":0,"ptr":8}',
+     "size"),
+    ('{"t":1,"th":1,"dev":0,"call":"aclrtMalloc","size":1e400,"policy":0,"rc":0,"ptr":8}',
+     "size"),
+    (_malloc(size=10 ** 400), "size"),
+    (_malloc(size=-1), "size"),
+    (_malloc(size=1 << 64), "size"),
+    (_malloc(size="100"), "size"),
+    (_malloc(size=True), "size"),
+    (_malloc(size=1.5), "size"),
+    (_malloc(dev=-1), "dev"),
+    (_malloc(dev="0"), "dev"),
+    (_malloc(th=False), "th"),
+    (_malloc(t=1e400), "t"),
+    (_malloc(rc=None), "rc"),
+    (_malloc(stack=-3), "stack"),
+    (_malloc(raised=["x"]), "raised"),
+    (_malloc(call={"a": 1}), "call"),
+    (_malloc(call="x" * 5000), "call"),
+    (json.dumps({"t": 1, "th": 1, "call": "aclrtSetDevice", "device": -2, "rc": 0}), "device"),
+    (json.dumps({"t": 1, "th": 1, "dev": 0, "call": "aclrtMallocPhysical", "size": 4096,
+                 "prop": {"memAttr": "huge"}, "flags": 0, "rc": 0, "handle": 9}),
+     "prop.memAttr"),
+    (json.dumps({"type": "stack", "id": 1, "frames": [["a.py", -1, "f"]]}), "frames[0]"),
+    (json.dumps({"type": "stack", "id": "1", "frames": []}), "id"),
+    (json.dumps({"type": "thread", "th": -1}), "th"),
+    (json.dumps({"type": "end", "t": 9, "calls": -1, "lost": 0}), "calls"),
+    ("[" * 100_000 + "]" * 100_000, None),
+    ("[1, 2, 3]", None),
+    ('{"t": 1, "th": ', None),
+]
+
+
+def _write(path: Path, lines: list[str], header: dict[str, Any] | None = None) -> Path:
+    path.write_text("\n".join([json.dumps(header or HEADER), *lines]) + "\n")
+    return path
+
+
+def test_each_damaged_line_is_left_out_and_named_without_its_neighbours(tmp_path, capsys):
+    lines: list[str] = []
+    for number, (line, _) in enumerate(HOSTILE):
+        lines += [line, _malloc(t=10 + number, ptr=0x10_0000 * (number + 1))]
+    path = _write(tmp_path / "hostile.jsonl", lines)
+    trace = read_trace(path)
+    assert trace.bad_lines == len(HOSTILE)
+    assert sum("call" in e for e in trace.events) == len(HOSTILE)  # every good neighbour
+    assert main(["trace", "summary", str(path), "--top", "1"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{len(HOSTILE)} calls" in out
+    said = err.splitlines()
+    assert len(said) == PROBLEMS_KEPT + 1 and "more problem(s) not shown" in said[-1]
+    for number, (text, (_, name)) in enumerate(zip(said[:-1], HOSTILE, strict=False)):
+        match = re.match(r"(.+):(\d+): (.*)$", text)
+        assert match and match.group(1) == str(path)
+        assert int(match.group(2)) == 2 + 2 * number
+        if name is not None:
+            assert match.group(3).startswith(f"field {name}: expected ")
+
+
+def test_the_message_names_file_line_field_and_value(tmp_path, capsys):
+    bad = ('{"t":1,"th":1,"dev":0,"call":"aclrtMalloc","size":-Infinity,"policy":0,"rc":0,'
+           '"ptr":8}')
+    path = _write(tmp_path / "one.jsonl", [_malloc(), bad])
+    assert main(["trace", "summary", str(path)]) == 1
+    line, = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{path}:3: field size: expected an int >= 0")
+    assert line.endswith("got -Infinity")
+
+
+def test_binary_garbage_long_lines_and_a_cut_last_line(tmp_path, capsys):
+    path = tmp_path / "garbage.jsonl"
+    with path.open("wb") as handle:
+        handle.write(json.dumps(HEADER).encode() + b"\n")
+        handle.write(b"\xff\xfe\x00garbage\n")
+        handle.write(_malloc(ptr=0x2000).encode() + b"\n")
+        handle.write(b"x" * (LINE_LIMIT + 10) + b"\n")
+        handle.write(b"{" * (3 * LINE_LIMIT))  # no newline at all
+        handle.write(b"\n" + _malloc(t=7, ptr=0x3000).encode() + b"\n")
+        handle.write(_malloc(t=8, ptr=0x4000).encode()[:-5])  # killed mid-line
+    trace = read_trace(path)
+    assert trace.bad_lines == 4
+    assert [e["ptr"] for e in trace.events] == [0x2000, 0x3000]
+    assert main(["trace", "summary", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2: not UTF-8" in err and f"{path}:4: longer than" in err
+    assert f"{path}:5: longer than" in err and f"{path}:7: not JSON" in err
+
+
+def test_the_header_fields_are_checked_too(tmp_path, capsys):
+    header = {**HEADER, "capacity": -5, "device_count": 10 ** 30, "padding": "32",
+              "set_counts": {"²": 1, "0": True}, "details": {"a": [[[[[[[[[[1]]]]]]]]]]}}
+    path = _write(tmp_path / "header.jsonl", [_malloc()], header)
+    trace = read_trace(path)
+    assert (trace.header["capacity"], trace.header["device_count"],
+            trace.header["padding"], trace.header["set_counts"],
+            trace.header["details"]) == (None, None, None, {}, None)
+    assert trace.problem_count == 6 and trace.bad_lines == 0
+    assert main(["trace", "replay", str(path)]) == 1
+    assert capsys.readouterr().err.count(f"{path}:1: field ") == 6
+
+
+@pytest.mark.parametrize("command", ["summary", "replay", "plot"])
+def test_fifos_devices_and_directories_are_refused_at_once(tmp_path, capsys, command):
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)  # nobody ever writes: opening it for reading must not wait
+    out = ["-o", str(tmp_path / "x.html")] if command == "plot" else []
+    for path in (str(fifo), "/dev/zero", str(tmp_path)):
+        assert main(["trace", command, path, *out]) == 1
+        assert "a trace is read only from a regular file" in capsys.readouterr().err
+    with pytest.raises(TraceFormatError):
+        read_trace(fifo)
+
+
+@pytest.mark.parametrize("command", ["replay", "plot"])
+def test_replay_and_plot_say_the_same_and_still_work(tmp_path, capsys, command):
+    path = _write(tmp_path / "r.jsonl", [_malloc(size=-1), _malloc(t=9, ptr=0x5000)])
+    out = ["-o", str(tmp_path / "x.html")] if command == "plot" else []
+    assert main(["trace", command, str(path), *out]) == 1
+    captured = capsys.readouterr()
+    assert f"{path}:2: field size" in captured.err
+    assert ("wrote" if command == "plot" else "differences: none") in captured.out
+
+
+def test_replay_help_names_options_that_exist(capsys):
+    with pytest.raises(SystemExit):
+        main(["trace", "replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--profiles" not in text
+    for name in ("atlas-a2", "ascend950"):
+        assert name in text
