@@ -7,13 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from acl_mem._fake import FakeBackend
 from acl_mem.cli import main
-from acl_mem.trace import TraceFormatError, read_trace
+from acl_mem.trace import TraceFormatError, _replay, read_trace, replay_trace
 from acl_mem.trace._format import LINE_LIMIT, PROBLEMS_KEPT
 
 HEADER = {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
@@ -161,3 +163,61 @@ def test_replay_help_names_options_that_exist(capsys):
     assert "--profiles" not in text
     for name in ("atlas-a2", "ascend950"):
         assert name in text
+
+
+# -- a trace of a million threads --------------------------------------------------------------
+def _threads_trace(path: Path, threads: int) -> Path:
+    lines = []
+    for th in range(2, threads + 2):
+        ptr = 0x1_0000 * th
+        lines += [_malloc(t=2 * th, th=th, ptr=ptr),
+                  json.dumps({"t": 2 * th + 1, "th": th, "call": "aclrtFree", "ptr": ptr,
+                              "rc": 0})]
+    return _write(path, lines)
+
+
+def test_replay_starts_no_thread_per_recorded_thread(tmp_path, monkeypatch):
+    """Replaying threads are reused: the threads started stay at MAX_WORKERS however
+    many the trace recorded, so each recorded thread costs a call, not a thread start."""
+    started: list[int] = []
+    original = _replay._new_worker
+
+    def counted(th: int) -> Any:
+        started.append(th)
+        return original(th)
+
+    monkeypatch.setattr(_replay, "_new_worker", counted)
+    for threads in (_replay.MAX_WORKERS + 1, 8 * _replay.MAX_WORKERS):  # (one is the caller)
+        started.clear()
+        report = replay_trace(read_trace(_threads_trace(tmp_path / f"{threads}.jsonl",
+                                                        threads)))
+        assert (report.differences, report.replayed) == (0, 2 * threads)
+        assert len(started) == _replay.MAX_WORKERS
+
+
+def test_a_reused_replaying_thread_starts_without_a_device(tmp_path, monkeypatch):
+    """Thread 2 sets device 0; thread 3 then gets thread 2's replaying thread, and must
+    find no current device there, as it had none when recorded."""
+    monkeypatch.setattr(_replay, "MAX_WORKERS", 1)
+    backend = FakeBackend.for_profile("atlas-a2")
+    backend.aclInit(None)
+    no_device = threading_result(lambda: backend.aclrtMalloc(64, 0))[0]
+    assert no_device != 0
+    path = _write(tmp_path / "reuse.jsonl", [
+        json.dumps({"t": 1, "th": 1, "call": "aclrtSetDevice", "device": 0, "rc": 0}),
+        json.dumps({"t": 2, "th": 2, "call": "aclrtSetDevice", "device": 0, "rc": 0}),
+        _malloc(t=3, th=2, ptr=0x5000),
+        json.dumps({"t": 4, "th": 3, "dev": None, "call": "aclrtMalloc", "size": 64,
+                    "policy": 0, "rc": no_device}),
+    ], header={**HEADER, "set_counts": {}, "current_device": None})
+    report = replay_trace(read_trace(path))
+    assert (report.differences, report.replayed) == (0, 4)
+
+
+def threading_result(work: Any) -> Any:
+    """What ``work`` returns when called in a new thread."""
+    box: list[Any] = []
+    thread = threading.Thread(target=lambda: box.append(work()))
+    thread.start()
+    thread.join()
+    return box[0]
