@@ -221,3 +221,29 @@ def threading_result(work: Any) -> Any:
     thread.start()
     thread.join()
     return box[0]
+
+
+# -- output in proportion to input -------------------------------------------------------------
+def _long_names_trace(path: Path, allocations: int, name: int, frames: int) -> Path:
+    """Allocations sharing one stack whose names are ``name`` characters long."""
+    stack = json.dumps({"type": "stack", "id": 1, "frames": [
+        [f"/src/{'d' * name}/train.py", 7, "f" * name]] * frames})
+    lines = [stack] + [_malloc(t=i, ptr=(1 << 32) + (i << 21), size=1 << 20, stack=1,
+                               rc=0 if i % 2 else 207001) for i in range(allocations)]
+    return _write(path, lines)
+
+
+@pytest.mark.parametrize(("allocations", "name", "frames"), [(400, 100_000, 1),
+                                                             (100, 4000, 60)])
+def test_what_is_written_stays_in_proportion_to_what_was_read(tmp_path, capsys,
+                                                             allocations, name, frames):
+    path = _long_names_trace(tmp_path / "names.jsonl", allocations, name, frames)
+    size = path.stat().st_size
+    for command in (["summary"], ["summary", "--json"], ["replay", "--top", "50"],
+                    ["replay", "--json", "--top", "50"]):
+        main(["trace", *command, str(path)])
+        written = len(capsys.readouterr().out)
+        assert written < 5 * size, (command, written, size)
+    out = tmp_path / "names.html"
+    assert main(["trace", "plot", str(path), "-o", str(out)]) == 0
+    assert out.stat().st_size < 5 * size

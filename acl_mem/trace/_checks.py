@@ -6,8 +6,10 @@ files").
 A check returns None when the line is fine, else the reason it is rejected:
 ``field size: expected an int >= 0 and < 2**64, got -Infinity``. Strings that output
 repeats (file and function names, exception names and messages) are cut to
-:data:`TEXT_LIMIT` characters here, and a stack to its :data:`FRAME_LIMIT` innermost
-frames, so that what is written stays proportional to what was read.
+:data:`TEXT_LIMIT` characters here, and a stack to its innermost frames, at most
+:data:`FRAME_LIMIT` of them and :data:`STACK_LIMIT` characters of names: the summary,
+the replay and the plot repeat a stack for every allocation made there, so what they
+write stays within a constant factor of what was read.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from typing import Any
 
 from ._lines import BY_WRITTEN
 
-__all__ = ["FRAME_LIMIT", "TEXT_LIMIT", "check_call", "check_end", "check_stack",
+__all__ = ["FRAME_LIMIT", "STACK_LIMIT", "TEXT_LIMIT", "check_call", "check_end", "check_stack",
            "check_thread", "clean_header", "cut", "shown"]
 
 #: Characters kept of a string from the trace that output repeats.
 TEXT_LIMIT = 200
-#: Innermost frames kept of a recorded stack.
+#: Innermost frames kept of a recorded stack, and characters of their names.
 FRAME_LIMIT = 32
+STACK_LIMIT = 2000
 #: How deep the header's ``details`` may nest (the backend writes two levels).
 _DETAILS_DEPTH = 8
 
@@ -181,14 +184,17 @@ def check_stack(item: dict[str, Any]) -> tuple[str | None, list[tuple[str, int, 
     if not isinstance(frames, list):
         return f"field frames: expected a list, got {shown(frames)}", []
     kept: list[tuple[str, int, str]] = []
+    characters = 0
     for number, frame in enumerate(frames):
         if not (isinstance(frame, list) and len(frame) == 3 and isinstance(frame[0], str)
                 and isinstance(frame[2], str) and type(frame[1]) is int
                 and 0 <= frame[1] < 1 << 31):
             return (f"field frames[{number}]: expected [file, line >= 0, function], got "
                     f"{shown(frame)}"), []
-        if number < FRAME_LIMIT:
-            kept.append((cut(frame[0], keep_end=True), frame[1], cut(frame[2])))
+        file, function = cut(frame[0], keep_end=True), cut(frame[2])
+        characters += len(file) + len(function)
+        if number < FRAME_LIMIT and (characters <= STACK_LIMIT or not kept):
+            kept.append((file, frame[1], function))
     return None, kept
 
 
