@@ -247,3 +247,15 @@ def test_what_is_written_stays_in_proportion_to_what_was_read(tmp_path, capsys,
     out = tmp_path / "names.html"
     assert main(["trace", "plot", str(path), "-o", str(out)]) == 0
     assert out.stat().st_size < 5 * size
+
+
+def test_a_refused_call_keeps_what_its_caller_passed(tmp_path):
+    """The runtime refused these calls, so their arguments may be anything an int
+    can be; the same values in a call that succeeded are damage."""
+    refused = [json.dumps({"t": 1, "th": 1, "call": "aclrtSetDevice", "device": -1,
+                           "rc": 107001}),
+               _malloc(t=2, size=-5, rc=207001),
+               _malloc(t=3, size=None, raised="TypeError", message="size: " + "x" * 10_000)]
+    trace = read_trace(_write(tmp_path / "refused.jsonl", [*refused, _malloc(size=-5)]))
+    assert trace.bad_lines == 1 and len(trace.events) == 3
+    assert len(trace.events[2]["message"]) <= 200

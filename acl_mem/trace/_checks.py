@@ -118,8 +118,40 @@ _FIELDS: dict[str, tuple[tuple[str, _Range | str], ...]] = {
 }
 
 
+#: Per call: the fields a common record holds and (low, high, null allowed) for each;
+#: a record whose fields are these (or unknown ones) in range needs no closer look.
+_QUICK: dict[str, dict[str, tuple[int, int, bool]]] = {
+    call: {"t": (*_SIGNED[:2], False), "th": (*_COUNT[:2], False),
+           "dev": (*_DEVICE[:2], True), "stack": (*_COUNT[:2], True),
+           "rc": (*_ANY_INT[:2], False),
+           **{name: (*kind[:2], True) for name, kind in fields if not isinstance(kind, str)}}
+    for call, fields in _FIELDS.items()
+}
+#: Fields whose values the quick look leaves to the full one.
+_LOOK_CLOSER = frozenset({"raised", "message", "config", "prop"})
+
+
 def check_call(item: dict[str, Any]) -> str | None:
     """A call record (or a ``backend`` line's time); cuts its long strings."""
+    call = item.get("call")
+    rules = _QUICK.get(call) if type(call) is str else None
+    if rules is not None:
+        for key, value in item.items():
+            limits = rules.get(key)
+            if limits is None:
+                if key in _LOOK_CLOSER:
+                    break
+            elif type(value) is int:
+                if not limits[0] <= value < limits[1]:
+                    break
+            elif value is not None or not limits[2]:
+                break
+        else:
+            return None
+    return _check_call_fully(item)
+
+
+def _check_call_fully(item: dict[str, Any]) -> str | None:
     problem = _int_problem("t", item.get("t", 0), _SIGNED, null=False) or \
         _int_problem("th", item.get("th", 0), _COUNT, null=False) or \
         _int_problem("dev", item.get("dev"), _DEVICE) or \
