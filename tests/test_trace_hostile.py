@@ -15,7 +15,7 @@ import pytest
 
 from acl_mem._fake import FakeBackend
 from acl_mem.cli import main
-from acl_mem.trace import TraceFormatError, _replay, read_trace, replay_trace
+from acl_mem.trace import TraceFormatError, _plot_data, _replay, read_trace, replay_trace
 from acl_mem.trace._format import LINE_LIMIT, PROBLEMS_KEPT
 
 HEADER = {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
@@ -259,3 +259,14 @@ def test_a_refused_call_keeps_what_its_caller_passed(tmp_path):
     trace = read_trace(_write(tmp_path / "refused.jsonl", [*refused, _malloc(size=-5)]))
     assert trace.bad_lines == 1 and len(trace.events) == 3
     assert len(trace.events[2]["message"]) <= 200
+
+
+def test_a_trace_naming_thousands_of_devices_draws_a_bounded_page(tmp_path, capsys):
+    lines = [_malloc(t=i, dev=i * 1000, ptr=0x1000 * (i + 1)) for i in range(1000)]
+    path = _write(tmp_path / "devices.jsonl", lines)
+    out = tmp_path / "devices.html"
+    assert main(["trace", "plot", str(path), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert page.count('<section class="device"') == _plot_data.MAX_DEVICES
+    assert f"{1000 - _plot_data.MAX_DEVICES} more devices" in page
+    assert len(page) < 2 * path.stat().st_size
