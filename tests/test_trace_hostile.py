@@ -270,3 +270,13 @@ def test_a_trace_naming_thousands_of_devices_draws_a_bounded_page(tmp_path, caps
     assert page.count('<section class="device"') == _plot_data.MAX_DEVICES
     assert f"{1000 - _plot_data.MAX_DEVICES} more devices" in page
     assert len(page) < 2 * path.stat().st_size
+
+
+def test_a_forged_starting_state_costs_no_more_than_the_replays_devices(tmp_path):
+    header = {**HEADER, "set_counts": {"0": 2, **{str(d): 65_535 for d in range(1000, 1400)},
+                                       "7": 1 << 20}}
+    trace = read_trace(_write(tmp_path / "state.jsonl", [_malloc()], header))
+    assert trace.problem_count == 1  # device 7's count: out of range
+    report = replay_trace(trace)
+    assert report.differences == 0
+    assert any("400 device(s)" in note for note in report.notes)

@@ -302,11 +302,11 @@ def clean_header(header: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     if isinstance(counts, dict):
         for k, v in counts.items():
             if k.isascii() and k.isdigit() and len(k) <= 10 and int(k) < 1 << 31 and \
-                    type(v) is int and 0 < v < 1 << 20:
+                    type(v) is int and 0 < v < 1 << 16:
                 clean["set_counts"][str(int(k))] = v
             else:
                 problems.append(f"field set_counts: expected device numbers (< 2**31) "
-                                f"with counts (> 0 and < 2**20), got {shown(k)}: "
+                                f"with counts (> 0 and < 2**16), got {shown(k)}: "
                                 f"{shown(v)}; ignored")
     elif counts is not None:
         problems.append(f"field set_counts: expected an object, got {shown(counts)}; "

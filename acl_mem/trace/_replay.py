@@ -387,6 +387,13 @@ class _Run:
         if not lifecycle or lifecycle[0] != "aclInit":
             self.backend.aclInit(None)
         counts = {int(d): int(n) for d, n in (header.get("set_counts") or {}).items()}
+        missing = [d for d in counts if d >= self.profile.device_count]
+        if missing:
+            # (The fake would refuse each of them, as many times as the header says.)
+            self.notes.append(f"the trace began with {len(missing)} device(s) set that the "
+                              f"replay's {self.profile.device_count} do not include: not set")
+            for device in missing:
+                del counts[device]
         start = header.get("current_device")
         order = sorted(counts, key=lambda d: d == start)
         for device in order:
