@@ -249,8 +249,9 @@ class Recorder:
             "stack_depth": self.stack_depth})
 
     def _start(self) -> None:
-        # Made here, so that a path that cannot be written fails the call to record().
-        self._truncate()
+        # Opened here, so that a path that cannot or must not be written fails the call
+        # to record().
+        self._open_file()
         self._pending += (BOXED, self._process_item(perf_counter_ns()))
         self._connect()
         self._active = True
@@ -273,7 +274,7 @@ class Recorder:
                                          name="acl_mem.trace shipper")
         self._shipper.start()
 
-    def _truncate(self) -> None:
+    def _open_file(self) -> None:
         """Open the file (checked: docs/trace-format.md); the writer gets the descriptor,
         so the file written is the one checked, whatever the path names later."""
         self._fd = open_trace_file(self._path, exclusive=self._exclusive)
@@ -343,7 +344,7 @@ class Recorder:
                 if self._broken:
                     return
                 try:
-                    self._truncate()
+                    self._open_file()
                 except OSError as exc:
                     self._broken = True  # said once; the child runs unrecorded
                     print(f"acl_mem.trace: cannot record into {self._path}: "
