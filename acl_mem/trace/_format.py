@@ -107,7 +107,8 @@ def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
                 if stat.S_ISSOCK(mode) else "not a regular file"
             raise TraceFormatError(f"{os.fspath(path)}: {kind}; a trace is read only from "
                                    "a regular file")
-        os.set_blocking(fd, True)
+        # Left non-blocking: a regular file never waits anyway, and a /proc or FUSE file
+        # that waits for data (/proc/kmsg) then ends the reading instead of hanging.
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
