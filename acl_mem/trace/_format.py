@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 from .._structs import aclrtPhysicalMemProp
 from ._checks import check_call, check_end, check_stack, check_thread, clean_header, cut, shown
 from ._lines import BY_WRITTEN, CALLS, FORMAT_NAME, FORMAT_VERSION
+from ._open import file_kind
 from ._progress import Progress
 
 __all__ = ["CALLS", "FORMAT_NAME", "FORMAT_VERSION", "Trace", "TraceFormatError",
@@ -102,11 +103,8 @@ def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) \
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" \
-                if stat.S_ISSOCK(mode) else "not a regular file"
-            raise TraceFormatError(f"{os.fspath(path)}: {kind}; a trace is read only from "
-                                   "a regular file")
+            raise TraceFormatError(f"{os.fspath(path)}: {file_kind(mode)}; a trace is read "
+                                   "only from a regular file")
         # Left non-blocking: a regular file never waits anyway, and a /proc or FUSE file
         # that waits for data (/proc/kmsg) then ends the reading instead of hanging.
         return os.fdopen(fd, "rb")

@@ -13,7 +13,7 @@ import errno
 import os
 import stat
 
-__all__ = ["open_trace_file"]
+__all__ = ["file_kind", "open_trace_file"]
 
 
 def _user() -> int:
@@ -21,7 +21,8 @@ def _user() -> int:
     return os.geteuid()
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, from its ``st_mode``."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -56,7 +57,7 @@ def open_trace_file(path: str, *, exclusive: bool) -> int:
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
-            raise OSError(errno.EINVAL, f"{_kind(status.st_mode)}: a trace is written only "
+            raise OSError(errno.EINVAL, f"{file_kind(status.st_mode)}: a trace is written only "
                           "to a regular file", path)
         if status.st_uid != _user():
             raise OSError(errno.EPERM, "owned by another user: not written", path)
