@@ -73,6 +73,11 @@ class State:
             return None
         return current[0]
 
+    def forget_thread(self) -> None:
+        """The calling thread starts over with no current device, as a new thread would
+        (a trace replay reuses one thread for many recorded ones)."""
+        self._local.__dict__.clear()
+
     def token(self, device: int | None) -> tuple[int, int]:
         if device == HOST:
             return (self.host_epoch, HOST)

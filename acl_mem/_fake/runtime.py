@@ -187,6 +187,11 @@ class FakeRuntime:
             self._local.cur = context
             return codes.SUCCESS
 
+    def forget_thread(self) -> None:
+        """The calling thread starts over with no current context, as a new thread would
+        (a trace replay reuses one thread for many recorded ones)."""
+        self._local.__dict__.clear()
+
     def current_handle(self) -> int | None:
         """The handle aclrtGetCurrentContext reports: the thread's context, alive or not
         (the runtime does not check), or None when it has none."""

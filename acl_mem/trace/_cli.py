@@ -9,12 +9,13 @@ import os
 import sys
 from typing import Any
 
+from .._fake.profiles import PROFILES
 from ._format import Trace, TraceFormatError, read_trace
 from ._plot import FORMATS, PlotDependencyError, write_plot
 from ._progress import Progress
 from ._replay import POOLS, ReplayOptions, replay_trace
 from ._replay_text import format_replay
-from ._summary import summarize, summarize_trace
+from ._summary import summarize_trace
 from ._text import format_summary
 
 __all__ = ["add_trace_parser", "run_trace"]
@@ -44,8 +45,12 @@ largest_at_peak [allocations]), never_freed [allocations], failed [{call, rc,
 raised, count, first_t, first, stack}], streams_left, unknown_frees, complete,
 lost, bad_lines. Times are nanoseconds since the recording began; sizes bytes.
 
-exit status: 0 summary printed; 1 the file cannot be read or is not a trace;
-2 usage error.
+Damaged lines (not JSON, longer than 1 MiB, a field of the wrong type or range)
+are left out and named on standard error as FILE:LINE: what; the summary counts
+the rest. Only regular files are read.
+
+exit status: 0 summary printed; 1 the file cannot be read or is not a trace, or
+lines were left out (the summary of the rest is still printed); 2 usage error.
 """
 
 
@@ -74,7 +79,8 @@ recorded_peak_reserved, replayed_peak_in_use, replayed_peak_reserved}, pools
 {device: figures of the replay's pool}.
 
 exit status: 0 no differences; 3 some call returned something else; 1 the file
-cannot be read or is not a trace; 2 usage error.
+cannot be read or is not a trace, or damaged lines were left out (named on
+standard error; the rest is replayed and reported); 2 usage error.
 """
 
 
@@ -89,8 +95,9 @@ _PLOT_EPILOG = """\
 The HTML file has no outside references (it opens offline) and shows details on
 hover. The PNG needs matplotlib (pip install 'acl_mem[plot]').
 
-exit status: 0 written; 1 the file cannot be read or is not a trace, or OUT cannot
-be written; 2 usage error (an OUT suffix other than .html, .htm or .png; matplotlib
+exit status: 0 written; 1 the file cannot be read or is not a trace, OUT cannot
+be written, or damaged lines were left out (named on standard error; the rest is
+drawn); 2 usage error (an OUT suffix other than .html, .htm or .png; matplotlib
 missing for a PNG).
 """
 
@@ -117,7 +124,7 @@ def add_trace_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
     replay.add_argument("file", metavar="FILE", help="the trace (JSON Lines)")
     replay.add_argument("--profile", metavar="NAME",
                         help="fake profile or SoC family to replay on (default: the trace's "
-                        "SoC; acl-mem info --profiles lists them)")
+                        "SoC): " + ", ".join(sorted(PROFILES)))
     replay.add_argument("--hbm", type=_size, metavar="SIZE",
                         help="memory per device, e.g. 32GiB, 512MiB or bytes (default: the "
                         "trace's)")
@@ -180,12 +187,10 @@ def run_trace(args: argparse.Namespace) -> int:
         return _run_replay(args)
     if args.trace_command == "plot":
         return _run_plot(args)
-    try:
-        summary = summarize(args.file, top=args.top)
-    except (OSError, TraceFormatError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"acl-mem trace summary: cannot read {args.file}: {reason}", file=sys.stderr)
+    trace = _read("summary", args.file)
+    if trace is None:
         return 1
+    summary = summarize_trace(trace, top=args.top)
     try:
         if args.json:
             print(json.dumps(summary.as_dict(), indent=2))
@@ -193,7 +198,7 @@ def run_trace(args: argparse.Namespace) -> int:
             print(format_summary(summary, top=args.top))
     except BrokenPipeError:
         sys.stderr.close()
-    return 0
+    return 1 if trace.problem_count else 0
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -214,18 +219,30 @@ def _run_replay(args: argparse.Namespace) -> int:
             print(format_replay(report))
     except BrokenPipeError:
         sys.stderr.close()
-    return 3 if report.differences else 0
+    return 1 if trace.problem_count else 3 if report.differences else 0
 
 
 def _read(command: str, path: str) -> Trace | None:
     """The trace at ``path`` (progress on a terminal), or None after saying why not."""
     try:
         with Progress("reading", 0, unit="bytes") as progress:
-            return read_trace(path, progress=progress)
+            trace = read_trace(path, progress=progress)
     except (OSError, TraceFormatError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"acl-mem trace {command}: cannot read {path}: {reason}", file=sys.stderr)
         return None
+    _say_problems(trace)
+    return trace
+
+
+def _say_problems(trace: Trace) -> None:
+    """The damaged lines left out (the first few word for word, then how many)."""
+    for problem in trace.problems:
+        print(problem, file=sys.stderr)
+    unsaid = trace.problem_count - len(trace.problems)
+    if unsaid > 0:
+        print(f"{trace.path}: {unsaid} more problem(s) not shown ({trace.problem_count} in "
+              "all)", file=sys.stderr)
 
 
 def _run_plot(args: argparse.Namespace) -> int:
@@ -249,4 +266,4 @@ def _run_plot(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     print(f"wrote {output} ({kind})")
-    return 0
+    return 1 if trace.problem_count else 0

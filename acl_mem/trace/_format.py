@@ -6,12 +6,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from .._structs import aclrtPhysicalMemProp
+from ._checks import check_call, check_end, check_stack, check_thread, clean_header, cut, shown
 from ._lines import BY_WRITTEN, CALLS, FORMAT_NAME, FORMAT_VERSION
+from ._open import file_kind
 from ._progress import Progress
 
 __all__ = ["CALLS", "FORMAT_NAME", "FORMAT_VERSION", "Trace", "TraceFormatError",
@@ -69,6 +72,16 @@ class Trace:
     end: dict[str, Any] | None = None
     #: Lines that could not be read (a process killed while writing leaves half a line).
     bad_lines: int = 0
+    #: The first :data:`PROBLEMS_KEPT` problems, ``FILE:LINE: what``: lines left out,
+    #: header fields ignored. ``problem_count`` counts them all.
+    problems: list[str] = field(default_factory=list)
+    problem_count: int = 0
+
+    def note(self, line: int, problem: str) -> None:
+        """Remember a problem found on ``line``."""
+        self.problem_count += 1
+        if len(self.problems) < PROBLEMS_KEPT:
+            self.problems.append(f"{self.path}:{line}: {problem}")
 
     @property
     def calls(self) -> int:
@@ -76,117 +89,158 @@ class Trace:
         return sum(1 for e in self.events if "call" in e)
 
 
-def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8") as handle:
-        yield from enumerate(handle, start=1)
+#: Bytes a line may take (its newline not counted): a longer one is skipped unread.
+LINE_LIMIT = 1 << 20
+#: Problems kept word for word (:attr:`Trace.problems`); the rest are only counted.
+PROBLEMS_KEPT = 20
+
+
+def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """The file, opened for reading only if it is a regular file: a FIFO is opened
+    without waiting for a writer (O_NONBLOCK), then refused with the rest."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
+                 getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise TraceFormatError(f"{os.fspath(path)}: {file_kind(mode)}; a trace is read "
+                                   "only from a regular file")
+        # Left non-blocking: a regular file never waits anyway, and a /proc or FUSE file
+        # that waits for data (/proc/kmsg) then ends the reading instead of hanging.
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None, int]]:
+    """(line number, the line or None when longer than LINE_LIMIT, bytes taken)."""
+    number = 0
+    while True:
+        line = handle.readline(LINE_LIMIT + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) <= LINE_LIMIT or line.endswith(b"\n"):
+            yield number, line, len(line)
+            continue
+        taken = len(line)
+        while not line.endswith(b"\n"):  # the rest of it, a piece at a time
+            line = handle.readline(1 << 16)
+            if not line:
+                break
+            taken += len(line)
+        yield number, None, taken
+
+
+def _parsed(line: bytes | None) -> tuple[object, str | None]:
+    """A line's JSON value, or why it has none."""
+    if line is None:
+        return None, f"longer than {LINE_LIMIT} bytes"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    try:
+        return json.loads(text), None
+    except RecursionError:
+        return None, "not JSON: nested too deeply"
+    except ValueError as exc:
+        return None, f"not JSON: {cut(str(exc), 80)}"
 
 
 def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
     """Read a trace file of any version up to :data:`FORMAT_VERSION`; TraceFormatError if
-    it is not one (OSError if it cannot be read). ``progress`` is told the characters read
+    it is not one (or not a regular file), OSError if it cannot be read. A damaged line
+    is left out and named in :attr:`Trace.problems`. ``progress`` is told the bytes read
     (its total set to the file's size)."""
     name = os.fspath(path)
-    if progress is not None:
-        with contextlib.suppress(OSError):
-            progress.total = os.path.getsize(path)
-    read = 0
-    lines = _lines(path)
-    try:
-        _, first = next(lines)
-        header = json.loads(first)
-    except StopIteration:
-        raise TraceFormatError(f"{name}: the file is empty; not an acl_mem trace") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TraceFormatError(f"{name}: line 1 is not a JSON object ({exc}); not an "
-                               "acl_mem trace") from None
+    with _open_regular(path) as handle:
+        if progress is not None:
+            with contextlib.suppress(OSError):
+                progress.total = os.fstat(handle.fileno()).st_size
+        return _read(name, handle, progress)
+
+
+def _read(name: str, handle: BinaryIO, progress: Progress | None) -> Trace:
+    lines = _lines(handle)
+    first = next(lines, None)
+    if first is None:
+        raise TraceFormatError(f"{name}: the file is empty; not an acl_mem trace")
+    header, problem = _parsed(first[1])
+    if problem:
+        raise TraceFormatError(f"{name}: line 1 is {problem}; not an acl_mem trace")
     if not isinstance(header, dict) or header.get("type") != "header" or \
             header.get("format") != FORMAT_NAME:
         raise TraceFormatError(f"{name}: line 1 is not an {FORMAT_NAME} header; not an "
                                "acl_mem trace")
     version = header.get("version")
     if type(version) is not int or version < 1 or version > FORMAT_VERSION:
-        raise TraceFormatError(f"{name}: trace format version {version!r}; this acl_mem "
-                               f"reads versions 1 to {FORMAT_VERSION}")
-    trace = Trace(name, _clean_header(header))
+        raise TraceFormatError(f"{name}: trace format version {shown(version)}; this "
+                               f"acl_mem reads versions 1 to {FORMAT_VERSION}")
+    clean, problems = clean_header(header)
+    trace = Trace(name, clean)
+    for problem in problems:
+        trace.note(1, problem)
     keyed: list[tuple[int, int, dict[str, Any]]] = []
-    try:
-        for number, line in lines:
-            if progress is not None:
-                read += len(line)
-                progress.update(read)
-            try:
-                item = json.loads(line)
-            except ValueError:
-                trace.bad_lines += 1
-                continue
-            if not isinstance(item, dict) or not _take(trace, keyed, number, item):
-                trace.bad_lines += 1
-    except UnicodeDecodeError:
-        trace.bad_lines += 1
+    read = first[2]
+    for number, line, taken in lines:
+        read += taken
+        if progress is not None:
+            progress.update(read)
+        if line is not None and not line.strip():
+            continue  # a blank line holds nothing to lose
+        item, problem = _parsed(line)
+        if problem is None:
+            problem = "not a JSON object" if not isinstance(item, dict) else \
+                _take(trace, keyed, number, item)
+        if problem is not None:
+            if line is not None and not line.endswith(b"\n") and problem.startswith("not JSON"):
+                problem += " (the last line is cut short: the recording was killed?)"
+            trace.bad_lines += 1
+            trace.note(number, problem)
     keyed.sort(key=lambda k: (k[0], k[1]))
     trace.events = [item for _, _, item in keyed]
     return trace
 
 
-def _is_int(value: object) -> bool:
-    return type(value) is int
-
-
-#: Header fields readers use, and the types the format gives them (None always allowed).
-_HEADER_TYPES: dict[str, tuple[type, ...]] = {
-    "pid": (int,), "parent_pid": (int,), "stack_depth": (int,), "backend": (str,),
-    "soc": (str,), "cann": (str,), "acl": (str,), "padding": (int,), "device_count": (int,),
-    "memory": (str,), "capacity": (int,), "current_device": (int,), "details": (dict,),
-    "started": (str,), "argv": (list,),
-}
-
-
-def _clean_header(header: dict[str, Any]) -> dict[str, Any]:
-    """The header with each field of the wrong type (a damaged or hand-edited file) set to
-    None, and ``set_counts`` kept only where it maps device numbers to counts."""
-    clean = dict(header)
-    for key, types in _HEADER_TYPES.items():
-        value = clean.get(key)
-        if value is not None and (type(value) is bool or not isinstance(value, types)):
-            clean[key] = None
-    counts = clean.get("set_counts")
-    clean["set_counts"] = {
-        k: v for k, v in counts.items()
-        if isinstance(k, str) and k.isdigit() and _is_int(v) and 0 < v < 1 << 20
-    } if isinstance(counts, dict) else {}
-    return clean
-
-
 def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: int,
-          item: dict[str, Any]) -> bool:
-    """File one line's object; False if its fields are not of the format's types (a
-    damaged or hand-edited line), so that readers never meet a record they must doubt."""
+          item: dict[str, Any]) -> str | None:
+    """File one line's object; the reason it is rejected when one of its fields is not of
+    the format's type and range (a damaged, hand-edited or forged line), so that readers
+    never meet a record they must doubt."""
     kind = item.get("type")
-    if "call" in item or kind == "backend":
-        t = item.get("t", 0)
-        if not _is_int(t) or not _is_int(item.get("th", 0)) or \
-                ("call" in item and not isinstance(item["call"], str)) or \
-                any(item.get(k) is not None and not _is_int(item[k]) for k in ("dev", "stack")) \
-                or ("rc" in item and not _is_int(item["rc"])) or \
-                ("raised" in item and not isinstance(item["raised"], str)):
-            return False
-        keyed.append((t, number, item))
-    elif kind == "thread":
-        if not _is_int(item.get("th")):
-            return False
-        trace.threads[item["th"]] = item
-    elif kind == "stack":
-        frames = item.get("frames", [])
-        if not _is_int(item.get("id")) or not isinstance(frames, list) or not all(
-                isinstance(f, list) and len(f) == 3 and _is_int(f[1]) for f in frames):
-            return False
-        trace.stacks[item["id"]] = [(str(f[0]), f[1], str(f[2])) for f in frames]
-    elif kind == "end":
-        if not _is_int(item.get("lost", 0)) or not _is_int(item.get("calls", 0)):
-            return False
-        trace.end = item
+    if "call" in item:
+        problem = check_call(item)
+        if problem is None:
+            keyed.append((item.get("t", 0), number, item))
+        return problem
+    if kind == "backend":
+        problem = check_call(item)
+        if problem is None:
+            clean, problems = clean_header(item)
+            for field_problem in problems:
+                trace.note(number, field_problem)
+            clean.update(type="backend", t=item.get("t", 0))
+            keyed.append((clean["t"], number, clean))
+        return problem
+    if kind == "thread":
+        problem = check_thread(item)
+        if problem is None:
+            trace.threads[item["th"]] = item
+        return problem
+    if kind == "stack":
+        problem, frames = check_stack(item)
+        if problem is None:
+            trace.stacks[item["id"]] = frames
+        return problem
+    if kind == "end":
+        problem = check_end(item)
+        if problem is None:
+            trace.end = item
+        return problem
     # Other kinds belong to later versions of the format: skipped.
-    return True
+    return None
 
 
 def call_label(record: Mapping[str, Any]) -> str:

@@ -2,9 +2,10 @@
 recorder keeps them, and how each becomes one JSON line.
 
 Standard library only: besides its use inside acl_mem, this file runs as the recorder's
-writer process (``python -I -S _lines.py FILE``), which reads batches of recorded calls
-from its standard input and writes the file, so that turning calls into text takes
-another core instead of the recording program's time.
+writer process (``python -I -S _lines.py FILE FD``, FD the file the recorder opened and
+checked), which reads batches of recorded calls from its standard input and writes the
+file, so that turning calls into text takes another core instead of the recording
+program's time.
 
 A batch is one flat list. A call in its common shape is stored as consecutive plain
 values, ``code, t_ns, thread_ident[, current], *arguments, *result`` (``code`` indexes
@@ -312,9 +313,10 @@ class Consumer:
     """Turns batches into the file: in the writer process, or in the recording process
     itself when no writer process could be started."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, fd: int) -> None:
         self.path = path
-        self._fd: int | None = None
+        #: The file, opened and checked by the recorder (None once closed or failed).
+        self._fd: int | None = fd
         self._process: dict[str, object] = {}
         self._lines = LineWriter(0, 0)
         self._header_written = False
@@ -448,18 +450,26 @@ class Consumer:
         if not text:
             return
         if self._fd is None:
-            try:
-                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND |
-                                   getattr(os, "O_CLOEXEC", 0), 0o644)
-            except OSError:
-                self.lost += text.count("\n")
-                return
-        data = text.encode("utf-8")
-        try:
-            while data:
-                data = data[os.write(self._fd, data):]
-        except OSError:
             self.lost += text.count("\n")
+            return
+        try:
+            write_all(self._fd, text.encode("utf-8"))
+        except OSError as exc:
+            # A full disk, a quota, an I/O error: said once, and the recording stops
+            # (a file with holes in it would mislead); the program goes on.
+            self.lost += text.count("\n")
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+            with contextlib.suppress(Exception):
+                print(f"acl_mem.trace: cannot write {self.path}: {exc.strerror or exc}; "
+                      "calls from now on are not recorded", file=sys.stderr, flush=True)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` (OSError when the file takes no more)."""
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def decode(payload: bytes | memoryview) -> list[Any]:
@@ -481,10 +491,11 @@ def _read_exactly(stream: BinaryIO, count: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def writer_main(path: str, stream: BinaryIO) -> int:
+def writer_main(path: str, fd: int, stream: BinaryIO) -> int:
     """The writer process: batches from ``stream`` until it ends (the recorder stopped,
-    or its process died: then the file has no end line)."""
-    consumer = Consumer(path)
+    or its process died: then the file has no end line), written to ``fd`` (the file at
+    ``path`` as the recorder opened and checked it)."""
+    consumer = Consumer(path, fd)
     answers = sys.stdout.buffer
 
     def answer() -> None:
@@ -505,4 +516,4 @@ def writer_main(path: str, stream: BinaryIO) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(writer_main(sys.argv[1], sys.stdin.buffer))
+    sys.exit(writer_main(sys.argv[1], int(sys.argv[2]), sys.stdin.buffer))

@@ -106,6 +106,8 @@ class PlotData:
     #: a little after the last event, so that a drop at the very end shows.
     start: int = 0
     end: int = 0
+    #: Numbered devices with figures that are not drawn (beyond :data:`MAX_DEVICES`).
+    left_out: int = 0
 
 
 def device_title(device: str, header: dict[str, object]) -> str:
@@ -177,26 +179,36 @@ def _device_plot(summary: TraceSummary, figures: DeviceFigures, allocations: lis
                       bands, timelines, address_map(allocations, band_list, figures.total))
 
 
+#: Numbered devices drawn at most: a host has 16 at most, the fake 32; a trace naming
+#: thousands (forged, or damaged) would make a page, or an image, without end.
+MAX_DEVICES = 32
+
+
 def build_plot_data(summary: TraceSummary, *, top_sites: int = 8,
                     max_points: int = MAX_POINTS, progress: Progress | None = None
                     ) -> PlotData:
     """The plot of ``summary``: one :class:`DevicePlot` per device with figures (the
     host's pinned memory included). ``progress`` is advanced in proportion to the
     work, up to its ``total``."""
+    numbered = [d for d in summary.devices if d.isdigit()]
+    drawn = {d: summary.devices[d] for d in summary.devices
+             if not d.isdigit() or d in numbered[:MAX_DEVICES]}
     by_device: dict[str, list[Allocation]] = {}
     for a in summary.allocations:
-        by_device.setdefault(a.device, []).append(a)
+        if a.device in drawn:
+            by_device.setdefault(a.device, []).append(a)
     # Work: one pass over each device's groups, and another per pool when there are
     # several; counting allocations (about two events each) is close enough.
     work_total = 0
-    for device, figures in summary.devices.items():
+    for device, figures in drawn.items():
         count = len(by_device.get(device, ()))
         work_total += count * (2 if len(figures.pools) > 1 else 1)
     work = Work(progress, work_total)
     plots = [_device_plot(summary, figures, by_device.get(device, []), top_sites, max_points,
                           work)
-             for device, figures in summary.devices.items()]
-    return PlotData(summary, plots, *_time_axis(summary, by_device))
+             for device, figures in drawn.items()]
+    return PlotData(summary, plots, *_time_axis(summary, by_device),
+                    left_out=max(0, len(numbered) - MAX_DEVICES))
 
 
 def _time_axis(summary: TraceSummary, by_device: dict[str, list[Allocation]]

@@ -71,6 +71,9 @@ def _header(data: PlotData) -> str:
             ("started", h.get("started")), ("program", " ".join(map(str, h.get("argv") or [])))]
     if not s.complete:
         rows.append(("complete", "no: the trace has no end line (the process was killed?)"))
+    if data.left_out:
+        rows.append(("not drawn", f"{data.left_out} more devices (acl-mem trace summary "
+                     "lists them)"))
     items = "".join(f"<dt>{esc(k)}</dt><dd>{esc('-' if v is None else v)}</dd>" for k, v in rows)
     return (f'<header class="trace"><h1>Allocation trace</h1>'
             f'<dl class="trace-info">{items}</dl></header>')

@@ -94,7 +94,8 @@ def _title(figure: Figure, data: PlotData) -> None:
     s, h = data.summary, data.summary.header
     about = [f"{h['backend']} backend" if h.get("backend") else "",
              str(h.get("soc") or ""), f"CANN {h['cann']}" if h.get("cann") else "",
-             f"{s.calls:,} calls in {time_text(s.duration)}"]
+             f"{s.calls:,} calls in {time_text(s.duration)}",
+             f"{data.left_out} more devices not drawn" if data.left_out else ""]
     figure.suptitle(_text(f"{s.path}: {', '.join(a for a in about if a)}"), fontsize=11)
 
 

@@ -271,9 +271,11 @@ def _run(run: list[MapItem], row: _Row, colors: list[str], inset: int) -> str:
         return f'<rect class="container" {box} {attrs}><title>{title}</title></rect>'
     color = colors[item.band]
     used = max(1.0, min(width, row.x(a.address + a.size) - x0))
+    # (The block's own title is not repeated here: a stack can be long.)
     slack = "" if width - used < 1 else (
         f'<rect class="slack" x="{_f(x0 + used)}" y="{y}" width="{_f(width - used)}" '
-        f'height="{height}" fill="{color}"><title>{title}</title></rect>')
+        f'height="{height}" fill="{color}"><title>padding and page rounding of '
+        f'{a.address:#x}</title></rect>')
     return (f'<rect class="{item.role}" x="{_f(x0)}" y="{y}" width="{_f(used)}" '
             f'height="{height}" fill="{color}" {attrs}><title>{title}</title></rect>{slack}')
 

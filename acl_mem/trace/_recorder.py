@@ -27,12 +27,14 @@ from typing import Any
 
 from typing_extensions import Self
 
-from .. import __version__, _backend
+from .. import __version__, _backend, _env
 from .._lifecycle import state
 from ..enums import MemAttr
+from ..errors import SettingError
 from ..sizes import soc_padding
 from . import _tap
 from ._lines import BOXED, FRAME, MARSHAL, PICKLE, Consumer, has_calls
+from ._open import open_trace_file
 
 __all__ = ["ENV_OWNER", "ENV_PATH", "ENV_STACK", "Recorder", "active", "flush", "record",
            "start_from_environment"]
@@ -164,6 +166,10 @@ class Recorder:
         self._consumer: Consumer | None = None
         self._broken = False
         self._lost = 0
+        #: The checked file, until the writer (process or Consumer) takes it over.
+        self._fd: int | None = None
+        #: ``<path>.<pid>`` files (a child's) must be new ones.
+        self._exclusive = False
         self._pid = os.getpid()
         self._parent_pid: int | None = None
 
@@ -243,8 +249,9 @@ class Recorder:
             "stack_depth": self.stack_depth})
 
     def _start(self) -> None:
-        # Made here, so that a path that cannot be written fails the call to record().
-        self._truncate()
+        # Opened here, so that a path that cannot or must not be written fails the call
+        # to record().
+        self._open_file()
         self._pending += (BOXED, self._process_item(perf_counter_ns()))
         self._connect()
         self._active = True
@@ -267,26 +274,32 @@ class Recorder:
                                          name="acl_mem.trace shipper")
         self._shipper.start()
 
-    def _truncate(self) -> None:
-        os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+    def _open_file(self) -> None:
+        """Open the file (checked: docs/trace-format.md); the writer gets the descriptor,
+        so the file written is the one checked, whatever the path names later."""
+        self._fd = open_trace_file(self._path, exclusive=self._exclusive)
 
     def _connect(self) -> None:
         """Start the writer process (or, failing that, an in-process writer)."""
+        fd, self._fd = self._fd, None
+        assert fd is not None
         if use_writer_process and sys.executable:
             read_end, write_end = os.pipe()
             try:
                 self._writer = subprocess.Popen(
-                    [sys.executable, "-I", "-S", _WRITER_SCRIPT, self._path], stdin=read_end,
-                    stdout=subprocess.PIPE, start_new_session=True)
+                    [sys.executable, "-I", "-S", _WRITER_SCRIPT, self._path, str(fd)],
+                    stdin=read_end, stdout=subprocess.PIPE, start_new_session=True,
+                    pass_fds=(fd,))
                 self._pipe = write_end
                 assert self._writer.stdout is not None
                 self._answers = self._writer.stdout.fileno()
+                os.close(fd)
                 return
             except (OSError, ValueError, subprocess.SubprocessError):
                 os.close(write_end)
             finally:
                 os.close(read_end)
-        self._consumer = Consumer(self._path)
+        self._consumer = Consumer(self._path, fd)
 
     # -- what the tap calls ------------------------------------------------------------------------
     def backend_added(self, backend: _backend.Backend) -> None:
@@ -328,7 +341,15 @@ class Recorder:
                     if not end:
                         self._pending = batch
                     return
-                self._truncate()
+                if self._broken:
+                    return
+                try:
+                    self._open_file()
+                except OSError as exc:
+                    self._broken = True  # said once; the child runs unrecorded
+                    print(f"acl_mem.trace: cannot record into {self._path}: "
+                          f"{exc.strerror or exc}", file=sys.stderr)
+                    return
                 self._connect()
             names = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
             new = {ident: name for ident, name in names.items()
@@ -401,6 +422,8 @@ class Recorder:
         self._lost = 0
         self._parent_pid, self._pid = self._pid, os.getpid()
         self._path = f"{self._base_path}.{self._pid}"
+        self._exclusive = True
+        self._fd = None
         self._pending += (BOXED, self._process_item(perf_counter_ns()))
         if self._backend_info is not None:
             # A forked child holds no device (docs/runtime-model.md §3.2).
@@ -479,24 +502,31 @@ def start_from_environment() -> Recorder | None:
     """``ACL_MEM_TRACE=FILE``: record this whole process (called by ``import acl_mem``).
 
     The first process writes FILE; processes started from it that inherit the variable
-    write ``FILE.<pid>``. A problem is reported on standard error, never raised.
+    write ``FILE.<pid>``, a new file. A problem (a bad setting, a path that must not be
+    written) is reported on standard error in one line, never raised.
     """
-    path = os.environ.get(ENV_PATH, "").strip()
-    if not path:
+    try:
+        path = _env.secure_path(ENV_PATH)
+        if path is None:
+            return None
+        depth = _env.whole_number(ENV_STACK, 0)
+    except SettingError as exc:
+        print(f"acl_mem: not recording: {exc}", file=sys.stderr)
         return None
     pid = str(os.getpid())
     owner = os.environ.get(ENV_OWNER)
-    if owner and owner != pid:
+    child = bool(owner) and owner != pid
+    if child:
         path = f"{path}.{pid}"
     else:
         os.environ[ENV_OWNER] = pid
     try:
-        depth_text = os.environ.get(ENV_STACK, "0").strip() or "0"
-        depth = int(depth_text)
-        if depth < 0:
-            raise ValueError(f"{ENV_STACK} must be a whole number >= 0, got {depth_text!r}")
-        return record(path, stack_depth=depth)
+        recorder = Recorder(path, stack_depth=depth)
+        recorder._exclusive = child
+        recorder._start()
+        return recorder
     except (OSError, ValueError, TypeError) as exc:
-        print(f"acl_mem: {ENV_PATH}={os.environ.get(ENV_PATH)!r}: not recording: {exc}",
-              file=sys.stderr)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"acl_mem: {ENV_PATH}={os.environ.get(ENV_PATH)!r}: not recording into "
+              f"{path}: {reason}", file=sys.stderr)
         return None

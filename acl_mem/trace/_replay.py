@@ -20,6 +20,7 @@ from .._fake.backend import FakeBackend
 from .._fake.config import current_cann
 from .._fake.profiles import PROFILES, Profile, profile_for_soc, resolve_profile
 from .._fake.versions import VERSIONS, CannVersion, resolve_cann
+from .._lifecycle import state as raw_state
 from .._runtime_facts import padding_of
 from ..errors import error_name
 from ..pool.stats import PoolStats
@@ -252,16 +253,19 @@ MAX_WORKERS = 64
 class _Threads:
     """One replaying thread per recorded thread (the current device and context are per
     thread): the first recorded thread replays in the caller's, the others in threads of
-    their own, one call at a time in the recorded order. At most :data:`MAX_WORKERS` are
-    kept; the one unused longest ends first, and ``retired`` is told its number (a
-    thread coming back later starts without a current device)."""
+    their own, one call at a time in the recorded order. At most :data:`MAX_WORKERS`
+    threads are started: once they all serve a recorded thread, the one unused longest
+    is handed to the next new one, after ``retired`` is told the number it served and
+    ``forget`` (run in it) gave it a new thread's state: a trace of a server that ran a
+    thread per request costs no thread start per request."""
 
-    def __init__(self, retired: Callable[[int], None] | None = None) -> None:
+    def __init__(self, retired: Callable[[int], None] | None = None,
+                 forget: Callable[[], None] | None = None) -> None:
         self.main: int | None = None
         self._retired = retired
+        self._forget = forget
         # Insertion order is use order: a worker is moved to the end when used.
-        self._workers: dict[int, tuple[queue.SimpleQueue[Any], queue.SimpleQueue[Any],
-                                       threading.Thread]] = {}
+        self._workers: dict[int, _Worker] = {}
 
     def run(self, th: int, work: Callable[..., Any], *args: Any) -> Any:
         if self.main is None:
@@ -270,33 +274,49 @@ class _Threads:
             return work(*args)
         worker = self._workers.pop(th, None)
         if worker is None:
-            if len(self._workers) >= MAX_WORKERS:
-                self._retire(next(iter(self._workers)))
-            inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-            outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-            thread = threading.Thread(target=_serve, args=(inbox, outbox), daemon=True,
-                                      name=f"acl-mem replay of thread {th}")
-            thread.start()
-            worker = (inbox, outbox, thread)
+            worker = self._reuse() if len(self._workers) >= MAX_WORKERS else _new_worker(th)
         self._workers[th] = worker
-        worker[0].put((work, args))
-        ok, value = worker[1].get()
+        return worker.call(work, args)
+
+    def _reuse(self) -> _Worker:
+        oldest = next(iter(self._workers))
+        worker = self._workers.pop(oldest)
+        if self._retired is not None:
+            self._retired(oldest)
+        if self._forget is not None:
+            worker.call(self._forget, ())
+        return worker
+
+    def close(self) -> None:
+        for worker in self._workers.values():
+            worker.stop()
+        self._workers.clear()
+
+
+class _Worker:
+    """A replaying thread and its two queues."""
+
+    def __init__(self, name: str) -> None:
+        self.inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=_serve, args=(self.inbox, self.outbox),
+                                       daemon=True, name=name)
+        self.thread.start()
+
+    def call(self, work: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        self.inbox.put((work, args))
+        ok, value = self.outbox.get()
         if not ok:
             raise value
         return value
 
-    def _retire(self, th: int) -> None:
-        inbox, _, thread = self._workers.pop(th)
-        inbox.put(None)
-        thread.join(timeout=5)
-        if self._retired is not None:
-            self._retired(th)
+    def stop(self) -> None:
+        self.inbox.put(None)
+        self.thread.join(timeout=5)
 
-    def close(self) -> None:
-        for inbox, _, thread in self._workers.values():
-            inbox.put(None)
-            thread.join(timeout=5)
-        self._workers.clear()
+
+def _new_worker(th: int) -> _Worker:
+    return _Worker(f"acl-mem replay of thread {th}")
 
 
 def _serve(inbox: queue.SimpleQueue[Any], outbox: queue.SimpleQueue[Any]) -> None:
@@ -335,7 +355,7 @@ class _Run:
                                    cann=self.release)
         self.replayer = CallReplayer(self.backend, options.pool, self.profile.capacity)
         self.capture = _Capture(self.replayer)
-        self.threads = _Threads(retired=self._thread_retired)
+        self.threads = _Threads(retired=self._thread_retired, forget=self._forget_thread)
         self.skipped: Counter[str] = Counter()
         self.first: list[Difference] = []
         self.differences = 0
@@ -352,6 +372,11 @@ class _Run:
     def _thread_retired(self, th: int) -> None:
         self.replayer.current.pop(th, None)
 
+    def _forget_thread(self) -> None:
+        """(In a replaying thread handed to another recorded thread.)"""
+        self.backend.runtime.forget_thread()
+        raw_state.forget_thread()
+
     def _setup(self) -> None:
         """The state the recording began in: ACL initialised (unless the trace does it),
         the devices set as often as they were, the starting thread's device current."""
@@ -362,6 +387,13 @@ class _Run:
         if not lifecycle or lifecycle[0] != "aclInit":
             self.backend.aclInit(None)
         counts = {int(d): int(n) for d, n in (header.get("set_counts") or {}).items()}
+        missing = [d for d in counts if d >= self.profile.device_count]
+        if missing:
+            # (The fake would refuse each of them, as many times as the header says.)
+            self.notes.append(f"the trace began with {len(missing)} device(s) set that the "
+                              f"replay's {self.profile.device_count} do not include: not set")
+            for device in missing:
+                del counts[device]
         start = header.get("current_device")
         order = sorted(counts, key=lambda d: d == start)
         for device in order:
