@@ -83,6 +83,28 @@ def test_a_recorded_run_replays_with_no_difference(dev, tmp_path, backend):
     assert report.soc == read_trace(path).header["soc"]
 
 
+def test_force_teardowns_are_recorded_and_replayed(tmp_path):
+    """aclrtDestroyStreamForce and aclrtResetDeviceForce end their stream and device in the
+    recording's model and in the replay: nothing differs, nothing is left live."""
+    path = tmp_path / "run.jsonl"
+    with record(path):
+        raw.aclrtSetDevice(0)
+        raw.aclrtSetDevice(0)
+        stream = raw.aclrtCreateStream()
+        raw.aclrtDestroyStreamForce(stream)
+        raw.aclrtMalloc(4096)
+        raw.aclrtResetDeviceForce(0)
+        with pytest.raises(AclError):
+            raw.aclrtResetDeviceForce(0)
+    calls = [e["call"] for e in read_trace(path).events if "call" in e]
+    assert {"aclrtDestroyStreamForce", "aclrtResetDeviceForce"} <= set(calls)
+    report = replay(path)
+    assert report.differences == 0, report.first
+    assert report.skipped == {}
+    assert report.recorded_summary.never_freed == []
+    assert report.replayed_summary.never_freed == []
+
+
 def test_the_first_difference_names_the_call_its_codes_and_its_site(tmp_path):
     acl_mem.fake.configure(hbm_bytes=1 * GiB)
     path = tmp_path / "run.jsonl"

@@ -103,6 +103,7 @@ class CallReplayer:
         self._handlers: dict[str, Callable[[int, Mapping[str, Any]], Outcome]] = {
             "aclInit": self._init, "aclFinalize": self._finalize,
             "aclrtSetDevice": self._set_device, "aclrtResetDevice": self._reset_device,
+            "aclrtResetDeviceForce": self._reset_device,
             "aclrtCreateContext": self._create_context,
             "aclrtDestroyContext": self._destroy_context,
             "aclrtSetCurrentContext": self._set_context,
@@ -110,6 +111,7 @@ class CallReplayer:
             "hi_mpi_dvpp_malloc": self._mpi_malloc, "aclrtGetMemInfo": self._mem_info,
             "aclrtCreateStream": self._create_stream,
             "aclrtDestroyStream": self._stream_call, "aclrtSynchronizeStream": self._stream_call,
+            "aclrtDestroyStreamForce": self._stream_call,
             "aclrtSynchronizeDevice": self._synchronize_device,
             "aclrtReserveMemAddress": self._reserve, "aclrtReleaseMemAddress": self._release,
             "aclrtMallocPhysical": self._malloc_physical,
@@ -237,10 +239,11 @@ class CallReplayer:
         return outcome
 
     def _reset_device(self, th: int, r: Mapping[str, Any]) -> Outcome:
-        device = int(r["device"])
-        outcome = self._result(self._device_call("aclrtResetDevice", device))[0]
+        device, call = int(r["device"]), str(r["call"])
+        outcome = self._result(self._device_call(call, device))[0]
         if outcome == ("rc", 0):
-            left = self.references.get(device, 1) - 1
+            # The force reset drops every reference of aclrtSetDevice at once.
+            left = 0 if call == "aclrtResetDeviceForce" else self.references.get(device, 1) - 1
             self.references[device] = max(left, 0)
             if left <= 0:
                 self.primary.pop(device, None)
@@ -356,10 +359,10 @@ class CallReplayer:
 
     def _stream_call(self, th: int, r: Mapping[str, Any]) -> Outcome:
         call, recorded = str(r["call"]), int(r["stream"])
-        stream = self._needed(self.streams, recorded, r,
-                              gives_back=call == "aclrtDestroyStream")
+        destroys = call in ("aclrtDestroyStream", "aclrtDestroyStreamForce")
+        stream = self._needed(self.streams, recorded, r, gives_back=destroys)
         outcome = self._result(self._call(call, stream))[0]
-        if call == "aclrtDestroyStream" and outcome == ("rc", 0):
+        if destroys and outcome == ("rc", 0):
             self.streams.drop(recorded)
         return outcome
 

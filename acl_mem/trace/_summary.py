@@ -387,6 +387,13 @@ class _Model:
             del self.references[device]
             self._release_device(device, "reset", t, index)
 
+    def _reset_device_force(self, index: int, t: int, e: Mapping[str, Any]) -> None:
+        """Every reference of aclrtSetDevice goes; created contexts still hold the device."""
+        device = str(e.get("device"))
+        held = sum(1 for owner in self.contexts.values() if owner == device)
+        self.references[device] = held + 1
+        self._reset_device(index, t, e)
+
     def _context(self, index: int, t: int, e: Mapping[str, Any]) -> None:
         device = str(e.get("device"))
         self.contexts[int(e.get("context", 0))] = device
@@ -449,8 +456,10 @@ _HANDLERS: dict[str, Any] = {
     "aclrtUnmapMem": _Model._unmap,
     "aclrtCreateStream": _Model._stream,
     "aclrtDestroyStream": _Model._stream_destroyed,
+    "aclrtDestroyStreamForce": _Model._stream_destroyed,
     "aclrtSetDevice": _Model._set_device,
     "aclrtResetDevice": _Model._reset_device,
+    "aclrtResetDeviceForce": _Model._reset_device_force,
     "aclrtCreateContext": _Model._context,
     "aclrtSetCurrentContext": _Model._context_set,
     "aclrtDestroyContext": _Model._context_destroyed,
