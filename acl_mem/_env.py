@@ -1,6 +1,6 @@
 """Reading acl_mem's ``ACL_MEM_*`` environment variables, one way for all of them.
 
-The rules, the same for every variable (README "Environment variables"):
+The rules, the same for every variable (README, "Environment variables", lists them all):
 
 - unset, empty or only blanks: the variable's default, as if it were not set;
 - letters are not case-sensitive (``ACL_MEM_CHECK=Yes``, ``ACL_MEM_BACKEND=FAKE``);

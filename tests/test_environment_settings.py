@@ -84,3 +84,24 @@ def test_cli_reports_a_bad_setting_in_one_line_with_status_one():
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "ACL_MEM_FAKE_PROFILE" in done.stderr
+
+
+def test_readme_lists_every_variable_acl_mem_reads():
+    """Every ACL_MEM_* name in the package's and the suite's code that names a variable (not
+    an enum of the headers) has a row in the README's table."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    table = readme[readme.index("## Environment variables"):]
+    table = table[:table.index("\n## ")]
+    listed = set(re.findall(r"`(ACL_MEM_[A-Z_]+)`", table))
+    read = set()
+    for path in [*(root / "acl_mem").rglob("*.py"), *(root / "tests").glob("*.py")]:
+        text = path.read_text()
+        read |= set(re.findall(r"(?:flag|choice|raw|whole_number|secure_path|environ\.get|"
+                               r"getenv|setenv|delenv)\(\s*[\"'](ACL_MEM_[A-Z_]+)", text))
+        read |= set(re.findall(r"^ENV_[A-Z]+ = \"(ACL_MEM_[A-Z_]+)\"", text, flags=re.M))
+    read -= {"ACL_MEM_TEST_NUMBER", "ACL_MEM_TEST_PATH"}  # this file's own probes
+    assert read - listed == set()

@@ -11,7 +11,6 @@ or elsewhere (e.g. ``ACL_MEM_FUZZ_CALLS=50000 pytest tests/test_fuzz.py``).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,11 +22,11 @@ import fuzz_cases
 import pytest
 from helpers import clean_env
 
-from acl_mem import raw
+from acl_mem import _env, raw
 
 WORKER = Path(fuzz_cases.__file__)
-CALLS = int(os.environ.get("ACL_MEM_FUZZ_CALLS", "2000"))
-SEED = os.environ.get("ACL_MEM_FUZZ_SEED")
+CALLS = _env.whole_number("ACL_MEM_FUZZ_CALLS", 2000, minimum=1, maximum=10**9)
+SEED = _env.raw("ACL_MEM_FUZZ_SEED")
 #: A run takes well under a second; this only bounds a hang.
 TIMEOUT = 60 + CALLS // 500
 
