@@ -114,6 +114,33 @@ def test_a_cmake_project_builds_and_runs_against_the_prefix(prefix, tmp_path, li
     assert _needed_acl(build / "main") == [f"lib{library}.so"]
 
 
+def test_the_runtime_examples_scripts_find_what_they_source_and_include(prefix, tmp_path):
+    """The CANN runtime's example scripts source $ASCEND_INSTALL_PATH/bin/setenv.bash and their
+    CMake files include ${ASCENDC_CMAKE_DIR}/ascendc.cmake (tikcpp/ascendc_kernel_cmake)
+    even without kernels: both exist, point at the prefix, and asking the module for a
+    kernel library stops the configuration loudly (there is no kernel compiler)."""
+    env = _env()
+    for name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_INSTALL_PATH",
+                 "LD_LIBRARY_PATH"):
+        env.pop(name, None)
+    done = subprocess.run([_tool("bash"), "-c", f'source "{prefix}/bin/setenv.bash" && '
+                           'echo "$ASCEND_INSTALL_PATH"; echo "$ASCEND_HOME_PATH"'],
+                          env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [Path(p) for p in done.stdout.splitlines()] == [prefix.resolve()] * 2
+    module = prefix / "tikcpp" / "ascendc_kernel_cmake" / "ascendc.cmake"
+    project = tmp_path / "kernels"
+    project.mkdir()
+    (project / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.16)\nproject(k C)\n"
+        f'include("{module}")\nascendc_library(kernels STATIC k.cpp)\n')
+    cmake = _tool("cmake")
+    configured = subprocess.run([cmake, "-S", str(project), "-B", str(project / "build")],
+                                env=env, capture_output=True, text=True)
+    assert configured.returncode != 0
+    assert "ascendc_library(kernels)" in configured.stderr
+
+
 def _compile(source: str, include: Path, tmp_path: Path,
              *flags: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "check.c"

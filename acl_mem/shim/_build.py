@@ -36,7 +36,7 @@ from .. import __version__
 from ._cache import CacheError, cache_root, check_tree, prepare_root, remove_stale
 from ._csource import COMPANIONS, FRONT_LIBRARIES, config_header, front_source
 from ._engine import ENGINE, engine_ffi
-from ._prefix import SET_ENV, headers, set_env_script
+from ._prefix import headers, prefix_files
 
 __all__ = ["BuildInputs", "ShimBuildError", "build_into", "cache_root", "inputs", "libdir"]
 
@@ -194,7 +194,10 @@ def build_into(directory: Path, given: BuildInputs) -> Path:
         header = directory / "include" / name
         header.parent.mkdir(parents=True, exist_ok=True)
         header.write_text(text)
-    (directory / SET_ENV).write_text(set_env_script())
+    for name, text in prefix_files().items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     _close_to_others(directory)
     (directory / STAMP).write_text(json.dumps(asdict(given), indent=2) + "\n")
     os.chmod(directory / STAMP, 0o644)
