@@ -301,11 +301,14 @@ class DeviceMemory:
         quarantine = self._state.pinned_quarantine
         self._state.pinned_freed.add(block)
         quarantine.append((block, host_map))
-        kept = sum(_mapped(m) for _, m in quarantine) - _mapped(host_map)
+        state = self._state
+        state.pinned_quarantine_bytes += _mapped(host_map)
+        newest = _mapped(host_map)
         while len(quarantine) > PINNED_QUARANTINE or (
-                len(quarantine) > 1 and kept > PINNED_QUARANTINE_BYTES):
+                len(quarantine) > 1 and
+                state.pinned_quarantine_bytes - newest > PINNED_QUARANTINE_BYTES):
             old, old_map = quarantine.popleft()
-            kept -= _mapped(old_map)
+            state.pinned_quarantine_bytes -= _mapped(old_map)
             self._state.pinned_freed.discard(old)
             if checker is not None:
                 checker.verify_freed_pinned(old, old.start, "its unmapping")
