@@ -80,7 +80,7 @@ def _members(fields: list[Any], indent: str) -> list[str]:
     return out
 
 
-def _aggregate(item: dict[str, Any]) -> list[str]:
+def _aggregate(item: dict[str, Any], whole_cxx: bool) -> list[str]:
     kind, tag, name = item["kind"], item["tag"], item["typedef"]
     if item["kind"] == "enum":
         head = "enum class" if item["scoped"] else "enum"
@@ -90,7 +90,7 @@ def _aggregate(item: dict[str, Any]) -> list[str]:
         head, base, body = kind, "", _members(item["fields"], "    ")
     opening = " ".join(w for w in ("typedef" if name else "", head, tag) if w)
     out = [f"{opening}{base} {{", *body, f"}}{' ' + name if name else ''};"]
-    if item.get("scoped"):
+    if item.get("scoped") and not whole_cxx:
         # C++ only (as in the toolkit): hidden from C, so the rest of its header serves C.
         return ["#ifdef __cplusplus", *out, "#endif"]
     if not name and tag and not item.get("scoped"):
@@ -107,10 +107,11 @@ def _system(name: str) -> list[str]:
             "#endif"]
 
 
-def _item(item: dict[str, Any], prototypes: dict[str, str]) -> list[str]:
+def _item(item: dict[str, Any], prototypes: dict[str, str], whole_cxx: bool = False
+          ) -> list[str]:
     kind = item["kind"]
     if kind in ("enum", "struct", "union"):
-        return _aggregate(item)
+        return _aggregate(item, whole_cxx)
     if kind == "define":
         line = f"#define {item['name']}{item['params']} {item['value']}".rstrip()
         return [f"#ifndef {item['name']}", line, "#endif"] if item["default"] else [line]
@@ -140,9 +141,10 @@ def _header(path: str, items: list[dict[str, Any]], prototypes: dict[str, str]) 
     top += [f'#include "{i["path"]}"' for i in items if i["kind"] == "include"]
     # The export macros come first: the included headers' prototypes may use them.
     body = [line for i in items if i["kind"] == "attribute" for line in _item(i, prototypes)]
+    whole_cxx = path in cplusplus_only()
     declarations = [line for i in items if i["kind"] not in ("system", "include", "attribute")
-                    for line in _item(i, prototypes)]
-    if declarations and path in cplusplus_only():
+                    for line in _item(i, prototypes, whole_cxx)]
+    if declarations and whole_cxx:
         body += ["", "#ifdef __cplusplus", 'extern "C" {', "", *declarations, "", "}",
                  "#endif"]
     elif declarations:
