@@ -299,7 +299,9 @@ class SettingError(ValueError):
         self.variable = variable
         self.value = value
         self.accepted = accepted
-        super().__init__(f"{variable}={value!r} is not a value acl_mem understands: it takes "
+        shown = repr(value) if len(value) <= 200 else \
+            f"{value[:200]!r}... ({len(value)} characters)"
+        super().__init__(f"{variable}={shown} is not a value acl_mem understands: it takes "
                          f"{accepted} (unset or empty means the default)")
 
 

@@ -9,6 +9,7 @@ rounds, caches or retries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from . import _backend
@@ -175,30 +176,27 @@ def aclrtSetDevice(deviceId: int) -> None:
 
 def aclrtResetDevice(deviceId: int) -> None:
     """Drop one reference; at zero the device's memory is released (docs/runtime-model.md §3.2)."""
-    dev = c_int(deviceId, "aclrtResetDevice", "deviceId")
-    with state.lock:
-        try:
-            rc = _backend.get().aclrtResetDevice(dev)
-        except HazardError:
-            state.device_reset(dev)  # raised after the reset took effect
-            raise
-        check(rc, "aclrtResetDevice", deviceId=dev)
-        state.device_reset(dev)
+    _reset("aclrtResetDevice", deviceId, state.device_reset)
 
 
 def aclrtResetDeviceForce(deviceId: int) -> None:
     """Drop every reference of aclrtSetDevice at once: the device's default context and its
     memory are released (created contexts still hold it open); no reference left -> 507007
     (docs/runtime-model.md §3.2)."""
-    dev = c_int(deviceId, "aclrtResetDeviceForce", "deviceId")
+    _reset("aclrtResetDeviceForce", deviceId, state.device_reset_force)
+
+
+def _reset(call: str, deviceId: int, mirror: Callable[[int], None]) -> None:
+    dev = c_int(deviceId, call, "deviceId")
+    reset = getattr(_backend.get(), call)
     with state.lock:
         try:
-            rc = _backend.get().aclrtResetDeviceForce(dev)
+            rc = reset(dev)
         except HazardError:
-            state.device_reset_force(dev)  # raised after the reset took effect
+            mirror(dev)  # raised after the reset took effect
             raise
-        check(rc, "aclrtResetDeviceForce", deviceId=dev)
-        state.device_reset_force(dev)
+        check(rc, call, deviceId=dev)
+        mirror(dev)
 
 
 def aclrtGetDevice() -> int:

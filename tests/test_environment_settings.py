@@ -105,3 +105,11 @@ def test_readme_lists_every_variable_acl_mem_reads():
         read |= set(re.findall(r"^ENV_[A-Z]+ = \"(ACL_MEM_[A-Z_]+)\"", text, flags=re.M))
     read -= {"ACL_MEM_TEST_NUMBER", "ACL_MEM_TEST_PATH"}  # this file's own probes
     assert read - listed == set()
+
+
+def test_a_huge_value_is_cut_in_the_message_but_kept_whole(monkeypatch):
+    monkeypatch.setenv("ACL_MEM_HAZARDS", "x" * 100_000)
+    with pytest.raises(SettingError) as caught:
+        config.current_hazard_mode()
+    assert caught.value.value == "x" * 100_000
+    assert len(str(caught.value)) < 1000

@@ -16,7 +16,7 @@ from typing import Any
 
 import cffi
 import pytest
-from injection import interrupted_runs, is_unsignalled, lock_is_free
+from injection import in_files, interrupted_runs, is_unsignalled, lock_is_free
 
 import acl_mem
 from acl_mem import MemAttr, MemcpyKind, raw
@@ -247,3 +247,46 @@ def test_importing_acl_mem_and_its_fake_needs_no_c_parser():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def _consistent(allocator: Any) -> None:
+    """Every free extent filed in a size class has its length and its end indexed."""
+    for cls, entries in enumerate(allocator._classes):
+        for start in entries:
+            length = allocator._by_start[start]
+            assert length.bit_length() == cls
+            assert allocator._by_end[start + length] == start
+    for start, length in allocator._by_start.items():
+        assert start in allocator._classes[length.bit_length()]
+
+
+@pytest.mark.parametrize("neighbours", ["none", "after", "before", "both"])
+def test_extent_release_interrupted_anywhere_leaves_the_lists_whole(neighbours):
+    """ExtentAllocator.release under an interrupt at any line: afterwards the free lists
+    are whole (no size class entry without its length, which made a later allocation
+    fail with KeyError) and every allocation still works."""
+    from acl_mem._fake.extents import ExtentAllocator
+
+    def setup() -> Callable[[], object]:
+        allocator = ExtentAllocator(0, 64 << 20)
+        starts = [allocator.allocate(2 << 20, 2 << 20) for _ in range(5)]
+        assert None not in starts
+        if neighbours in ("after", "both"):
+            allocator.release(starts[3], 2 << 20)
+        if neighbours in ("before", "both"):
+            allocator.release(starts[1], 2 << 20)
+        operations.append(allocator)
+        return lambda: allocator.release(starts[2], 2 << 20)
+
+    operations: list[Any] = []
+    for _ in interrupted_runs(setup, where=in_files(extents_source())):
+        allocator = operations[-1]
+        _consistent(allocator)
+        while allocator.allocate(2 << 20, 2 << 20) is not None:
+            _consistent(allocator)
+
+
+def extents_source() -> str:
+    from acl_mem._fake import extents
+
+    return str(extents.__file__)

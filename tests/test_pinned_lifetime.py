@@ -16,7 +16,7 @@ import pytest
 
 import acl_mem
 from acl_mem import HostBuffer, MemcpyKind, RtParamInvalidError, raw
-from acl_mem._fake.memory import PINNED_QUARANTINE
+from acl_mem._fake.memory import PINNED_QUARANTINE, PINNED_QUARANTINE_BYTES
 
 pytestmark = pytest.mark.fake_only("leaks(), quarantine and checker are the fake's")
 
@@ -105,3 +105,15 @@ def test_quarantine_is_bounded(fake, dev):
     for _ in range(PINNED_QUARANTINE + 5):
         raw.aclrtFreeHost(raw.aclrtMallocHost(4096))
     assert len(fake._state.pinned_quarantine) == PINNED_QUARANTINE
+
+
+def test_quarantine_keeps_little_address_space(fake, dev):
+    """Freed pinned blocks kept mapped take at most PINNED_QUARANTINE_BYTES besides the
+    newest: freeing big blocks over and over does not pile up address space (which
+    counts against `ulimit -v`)."""
+    big = 200 << 20
+    for _ in range(6):
+        raw.aclrtFreeHost(raw.aclrtMallocHost(big))
+    kept = [len(m) for _, m in fake._state.pinned_quarantine]
+    assert sum(kept[:-1]) <= PINNED_QUARANTINE_BYTES
+    assert len(kept) < 6

@@ -78,6 +78,9 @@ def test_a_directory_above_the_cache_others_can_write_is_refused(xdg, monkeypatc
     with pytest.raises(_build.ShimBuildError) as refused:
         _build.libdir(quiet=True)
     assert refused.value.missing == "cache"
+    if make in ("world-writable", "foreign-parent"):
+        # Nothing was made in the directory the checks refuse.
+        assert list(xdg.iterdir()) == []
 
 
 def test_a_sticky_world_writable_directory_above_the_cache_is_accepted(xdg, monkeypatch):

@@ -385,3 +385,21 @@ def test_error_getters_report_the_failure_asked_about(programs, libdir, tmp_path
     texts = [line for line in lines if line.startswith("recent ")]
     assert len(texts) == 2 and texts[0] == texts[1]
     assert "ok acl refusals are not kept" in lines
+
+
+def test_a_c_program_with_acl_mem_trace_records_every_call_and_the_end(programs, libdir,
+                                                                      tmp_path):
+    """ACL_MEM_TRACE in a C program: the recording ends at the program's exit like a Python
+    program's (every call, the end line), so the summary sees nothing left live."""
+    from acl_mem.trace import read_trace, summarize
+
+    path = tmp_path / "threads.jsonl"
+    _ok(_run(programs["threads"], libdir, tmp_path, ACL_MEM_TRACE=str(path)))
+    trace = read_trace(path)
+    assert trace.end is not None
+    assert trace.problem_count == 0
+    freed = [e for e in trace.events if e.get("call") == "aclrtFree" and e.get("rc") == 0]
+    mallocs = [e for e in trace.events if e.get("call") == "aclrtMalloc"]
+    assert len(mallocs) == len(freed) > 0  # each thread's failed free of a bogus pointer aside
+    assert [e["call"] for e in trace.events if "call" in e][-1] == "aclFinalize"
+    assert summarize(path).never_freed == []

@@ -5,8 +5,6 @@ device reference, and never switches away a context the thread already has."""
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -15,6 +13,7 @@ import pytest
 import acl_mem
 from acl_mem import Device, ExpandablePool, SegmentPool, raw
 from acl_mem._lifecycle import state
+from acl_mem.conformance.checks.helpers import raise_from_fresh_thread
 from acl_mem.errors import ContextNullError, FreedBufferError
 from acl_mem.vmm import (
     ExpandableSegment,
@@ -27,22 +26,8 @@ from acl_mem.vmm import (
 pytestmark = pytest.mark.fake_only("threads against the fake's per-thread contexts")
 
 
-def in_worker(fn: Callable[[], Any]) -> Any:
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed back to the test thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+#: A worker that never set a device, its result or exception handed back.
+in_worker = raise_from_fresh_thread
 
 
 def test_a_worker_copies_into_a_buffer_of_the_main_thread(fake, dev):

@@ -56,8 +56,11 @@ def read_config(path: str | None) -> ConfigFile | int:
             return ConfigFile(b"", regular=False, size=0) if stat.S_ISDIR(info.st_mode) \
                 else codes.INVALID_FILE
         if info.st_size > MAX_CONFIG_BYTES:
-            # Too big to pass the checker; its content differs from any accepted file's.
-            return ConfigFile(b"\0too big", regular=True, size=info.st_size)
+            # Too big to pass the checker, so unlike any accepted file's content: a digest
+            # no content has (not hexadecimal) says so without reading it.
+            too_big = ConfigFile(b"", regular=True, size=info.st_size)
+            too_big.digest = f"over {MAX_CONFIG_BYTES} bytes"
+            return too_big
         with os.fdopen(os.dup(descriptor), "rb") as handle:
             content = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError:
@@ -89,6 +92,38 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text} does not fit a double")  # nlohmann's parser refuses it
+    return number
+
+
+def _integer(text: str) -> int:
+    # Past 64 bits the parser reads an integer as a double, and past a double's range it
+    # refuses the number.
+    _finite(text)
+    return int(text)
+
+
+def _strings_are_utf8(document: object) -> bool:
+    """No lone surrogate escapes ("\\ud800"): nlohmann's parser refuses them."""
+    stack = [document]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def check_config(config: ConfigFile) -> int:
     """The JSON steps after the hash check: 100003, 100006 or the err_msg_mode 100000."""
     if not config.regular or config.size > MAX_CONFIG_BYTES:
@@ -100,8 +135,11 @@ def check_config(config: ConfigFile) -> int:
         return codes.PARSE_FILE
     text = text.removeprefix(_BOM)
     try:
-        document = json.loads(text.decode("utf-8"), parse_constant=_refuse_constant)
+        document = json.loads(text.decode("utf-8"), parse_constant=_refuse_constant,
+                              parse_float=_finite, parse_int=_integer)
     except (UnicodeDecodeError, ValueError, RecursionError):
+        return codes.PARSE_FILE
+    if not _strings_are_utf8(document):
         return codes.PARSE_FILE
     if isinstance(document, dict) and "err_msg_mode" in document and \
             document["err_msg_mode"] not in ("0", "1"):

@@ -267,7 +267,13 @@ class ExtentAllocator:
             merged_start, length = before, end - before
             old_start, old_length = before, start - before
         else:
-            self._put(start, size)
+            try:
+                self._put(start, size)
+            except BaseException:
+                # Half filed (a class entry without its length) would fail a later
+                # allocation with KeyError: all or nothing, as everywhere here.
+                self._drop(start, size)
+                raise
             return
         try:
             classes[old_length.bit_length()].pop(old_start, None)

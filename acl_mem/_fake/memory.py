@@ -51,6 +51,13 @@ _MALLOC_FAMILY = frozenset(
 #: Freed pinned blocks kept mapped (emptied) before they are unmapped: each is one kernel
 #: mapping, so a bound well under vm.max_map_count.
 PINNED_QUARANTINE = QUARANTINE_ENTRIES
+#: And at most this much address space besides the newest one: emptied pages use no RAM,
+#: but their address space counts against `ulimit -v` and a strict overcommit limit.
+PINNED_QUARANTINE_BYTES = 256 << 20
+
+
+def _mapped(host_map: mmap.mmap) -> int:
+    return 0 if host_map.closed else len(host_map)
 
 
 class DeviceMemory:
@@ -277,7 +284,8 @@ class DeviceMemory:
             return codes.SUCCESS
 
     def _quarantine_pinned(self, block: Block, host_map: mmap.mmap) -> None:
-        """Keep a freed pinned block mapped, emptied, for the next PINNED_QUARANTINE frees.
+        """Keep a freed pinned block mapped, emptied, for the next PINNED_QUARANTINE frees
+        (older ones go first once the others take more than PINNED_QUARANTINE_BYTES).
 
         A view or pointer that outlived aclrtFreeHost (memory wrapped with
         HostBuffer.from_ptr, a numpy array over a raw address) then reads zeros (or the
@@ -293,8 +301,11 @@ class DeviceMemory:
         quarantine = self._state.pinned_quarantine
         self._state.pinned_freed.add(block)
         quarantine.append((block, host_map))
-        while len(quarantine) > PINNED_QUARANTINE:
+        kept = sum(_mapped(m) for _, m in quarantine) - _mapped(host_map)
+        while len(quarantine) > PINNED_QUARANTINE or (
+                len(quarantine) > 1 and kept > PINNED_QUARANTINE_BYTES):
             old, old_map = quarantine.popleft()
+            kept -= _mapped(old_map)
             self._state.pinned_freed.discard(old)
             if checker is not None:
                 checker.verify_freed_pinned(old, old.start, "its unmapping")

@@ -112,9 +112,9 @@ def _open_trusted(directory: Path) -> int:
         try:
             fd = os.open(directory, _OPEN_FLAGS)
         except OSError as exc:
-            raise Untrusted(_open_reason(exc)) from None
+            raise Untrusted(_open_reason(exc, directory)) from None
     except OSError as exc:
-        raise Untrusted(_open_reason(exc)) from None
+        raise Untrusted(_open_reason(exc, directory)) from None
     try:
         info = os.fstat(fd)
         if info.st_uid != os.geteuid():
@@ -143,8 +143,9 @@ def _create(directory: Path) -> bool:
     return True
 
 
-def _open_reason(exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
+def _open_reason(exc: OSError, directory: Path) -> str:
+    # O_DIRECTORY|O_NOFOLLOW on a symlink gives ENOTDIR, not ELOOP: ask the link itself.
+    if exc.errno == errno.ELOOP or directory.is_symlink():
         return "it is a symlink"
     if exc.errno == errno.ENOTDIR:
         return "it is not a directory"

@@ -103,8 +103,11 @@ def prepare_root(root: Path) -> None:
     """Create the cache root if needed and check it and what is above it; a path that
     is a file, cannot be created or cannot be written is a CacheError."""
     try:
+        # Each directory is checked before anything is made in it: none is created where
+        # the checks then refuse to go.
         for directory in [*reversed(root.parents), root]:
             if not os.path.lexists(directory):
+                _check_ancestor(directory.parent)
                 os.mkdir(directory, 0o700)
             elif not os.path.isdir(directory):
                 raise _refuse(directory, "is not a directory")

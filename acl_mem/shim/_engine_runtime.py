@@ -14,8 +14,15 @@ from ..errors import error_name
 from ._decls import arg_names, sections
 from ._marshal import fast_eligible, forwarder, roles
 
-__all__ = ["ALLOCATING", "CALLBACK_FAILED", "CallerSites", "failure_text", "install",
-           "leak_report_at_exit"]
+__all__ = [
+    "ALLOCATING",
+    "CALLBACK_FAILED",
+    "CallerSites",
+    "at_exit",
+    "failure_text",
+    "install",
+    "leak_report_at_exit",
+]
 
 #: What an entry point returns if the engine raised (a bug in acl_mem: cffi prints the
 #: traceback): ACL_ERROR_RT_INTERNAL_ERROR, as the test suite's stand-in does.
@@ -54,6 +61,19 @@ def _noter(lib: Any, name: str) -> Callable[[int, dict[str, object]], None]:
         lib.acl_mem_shim_note(text.encode("utf-8", "replace"))
 
     return failed
+
+
+def at_exit(where: Callable[[int], str | None] | None = None) -> None:
+    """The C program's exit (the front library's atexit hook), which the embedded
+    interpreter never reaches by finalising: what a Python program's exit does. The
+    recordings of ACL_MEM_TRACE end (their last calls and end line written), then the
+    leak report."""
+    recorder = sys.modules.get("acl_mem.trace._recorder")
+    try:
+        if recorder is not None:
+            recorder.stop_all()
+    finally:
+        leak_report_at_exit(where)
 
 
 def leak_report_at_exit(where: Callable[[int], str | None] | None = None) -> None:
@@ -203,4 +223,4 @@ def install(ffi: Any, lib: Any) -> None:
                                  failed=_noter(lib, name), names=names, sited=sites.call,
                                  noted=noted, fast=True)
                 ffi.def_extern(name=f"acl_mem_py_fast_{name}", error=-CALLBACK_FAILED)(fast)
-    ffi.def_extern(name="acl_mem_py_at_exit")(lambda: leak_report_at_exit(sites.where))
+    ffi.def_extern(name="acl_mem_py_at_exit")(lambda: at_exit(sites.where))

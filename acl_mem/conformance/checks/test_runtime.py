@@ -260,6 +260,9 @@ _CONFIG_FAILURES = {
     "bad_utf8": (b'{"x": "\xff"}', 100006),
     "deep": (b"[" * 11 + b"]" * 11, 100006),
     "deep_in_a_string": (b'{"x": "' + b"{" * 11 + b'"}', 100006),
+    "overflowing_number": (b'{"x": 1e400}', 100006),
+    "overflowing_integer": (b'{"x": 1' + b"0" * 400 + b"}", 100006),
+    "lone_surrogate": (b'{"x": "\\ud800"}', 100006),
     "mode_int": (b'{"err_msg_mode": 1}', 100000),
     "mode_two": (b'{"err_msg_mode": "2"}', 100000),
 }
