@@ -13,6 +13,10 @@ need no headers: the surface is committed. It holds
   sizes and alignments against the real types;
 - ``macros``: the constants the parameter lists use (array bounds).
 
+It also writes ``acl_mem/shim/headers.json``: every header's declarations as data
+(stubs/_header_items.py), from which acl_mem/shim/_headers.py writes the drop-in's
+headers. Computing the enumerators' values takes a C++ compiler (``c++``).
+
     python stubs/gen_shim_surface.py [--headers DIR]          # rewrite the file
     python stubs/gen_shim_surface.py [--headers DIR] --check  # exit 1 if it is stale
 
@@ -33,8 +37,10 @@ sys.path.insert(0, str(HERE.parent))
 
 from acl_mem.shim._decls import parse  # noqa: E402
 from stubs._generated import write_or_check  # noqa: E402
+from stubs._header_items import enumerator_values, header_items  # noqa: E402
 
 OUTPUT = HERE.parent / "acl_mem" / "shim" / "surface.json"
+HEADERS_OUTPUT = OUTPUT.with_name("headers.json")
 SOURCE = "torch-npu 2.14.0 wheel, torch_npu/include/acl"
 #: Functions of libacl_dvpp.so / libacl_dvpp_mpi.so that the wheel's headers lack.
 EXTRA_HEADERS = {2: "acl/ops/acl_dvpp.h", 3: "acl/dvpp/hi_dvpp.h"}
@@ -218,6 +224,23 @@ def generate(headers: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def generate_headers(headers: Path) -> str:
+    """headers.json: each real header under ``acl/`` -> its items, one a line."""
+    functions = {str(f["name"]) for f in read_headers(headers)[0]}
+    found = {path.relative_to(headers).as_posix(): header_items(path, headers, functions)
+             for path in sorted((headers / "acl").rglob("*.h"))}
+    enumerator_values(found, headers)
+    lines = ["{", f'  "source": {json.dumps(SOURCE)},',
+             '  "generator": "stubs/gen_shim_surface.py",', '  "headers": {']
+    for number, (path, items) in enumerate(found.items()):
+        lines.append(f"    {json.dumps(path)}: [")
+        lines += [f"      {json.dumps(item)}," for item in items]
+        lines[-1] = lines[-1].rstrip(",")
+        lines.append("    ]" + ("," if number < len(found) - 1 else ""))
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -228,8 +251,11 @@ def main() -> int:
     if not args.headers or not (Path(args.headers) / "acl" / "acl_rt.h").is_file():
         print(f"no acl/acl_rt.h under {args.headers!r}: pass --headers", file=sys.stderr)
         return 2
-    return write_or_check(OUTPUT, generate(Path(args.headers)), check=args.check,
-                          command="python stubs/gen_shim_surface.py")
+    command = "python stubs/gen_shim_surface.py"
+    return max(write_or_check(OUTPUT, generate(Path(args.headers)), check=args.check,
+                              command=command),
+               write_or_check(HEADERS_OUTPUT, generate_headers(Path(args.headers)),
+                              check=args.check, command=command))
 
 
 if __name__ == "__main__":

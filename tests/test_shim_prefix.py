@@ -20,6 +20,7 @@ from shim_support import skip_without_a_build
 
 from acl_mem.shim import _build
 from acl_mem.shim._csource import FRONT_LIBRARIES, library_functions, load_surface
+from acl_mem.shim._headers import cplusplus_only
 from acl_mem.shim._prefix import headers as shipped_headers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,13 +142,13 @@ def test_the_runtime_examples_scripts_find_what_they_source_and_include(prefix, 
     assert "ascendc_library(kernels)" in configured.stderr
 
 
-def _compile(source: str, include: Path, tmp_path: Path,
-             *flags: str) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "check.c"
+def _compile(source: str, include: Path, tmp_path: Path, *flags: str,
+             cxx: bool = False) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / ("check.cpp" if cxx else "check.c")
     path.write_text(source)
-    return subprocess.run([*_build.compiler(), "-std=c11", "-Wall", "-Wextra", "-Werror",
-                           "-fsyntax-only", f"-I{include}", *flags, str(path)],
-                          capture_output=True, text=True)
+    command = [_tool("c++"), "-std=c++17"] if cxx else [*_build.compiler(), "-std=c11"]
+    return subprocess.run([*command, "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+                           f"-I{include}", *flags, str(path)], capture_output=True, text=True)
 
 
 def _exported(prefix: Path) -> dict[str, set[str]]:
@@ -162,8 +163,9 @@ def _exported(prefix: Path) -> dict[str, set[str]]:
 
 
 def test_every_exported_function_is_declared_by_the_header_it_comes_from(prefix, tmp_path):
-    """Each exported symbol is taken by its address in a C file that includes only the
-    header the toolkit declares it in (-Werror: an undeclared one is an error)."""
+    """Each exported symbol is taken by its address in a C file (C++ for a header that is
+    C++ only, as in the toolkit) that includes only the header the toolkit declares it
+    in (-Werror: an undeclared one is an error)."""
     surface = {f["name"]: f for f in load_surface()["functions"]}
     exported = set().union(*_exported(prefix).values())
     assert exported == set(surface)
@@ -174,7 +176,8 @@ def test_every_exported_function_is_declared_by_the_header_it_comes_from(prefix,
     for header, names in by_header.items():
         lines = [f'#include "{header}"', "void *acl_mem_symbols[] = {",
                  *[f"    (void *)&{name}," for name in names], "};"]
-        done = _compile("\n".join(lines) + "\n", prefix / "include", tmp_path)
+        done = _compile("\n".join(lines) + "\n", prefix / "include", tmp_path,
+                        cxx=header in cplusplus_only())
         assert done.returncode == 0, f"{header}: {done.stderr[:3000]}"
 
 

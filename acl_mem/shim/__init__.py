@@ -12,6 +12,9 @@ device with the rules and error codes acl_mem has from Python:
   (or joins the process's interpreter) and routes each call into the active fake;
 - ``_marshal`` / ``_decls``: C arguments to the Backend protocol, shared with the test
   suite's stand-in libascendcl (tests/stand_in.py);
+- ``headers.json`` (same generator) / ``_headers``: the real headers' declarations as
+  data (enums, structs, typedefs, macros, error codes), written back as the prefix's
+  headers;
 - ``_build`` / ``_cache`` / ``_prefix``: the build, the checks that make its cache safe
   to load code from, and the headers and set_env.sh that make it a CANN-like prefix.
 

@@ -75,7 +75,7 @@ class BuildInputs:
 def _sources_hash() -> str:
     here = Path(__file__).resolve().parent
     digest = hashlib.sha256()
-    for path in [*sorted(here.glob("*.py")), here / "surface.json",
+    for path in [*sorted(here.glob("*.py")), here / "surface.json", here / "headers.json",
                  here / "acl_rt_exports.txt", here.parent / "_native" / "cdef.py"]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()

@@ -7,10 +7,10 @@ and include ``ascendc.cmake`` (the Ascend C kernel compiler's CMake module) even
 build no kernel; here that module has no compiler behind it, and a kernel library asked of
 it stops the configuration with a message saying so.
 
-Headers: ``acl/acl.h`` (acl_mem/shim/_csource.py ``minimal_header``) declares every
-function of libascendcl.so and libmsprofiler.so; each other header the real toolkit
-declares them in (``acl/acl_rt.h``, ``acl/acl_mdl.h``, ...) includes it, so a program
-may include any of them. The DVPP memory functions are declared where the toolkit
+Headers: the toolkit's (``acl/acl.h``, ``acl/acl_rt.h``, ``acl/acl_base.h``, ...), each
+declaring what the real one does (enums, structs, typedefs, macros, error codes and the
+prototypes of its functions) and including what it includes: acl_mem/shim/_headers.py
+writes them from headers.json. The DVPP memory functions are declared where the toolkit
 declares them, not in acl/acl.h: ``acl/ops/acl_dvpp.h`` (acldvppMalloc/acldvppFree)
 and ``acl/dvpp/hi_dvpp.h`` (hi_mpi_dvpp_malloc/hi_mpi_dvpp_free; the path OpenCV's CANN
 module includes), each holding exactly those prototypes.
@@ -18,7 +18,8 @@ module includes), each holding exactly those prototypes.
 
 from __future__ import annotations
 
-from ._csource import HI_TYPES, load_surface, minimal_header
+from ._csource import HI_TYPES, load_surface
+from ._headers import full_headers
 
 __all__ = ["headers", "prefix_files", "set_env_script"]
 
@@ -45,16 +46,11 @@ def _extern_c(lines: list[str]) -> list[str]:
 
 def headers() -> dict[str, str]:
     """Relative path under include/ -> text, for every header the surface comes from."""
-    out = {"acl/acl.h": minimal_header()}
-    for header in sorted({str(f["header"]) for f in load_surface()["functions"]}):
-        if header == "acl/ops/acl_dvpp.h":
-            out[header] = _wrap(header, ['#include "acl/acl.h"',
-                                         *_extern_c(_prototypes(header))])
-        elif header == "acl/dvpp/hi_dvpp.h":
-            out[header] = _wrap(header, ["#include <stddef.h>", HI_TYPES,
-                                         *_extern_c(_prototypes(header))])
-        elif header != "acl/acl.h":
-            out[header] = _wrap(header, ['#include "acl/acl.h"'])
+    out = full_headers(load_surface()["functions"])
+    out["acl/ops/acl_dvpp.h"] = _wrap("acl/ops/acl_dvpp.h", [
+        '#include "acl/acl.h"', *_extern_c(_prototypes("acl/ops/acl_dvpp.h"))])
+    out["acl/dvpp/hi_dvpp.h"] = _wrap("acl/dvpp/hi_dvpp.h", [
+        "#include <stddef.h>", HI_TYPES, *_extern_c(_prototypes("acl/dvpp/hi_dvpp.h"))])
     return out
 
 
