@@ -5,10 +5,14 @@ still growing is read as it was when opened."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+from helpers import ROOT, clean_env
+
 from acl_mem.cli import main
-from acl_mem.trace import summarize
+from acl_mem.trace import _cli, read_trace, summarize
 
 HEADER = {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
           "soc": "Ascend910B1", "cann": "9.1.0", "padding": 32, "device_count": 1,
@@ -61,3 +65,64 @@ def test_summary_json_without_stacks_has_null_stacks(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert data["stacks"] == []
     assert data["never_freed"][0]["stack"] is None
+
+
+def _junk_trace(path: Path, lines: int, junk: int) -> Path:
+    """Valid call lines each carrying an unknown field of ``junk`` empty objects (the
+    reviewer's gen_amp.py: 3 bytes of file, some 60 of memory, per object)."""
+    field = "[" + ",".join(["{}"] * junk) + "]"
+    with path.open("w") as out:
+        out.write(json.dumps(HEADER) + "\n")
+        out.write(json.dumps({"type": "thread", "th": 1, "ident": 1, "name": "M",
+                              "zz": [{}] * 3}) + "\n")
+        for i in range(lines):
+            record = json.dumps({"t": i, "th": 1, "call": "aclrtSetDevice", "device": 0,
+                                 "rc": 0})
+            out.write(record[:-1] + ',"zz":' + field + "}\n")
+        out.write(json.dumps({"type": "end", "t": 99, "calls": lines, "lost": 0, "zz": {}})
+                  + "\n")
+    return path
+
+
+def test_unknown_fields_are_dropped_when_read(tmp_path, capsys):
+    trace = read_trace(_junk_trace(tmp_path / "t.jsonl", 3, 10))
+    assert [sorted(e) for e in trace.events] == [["call", "device", "rc", "t", "th"]] * 3
+    assert sorted(trace.threads[1]) == ["ident", "name", "th", "type"]
+    assert trace.end is not None and "zz" not in trace.end
+    assert trace.problem_count == 0  # ignored, as the format says: not a damaged line
+    assert main(["trace", "summary", str(tmp_path / "t.jsonl")]) == 0
+    assert "3 calls" in capsys.readouterr().out
+
+
+_PEAK = """\
+import resource, sys
+from acl_mem.cli import main
+status = main(["trace", "summary", sys.argv[1]])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+sys.exit(status)
+"""
+
+
+def _peak_kib(path: Path) -> int:
+    done = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True,
+                          text=True, timeout=120, check=True, env=clean_env(),
+                          cwd=str(ROOT))
+    return int(done.stderr.strip().splitlines()[-1])
+
+
+def test_unknown_fields_do_not_pile_up_in_memory(tmp_path):
+    """12 lines of 1 MiB each: every one kept took some 25 MB (300 MB in all); one at a
+    time, the peak stays near that of the same trace without them."""
+    plain = _peak_kib(_junk_trace(tmp_path / "plain.jsonl", 12, 0))
+    junk = _peak_kib(_junk_trace(tmp_path / "junk.jsonl", 12, 340_000))
+    assert junk - plain < 100_000, (plain, junk)
+
+
+def test_memory_error_is_one_line_and_status_one(monkeypatch, tmp_path, capsys):
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(_cli, "summarize_trace", exhausted)
+    trace = _junk_trace(tmp_path / "t.jsonl", 1, 0)
+    assert main(["trace", "summary", str(trace)]) == 1
+    assert capsys.readouterr().err == "acl-mem: out of memory\n"

@@ -12,7 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .._structs import aclrtPhysicalMemProp
-from ._checks import check_call, check_end, check_stack, check_thread, clean_header, cut, shown
+from ._checks import (
+    check_call,
+    check_end,
+    check_stack,
+    check_thread,
+    clean_header,
+    cut,
+    known_fields,
+    shown,
+)
 from ._lines import BY_WRITTEN, CALLS, FORMAT_NAME, FORMAT_VERSION
 from ._open import file_kind
 from ._progress import Progress
@@ -213,7 +222,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if "call" in item:
         problem = check_call(item)
         if problem is None:
-            keyed.append((item.get("t", 0), number, item))
+            keyed.append((item.get("t", 0), number, known_fields(item)))
         return problem
     if kind == "backend":
         problem = check_call(item)
@@ -227,7 +236,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if kind == "thread":
         problem = check_thread(item)
         if problem is None:
-            trace.threads[item["th"]] = item
+            trace.threads[item["th"]] = known_fields(item)
         return problem
     if kind == "stack":
         problem, frames = check_stack(item)
@@ -237,7 +246,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if kind == "end":
         problem = check_end(item)
         if problem is None:
-            trace.end = item
+            trace.end = known_fields(item)
         return problem
     # Other kinds belong to later versions of the format: skipped.
     return None
