@@ -13,6 +13,7 @@ from helpers import ROOT, clean_env
 
 from acl_mem.cli import main
 from acl_mem.trace import _cli, read_trace, summarize
+from acl_mem.trace._progress import Progress
 
 HEADER = {"type": "header", "format": "acl_mem.trace", "version": 1, "backend": "fake",
           "soc": "Ascend910B1", "cann": "9.1.0", "padding": 32, "device_count": 1,
@@ -126,3 +127,35 @@ def test_memory_error_is_one_line_and_status_one(monkeypatch, tmp_path, capsys):
     trace = _junk_trace(tmp_path / "t.jsonl", 1, 0)
     assert main(["trace", "summary", str(trace)]) == 1
     assert capsys.readouterr().err == "acl-mem: out of memory\n"
+
+
+class _Appender(Progress):
+    """Told of every line read: appends another to the file, as a recording still
+    running would (at most ``limit``, so that a reader that follows the file ends)."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        super().__init__("reading", 0, enabled=False)
+        self.out = path.open("a")
+        self.limit = limit
+        self.appended = 0
+
+    def update(self, done: int, *, label: str | None = None) -> None:
+        if self.appended < self.limit:
+            self.appended += 1
+            self.out.write(json.dumps({"t": 1000 + self.appended, "th": 1,
+                                       "call": "aclrtSetDevice", "device": 0, "rc": 0})
+                           + "\n")
+            self.out.flush()
+
+
+def test_a_growing_file_is_read_as_it_was_when_opened(tmp_path):
+    path = _junk_trace(tmp_path / "t.jsonl", 50, 0)
+    with path.open("a") as out:
+        out.write('{"t":2000,"th":1,"call":"aclrt')  # a line being written
+    appender = _Appender(path, 5000)
+    trace = read_trace(path, progress=appender)
+    appender.out.close()
+    assert appender.appended > 0  # the file did grow while it was read
+    assert trace.calls == 50
+    assert trace.bad_lines == 1
+    assert "cut short" in trace.problems[0]
