@@ -266,6 +266,7 @@ _HEADER: dict[str, _Range | str] = {
     "device_count": _DEVICE, "capacity": _U64, "current_device": _DEVICE,
     "backend": "text", "soc": "text", "cann": "text", "acl": "text", "memory": "text",
     "started": "text", "acl_mem": "text", "details": "details", "argv": "argv",
+    "run": "text",
 }
 _KEPT = ("type", "format", "version")
 
