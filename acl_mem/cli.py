@@ -10,6 +10,8 @@ over the fake for C programs (acl_mem/shim/_cli.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import json
 import os
 import sys
@@ -306,14 +308,10 @@ def _run_info(args: argparse.Namespace) -> int:
     except AclError as exc:
         return _fail(f"a device query failed: {exc}\nCheck the driver and devices with "
                      f"'npu-smi info'.{fallback}")
-    try:
-        if getattr(args, "json", False):
-            print(json.dumps(data, indent=2))
-        else:
-            print("\n".join(format_info(data, verbose=getattr(args, "verbose", False))))
-    except BrokenPipeError:
-        # `acl-mem info | head` closed the pipe: not an error of ours.
-        sys.stderr.close()
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2))
+    else:
+        print("\n".join(format_info(data, verbose=getattr(args, "verbose", False))))
     return 0
 
 
@@ -357,21 +355,67 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser, conformance = _parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "conformance":
-            return _run_conformance(conformance, args)
-        if args.command == "run":
-            return run_script(args.script, args.args, prog="acl-mem run", force=args.force,
-                              backend=args.backend)
-        if args.command == "trace":
-            return run_trace(args)
-        if args.command == "shim":
-            return run_shim(args)
-        return _run_info(args)
+        status = _run(conformance, args)
+        # Here rather than at exit: a full disk behind standard output (`> /dev/full`)
+        # is then reported like any other failure, not as an ignored exception.
+        sys.stdout.flush()
+        return status
     except SettingError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
         print("acl-mem: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `acl-mem ... | head` stopped reading: not an error to report, as with any Unix
+        # tool; the output is dropped.
+        _drop_output()
+        return 1
+    except MemoryError:
+        # The work's objects are gone with the stack it unwound: there is room to say it.
+        return _say("acl-mem: out of memory")
+    except OSError as exc:
+        # Most often standard output refusing more (a full disk, a quota, an I/O error);
+        # the commands report the errors of the files they name themselves.
+        _drop_output()
+        where = f"{exc.filename}: " if exc.filename else "cannot write the output: " \
+            if exc.errno in _OUTPUT_ERRORS else ""
+        return _say(f"acl-mem: {where}{exc.strerror or exc}")
+
+
+#: Errors of a write to standard output (no file name in the exception to tell it).
+_OUTPUT_ERRORS = frozenset({errno.ENOSPC, errno.EIO, errno.EFBIG, errno.EDQUOT,
+                            errno.EAGAIN, errno.EBADF})
+
+
+def _run(conformance: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.command == "conformance":
+        return _run_conformance(conformance, args)
+    if args.command == "run":
+        return run_script(args.script, args.args, prog="acl-mem run", force=args.force,
+                          backend=args.backend)
+    if args.command == "trace":
+        return run_trace(args)
+    if args.command == "shim":
+        return run_shim(args)
+    return _run_info(args)
+
+
+def _say(message: str) -> int:
+    """``message`` on standard error (if it still takes one); status 1."""
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr, flush=True)
+    return 1
+
+
+def _drop_output() -> None:
+    """Point standard output at /dev/null: what is still buffered for a pipe nobody reads
+    or a full disk would fail again when Python flushes it at exit, with a traceback."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, sys.stdout.fileno())
+        finally:
+            os.close(null)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -47,15 +47,26 @@ def test_the_environment_cannot_point_the_recording_at_other_files(tmp_path):
 
 
 def test_a_childs_own_file_is_always_a_new_one(tmp_path, monkeypatch, capsys):
+    """FILE.<pid> left by an earlier run (pids repeat) is not written, emptied or
+    followed (a link there neither): the child records into the first free
+    FILE.<pid>.<n>, with the run its owner handed down."""
     path = tmp_path / "run.jsonl"
     mine = Path(f"{path}.{os.getpid()}")
     mine.write_text("an older run's file\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    Path(f"{mine}.1").symlink_to(victim)
     monkeypatch.setenv(_recorder.ENV_PATH, str(path))
-    monkeypatch.setenv(_recorder.ENV_OWNER, "1")  # started by another recording process
+    monkeypatch.setenv(_recorder.ENV_OWNER, "1:0123456789abcdef")  # another process's
     monkeypatch.delenv(_recorder.ENV_STACK, raising=False)
-    assert _recorder.start_from_environment() is None
+    recorder = _recorder.start_from_environment()
+    assert recorder is not None
+    recorder.stop()
+    assert recorder.path == f"{mine}.2"
+    assert read_trace(recorder.path).header["run"] == "0123456789abcdef"
     assert mine.read_text() == "an older run's file\n" and not path.exists()
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert victim.read_text() == "precious\n"
+    assert capsys.readouterr().err == ""
 
 
 def test_a_file_of_another_user_is_not_written(tmp_path, monkeypatch):

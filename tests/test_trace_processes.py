@@ -122,3 +122,50 @@ def test_a_path_that_cannot_be_written_leaves_the_program_running(tmp_path):
         env=_environment(ACL_MEM_TRACE=str(tmp_path / "missing" / "run.jsonl")))
     assert done.returncode == 0 and done.stdout == "ran\n"
     assert "ACL_MEM_TRACE" in done.stderr and "not recording" in done.stderr
+
+
+def test_a_child_whose_pid_names_a_file_left_by_an_earlier_run_records_beside_it(tmp_path):
+    """pids repeat (in a container, from one run to the next): FILE.<pid> left by an
+    earlier run is neither written nor emptied; the child records into FILE.<pid>.1, and
+    its header's run is the parent's, which the stale file's is not."""
+    path = tmp_path / "run.jsonl"
+    with acl_mem.using_backend("fake"), record(path) as recorder:
+        acl_mem.Device(0).use()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                Path(f"{path}.{os.getpid()}").write_text("stale\n")  # as if left before
+                acl_mem.Device(0).use()
+                raw.aclrtMalloc(128)
+                recorder.stop()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert Path(f"{path}.{pid}").read_text() == "stale\n"
+    child = read_trace(f"{path}.{pid}.1")
+    parent = read_trace(path)
+    assert _sizes(Path(f"{path}.{pid}.1")) == [128]
+    assert child.header["parent_pid"] == parent.header["pid"] == os.getpid()
+    assert child.header["run"] == parent.header["run"] == recorder.run
+    assert len(recorder.run or "") == 16
+
+
+def test_children_started_with_the_environment_variable_share_the_run(tmp_path):
+    path = tmp_path / "run.jsonl"
+    script = textwrap.dedent("""
+        import os, subprocess, sys
+        import acl_mem
+        acl_mem.Device(0).use()
+        child = "import acl_mem; acl_mem.Device(0).use(); acl_mem.raw.aclrtMalloc(32)"
+        for _ in range(2):
+            subprocess.run([sys.executable, "-c", child], check=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_environment(ACL_MEM_TRACE=str(path)), timeout=60)
+    assert done.returncode == 0, done.stderr
+    runs = {read_trace(p).header["run"] for p in [path, *tmp_path.glob("run.jsonl.*")]}
+    assert len(list(tmp_path.glob("run.jsonl.*"))) == 2
+    assert len(runs) == 1 and None not in runs

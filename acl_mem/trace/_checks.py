@@ -22,7 +22,7 @@ from typing import Any
 from ._lines import BY_WRITTEN
 
 __all__ = ["FRAME_LIMIT", "STACK_LIMIT", "TEXT_LIMIT", "check_call", "check_end", "check_stack",
-           "check_thread", "clean_header", "cut", "shown"]
+           "check_thread", "clean_header", "cut", "known_fields", "shown"]
 
 #: Characters kept of a string from the trace that output repeats.
 TEXT_LIMIT = 200
@@ -196,6 +196,28 @@ def _check_call_fully(item: dict[str, Any]) -> str | None:
     return None
 
 
+#: Fields of a call record the readers use: every record's, and per call its own.
+_COMMON = frozenset({"t", "th", "dev", "call", "rc", "raised", "message", "stack",
+                     "null_outputs"})
+_KNOWN: dict[str, frozenset[str]] = {
+    call: _COMMON | {name for name, _ in fields} for call, fields in _FIELDS.items()}
+_THREAD = frozenset({"type", "th", "ident", "name"})
+_END = frozenset({"type", "t", "calls", "lost"})
+
+
+def known_fields(item: dict[str, Any]) -> dict[str, Any]:
+    """A checked call record, ``thread`` or ``end`` line with only the fields readers
+    use: an unknown one is ignored (docs/trace-format.md), and a forged line could make
+    it a megabyte of objects, kept for every line while the trace is read."""
+    if "call" in item:
+        known = _KNOWN.get(item["call"], _COMMON)
+    else:
+        known = _THREAD if item.get("type") == "thread" else _END
+    if item.keys() <= known:
+        return item  # the common case: nothing to drop
+    return {key: value for key, value in item.items() if key in known}
+
+
 def check_thread(item: dict[str, Any]) -> str | None:
     """A ``thread`` line; cuts its name."""
     problem = _int_problem("th", item.get("th"), _COUNT, null=False) or \
@@ -244,6 +266,7 @@ _HEADER: dict[str, _Range | str] = {
     "device_count": _DEVICE, "capacity": _U64, "current_device": _DEVICE,
     "backend": "text", "soc": "text", "cann": "text", "acl": "text", "memory": "text",
     "started": "text", "acl_mem": "text", "details": "details", "argv": "argv",
+    "run": "text",
 }
 _KEPT = ("type", "format", "version")
 

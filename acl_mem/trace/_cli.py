@@ -11,6 +11,7 @@ from typing import Any
 
 from .._fake.profiles import PROFILES
 from ._format import Trace, TraceFormatError, read_trace
+from ._json_out import write_json
 from ._plot import FORMATS, PlotDependencyError, write_plot
 from ._progress import Progress
 from ._replay import POOLS, ReplayOptions, replay_trace
@@ -43,7 +44,11 @@ by_call, devices (per device: in_use, reserved, peak_in_use, peak_in_use_t,
 peak_reserved, peak_reserved_t, pools {name: the same figures},
 largest_at_peak [allocations]), never_freed [allocations], failed [{call, rc,
 raised, count, first_t, first, stack}], streams_left, unknown_frees, complete,
-lost, bad_lines. Times are nanoseconds since the recording began; sizes bytes.
+lost, bad_lines, stacks [call sites: [[file, line, function], ...], innermost
+frame first]. An allocation is {kind, call, address, size, device, pool,
+reserved, in_use, t, thread, parent, stack}; its stack, and a failed call's, is
+the position of its call site in stacks (null when none was recorded). Times are
+nanoseconds since the recording began; sizes bytes.
 
 Damaged lines (not JSON, longer than 1 MiB, a field of the wrong type or range)
 are left out and named on standard error as FILE:LINE: what; the summary counts
@@ -191,13 +196,11 @@ def run_trace(args: argparse.Namespace) -> int:
     if trace is None:
         return 1
     summary = summarize_trace(trace, top=args.top)
-    try:
-        if args.json:
-            print(json.dumps(summary.as_dict(), indent=2))
-        else:
-            print(format_summary(summary, top=args.top))
-    except BrokenPipeError:
-        sys.stderr.close()
+    # (A full or closed standard output is acl_mem/cli.py main's to report.)
+    if args.json:
+        write_json(summary.json_report(), sys.stdout)
+    else:
+        print(format_summary(summary, top=args.top))
     return 1 if trace.problem_count else 0
 
 
@@ -212,13 +215,10 @@ def _run_replay(args: argparse.Namespace) -> int:
         return 1
     with Progress("replay", len(trace.events)) as progress:
         report = replay_trace(trace, options, keep=args.top, progress=progress)
-    try:
-        if args.json:
-            print(json.dumps(report.as_dict(), indent=2))
-        else:
-            print(format_replay(report))
-    except BrokenPipeError:
-        sys.stderr.close()
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(format_replay(report))
     return 1 if trace.problem_count else 3 if report.differences else 0
 
 

@@ -3,16 +3,46 @@ and reserved bytes with their peaks, failed calls, and the summary that holds th
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import error_name
 
 __all__ = ["HOST", "UNKNOWN", "Allocation", "DeviceFigures", "FailedCalls", "PoolFigures",
-           "TraceSummary"]
+           "StackTable", "TraceSummary"]
 
 HOST = "host"
 UNKNOWN = "?"
+
+Frames = Sequence[tuple[str, int, str]]
+
+
+class StackTable:
+    """The call sites of a ``--json`` report, each written once in its ``stacks`` list
+    and referred to by position: allocations made at one site would otherwise repeat its
+    frames, and a report of a trace's never-freed allocations grew many times larger
+    than the trace (where each call names its stack by number)."""
+
+    def __init__(self) -> None:
+        self.stacks: list[list[list[object]]] = []
+        self._numbers: dict[tuple[tuple[str, int, str], ...], int] = {}
+
+    def number(self, frames: Frames) -> int | None:
+        """The position of ``frames`` in :attr:`stacks` (added when new); None for none."""
+        if not frames:
+            return None
+        key = tuple(frames)
+        number = self._numbers.get(key)
+        if number is None:
+            number = self._numbers[key] = len(self.stacks)
+            self.stacks.append([list(f) for f in frames])
+        return number
+
+
+def _stack(frames: Frames, table: StackTable | None) -> object:
+    """A record's ``stack``: its position in ``table``, or (no table) its frames."""
+    return [list(f) for f in frames] if table is None else table.number(frames)
 
 
 @dataclass(slots=True)
@@ -52,13 +82,14 @@ class Allocation:
     #: block went), backend (another backend was installed); None while live.
     freed_by: str | None = None
 
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
+    def as_dict(self, stacks: StackTable | None = None) -> dict[str, object]:
+        """Plain data for JSON; ``stack`` is the frames, or given ``stacks`` their
+        position there (null without a stack)."""
         return {"kind": self.kind, "call": self.call, "address": self.address,
                 "size": self.size, "device": self.device, "pool": self.pool,
                 "reserved": self.reserved, "in_use": self.in_use, "t": self.t,
                 "thread": self.thread, "parent": self.parent,
-                "stack": [list(f) for f in self.frames]}
+                "stack": _stack(self.frames, stacks)}
 
 
 @dataclass(slots=True)
@@ -103,11 +134,11 @@ class DeviceFigures:
     #: Pool totals the trace's aclrtGetMemInfo calls reported, by aclrtMemAttr value.
     capacity: dict[int, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
+    def as_dict(self, stacks: StackTable | None = None) -> dict[str, object]:
+        """Plain data for JSON (``stacks``: as :meth:`Allocation.as_dict`)."""
         return {"device": self.device, **self.total.as_dict(),
                 "pools": {name: pool.as_dict() for name, pool in sorted(self.pools.items())},
-                "largest_at_peak": [a.as_dict() for a in self.largest_at_peak]}
+                "largest_at_peak": [a.as_dict(stacks) for a in self.largest_at_peak]}
 
 
 @dataclass
@@ -132,11 +163,11 @@ class FailedCalls:
         assert self.rc is not None
         return f"{self.rc} {error_name(self.rc)}"
 
-    def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON."""
+    def as_dict(self, stacks: StackTable | None = None) -> dict[str, object]:
+        """Plain data for JSON (``stacks``: as :meth:`Allocation.as_dict`)."""
         return {"call": self.call, "rc": self.rc, "raised": self.raised, "count": self.count,
                 "first_t": self.first_t, "first": self.first,
-                "stack": [list(f) for f in self.frames]}
+                "stack": _stack(self.frames, stacks)}
 
 
 @dataclass
@@ -165,13 +196,30 @@ class TraceSummary:
     allocations: list[Allocation] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
-        """Plain data for JSON (``acl-mem trace summary --json``)."""
+        """Plain data for JSON: what ``acl-mem trace summary --json`` prints."""
+        report = self.json_report()
+        never = report["never_freed"]
+        assert isinstance(never, Iterator)
+        report["never_freed"] = list(never)
+        return report
+
+    def json_report(self) -> dict[str, object]:
+        """:meth:`as_dict` with ``never_freed`` (the one list as long as the trace) an
+        iterator of its dicts, made one at a time as it is written (``_json_out``).
+        Records name their call site by its position in ``stacks``."""
+        table = StackTable()
+        # Numbered now, so that ``stacks`` is complete whatever order the keys are
+        # written in.
+        for allocation in self.never_freed:
+            table.number(allocation.frames)
+        never_freed = (a.as_dict(table) for a in self.never_freed)
         return {
             "path": self.path, "header": self.header, "calls": self.calls,
             "duration": self.duration, "threads": self.threads, "by_call": self.by_call,
-            "devices": {d: f.as_dict() for d, f in self.devices.items()},
-            "never_freed": [a.as_dict() for a in self.never_freed],
-            "failed": [f.as_dict() for f in self.failed],
+            "devices": {d: f.as_dict(table) for d, f in self.devices.items()},
+            "never_freed": never_freed,
+            "failed": [f.as_dict(table) for f in self.failed],
             "streams_left": self.streams_left, "unknown_frees": self.unknown_frees,
             "complete": self.complete, "lost": self.lost, "bad_lines": self.bad_lines,
+            "stacks": table.stacks,
         }

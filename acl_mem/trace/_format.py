@@ -3,7 +3,6 @@ copies the recorder makes of mutable arguments. Writing is in ``_lines.py``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import stat
@@ -12,7 +11,16 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from .._structs import aclrtPhysicalMemProp
-from ._checks import check_call, check_end, check_stack, check_thread, clean_header, cut, shown
+from ._checks import (
+    check_call,
+    check_end,
+    check_stack,
+    check_thread,
+    clean_header,
+    cut,
+    known_fields,
+    shown,
+)
 from ._lines import BY_WRITTEN, CALLS, FORMAT_NAME, FORMAT_VERSION
 from ._open import file_kind
 from ._progress import Progress
@@ -113,22 +121,27 @@ def _open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes | None, int]]:
-    """(line number, the line or None when longer than LINE_LIMIT, bytes taken)."""
+def _lines(handle: BinaryIO, size: int) -> Iterator[tuple[int, bytes | None, int]]:
+    """(line number, the line or None when longer than LINE_LIMIT, bytes taken), of the
+    first ``size`` bytes: a file still being written is read as it was when opened, not
+    followed for as long as its writer goes on (a line cut there reads as cut short)."""
     number = 0
-    while True:
-        line = handle.readline(LINE_LIMIT + 1)
+    left = size
+    while left > 0:
+        line = handle.readline(min(LINE_LIMIT + 1, left))
         if not line:
             return
+        left -= len(line)
         number += 1
         if len(line) <= LINE_LIMIT or line.endswith(b"\n"):
             yield number, line, len(line)
             continue
         taken = len(line)
-        while not line.endswith(b"\n"):  # the rest of it, a piece at a time
-            line = handle.readline(1 << 16)
+        while not line.endswith(b"\n") and left > 0:  # the rest of it, a piece at a time
+            line = handle.readline(min(1 << 16, left))
             if not line:
                 break
+            left -= len(line)
             taken += len(line)
         yield number, None, taken
 
@@ -156,14 +169,14 @@ def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None
     (its total set to the file's size)."""
     name = os.fspath(path)
     with _open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
         if progress is not None:
-            with contextlib.suppress(OSError):
-                progress.total = os.fstat(handle.fileno()).st_size
-        return _read(name, handle, progress)
+            progress.total = size
+        return _read(name, handle, size, progress)
 
 
-def _read(name: str, handle: BinaryIO, progress: Progress | None) -> Trace:
-    lines = _lines(handle)
+def _read(name: str, handle: BinaryIO, size: int, progress: Progress | None) -> Trace:
+    lines = _lines(handle, size)
     first = next(lines, None)
     if first is None:
         raise TraceFormatError(f"{name}: the file is empty; not an acl_mem trace")
@@ -213,7 +226,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if "call" in item:
         problem = check_call(item)
         if problem is None:
-            keyed.append((item.get("t", 0), number, item))
+            keyed.append((item.get("t", 0), number, known_fields(item)))
         return problem
     if kind == "backend":
         problem = check_call(item)
@@ -227,7 +240,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if kind == "thread":
         problem = check_thread(item)
         if problem is None:
-            trace.threads[item["th"]] = item
+            trace.threads[item["th"]] = known_fields(item)
         return problem
     if kind == "stack":
         problem, frames = check_stack(item)
@@ -237,7 +250,7 @@ def _take(trace: Trace, keyed: list[tuple[int, int, dict[str, Any]]], number: in
     if kind == "end":
         problem = check_end(item)
         if problem is None:
-            trace.end = item
+            trace.end = known_fields(item)
         return problem
     # Other kinds belong to later versions of the format: skipped.
     return None

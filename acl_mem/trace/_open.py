@@ -4,7 +4,10 @@ The path often comes from the environment (``ACL_MEM_TRACE``), which a program i
 from whoever started it, so opening it must not be turned against the user: a symlink
 planted at the path is not followed (O_NOFOLLOW), a FIFO does not block the program
 (O_NONBLOCK, then refused), and nothing but a regular file the user owns is written.
-A file of one process of a recording (``FILE.<pid>``) is always a new one (O_EXCL).
+A file of one process of a recording (``FILE.<pid>``) is always a new one (O_EXCL): when
+an earlier run left one there (pids repeat, in a container's pid namespace from its first
+run to the next), ``FILE.<pid>.<n>`` with the first free ``n`` is made instead; a file
+that exists is never opened, emptied or removed.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import errno
 import os
 import stat
 
-__all__ = ["file_kind", "open_trace_file"]
+__all__ = ["file_kind", "open_new_trace_file", "open_trace_file"]
+
+#: ``FILE.<pid>.<n>`` tried at most, from 1, when ``FILE.<pid>`` exists.
+NEW_FILE_TRIES = 1000
 
 
 def _user() -> int:
@@ -68,3 +74,18 @@ def open_trace_file(path: str, *, exclusive: bool) -> int:
     except BaseException:
         os.close(fd)
         raise
+
+
+def open_new_trace_file(path: str) -> tuple[int, str]:
+    """A descriptor on a new file at ``path``, or at ``path.<n>`` with the first free
+    ``n`` when one exists there, and the path it was made at; OSError as
+    :func:`open_trace_file` (EEXIST when all :data:`NEW_FILE_TRIES` are taken)."""
+    for number in range(NEW_FILE_TRIES + 1):
+        candidate = f"{path}.{number}" if number else path
+        try:
+            return open_trace_file(candidate, exclusive=True), candidate
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:
+                raise
+    raise OSError(errno.EEXIST, f"exists already, and so do {path}.1 to "
+                  f".{NEW_FILE_TRIES}", path)

@@ -8,9 +8,8 @@ called us).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ._plot_data import (
     Band,
@@ -37,7 +36,7 @@ _PEAK_COLOR = "#cc0000"
 _CONTAINER_COLOR = "#e9eef5"
 _INCH_PER_ROW = 0.45
 
-Renderer = Callable[[PlotData, "str | os.PathLike[str]"], None]
+Renderer = Callable[[PlotData, BinaryIO], None]
 
 
 class PlotDependencyError(ImportError):
@@ -55,7 +54,7 @@ def png_renderer() -> Renderer:
     return _write_png
 
 
-def _write_png(data: PlotData, out: str | os.PathLike[str]) -> None:
+def _write_png(data: PlotData, out: BinaryIO) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -75,7 +74,7 @@ def _write_png(data: PlotData, out: str | os.PathLike[str]) -> None:
         row += 1
     if not data.devices:
         figure.text(0.5, 0.5, "the trace holds no allocation", ha="center")
-    figure.savefig(os.fspath(out), format="png")
+    figure.savefig(out, format="png")
 
 
 def _heights(device: DevicePlot) -> list[float]:

@@ -16,6 +16,7 @@ import io
 import marshal
 import os
 import pickle
+import secrets
 import select
 import subprocess
 import sys
@@ -34,15 +35,16 @@ from ..errors import SettingError
 from ..sizes import soc_padding
 from . import _tap
 from ._lines import BOXED, FRAME, MARSHAL, PICKLE, Consumer, has_calls
-from ._open import open_trace_file
+from ._open import open_new_trace_file, open_trace_file
 
 __all__ = ["ENV_OWNER", "ENV_PATH", "ENV_STACK", "Recorder", "active", "flush", "record",
            "start_from_environment"]
 
 ENV_PATH = "ACL_MEM_TRACE"
 ENV_STACK = "ACL_MEM_TRACE_STACK"
-#: Set by the process that records ``ACL_MEM_TRACE`` itself; any other process that
-#: inherits both variables (a forked, spawned or executed child) records to ``<path>.<pid>``.
+#: Set by the process that records ``ACL_MEM_TRACE`` itself, to ``<pid>:<run>``; any other
+#: process that inherits both variables (a forked, spawned or executed child) records to
+#: ``<path>.<pid>``, with the header's ``run`` of the owner's.
 ENV_OWNER = "ACL_MEM_TRACE_OWNER"
 #: Seconds between two shipments of the queue.
 SHIP_INTERVAL = 0.1
@@ -82,6 +84,12 @@ def _dumps(items: list[Any]) -> bytes:
         buffer.write(PICKLE)
         _Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(items)
         return buffer.getvalue()
+
+
+def new_run() -> str:
+    """The ``run`` of a recording's headers: its own file's and those of the processes it
+    starts, so that a reader tells them from files an earlier run left beside them."""
+    return secrets.token_hex(8)
 
 
 def _utc_now() -> str:
@@ -172,6 +180,8 @@ class Recorder:
         self._exclusive = False
         self._pid = os.getpid()
         self._parent_pid: int | None = None
+        #: Shared with the children, forked (kept over fork) or started (ENV_OWNER).
+        self.run: str | None = new_run()
 
     # -- public ------------------------------------------------------------------------------------
     @property
@@ -245,8 +255,8 @@ class Recorder:
     def _process_item(self, t0: int) -> tuple[str, int, dict[str, object]]:
         return ("#process", t0, {
             "t0": t0, "acl_mem": __version__, "pid": os.getpid(),
-            "parent_pid": self._parent_pid, "argv": list(sys.argv), "started": _utc_now(),
-            "stack_depth": self.stack_depth})
+            "parent_pid": self._parent_pid, "run": self.run, "argv": list(sys.argv),
+            "started": _utc_now(), "stack_depth": self.stack_depth})
 
     def _start(self) -> None:
         # Opened here, so that a path that cannot or must not be written fails the call
@@ -277,7 +287,11 @@ class Recorder:
     def _open_file(self) -> None:
         """Open the file (checked: docs/trace-format.md); the writer gets the descriptor,
         so the file written is the one checked, whatever the path names later."""
-        self._fd = open_trace_file(self._path, exclusive=self._exclusive)
+        if self._exclusive:
+            # A child's: FILE.<pid>.<n> when an earlier run left FILE.<pid> (pid reuse).
+            self._fd, self._path = open_new_trace_file(self._path)
+        else:
+            self._fd = open_trace_file(self._path, exclusive=False)
 
     def _connect(self) -> None:
         """Start the writer process (or, failing that, an in-process writer)."""
@@ -514,14 +528,16 @@ def start_from_environment() -> Recorder | None:
         print(f"acl_mem: not recording: {exc}", file=sys.stderr)
         return None
     pid = str(os.getpid())
-    owner = os.environ.get(ENV_OWNER)
+    owner, _, run = (os.environ.get(ENV_OWNER) or "").partition(":")
     child = bool(owner) and owner != pid
     if child:
         path = f"{path}.{pid}"
-    else:
-        os.environ[ENV_OWNER] = pid
     try:
         recorder = Recorder(path, stack_depth=depth)
+        if child:
+            recorder.run = run or None  # (None: an owner of an older acl_mem)
+        else:
+            os.environ[ENV_OWNER] = f"{pid}:{recorder.run}"
         recorder._exclusive = child
         recorder._start()
         return recorder

@@ -185,7 +185,8 @@ class _Model:
         number = event.get("stack")
         if number is None:
             return []
-        return list(self.trace.stacks.get(int(number), []))
+        # The trace's own list, shared by every allocation made there: not a copy each.
+        return self.trace.stacks.get(int(number), [])
 
     def _failed(self, event: Mapping[str, Any], rc: int | None, raised: str | None) -> None:
         key = (str(event["call"]), rc, raised)
