@@ -10,8 +10,6 @@ checker reports such a write as a use after free.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import acl_mem
@@ -19,15 +17,6 @@ from acl_mem import HostBuffer, MemcpyKind, RtParamInvalidError, raw
 from acl_mem._fake.memory import PINNED_QUARANTINE, PINNED_QUARANTINE_BYTES
 
 pytestmark = pytest.mark.fake_only("leaks(), quarantine and checker are the fake's")
-
-
-@pytest.fixture
-def checking(fake) -> Iterator[None]:
-    acl_mem.fake.configure(check=True, hazards="count")
-    try:
-        yield
-    finally:
-        acl_mem.fake.reset()
 
 
 def _pinned_leaks() -> list[int]:

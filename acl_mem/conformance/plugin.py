@@ -172,6 +172,17 @@ def fake(backend: _backend.Backend) -> FakeBackend:
 
 
 @pytest.fixture
+def checking(fake: FakeBackend) -> Iterator[None]:
+    """The fake with its memory checker on and hazards counted (checks marked
+    ``fake_only``), back to its settings afterwards."""
+    acl_mem.fake.configure(check=True, hazards="count")
+    try:
+        yield
+    finally:
+        acl_mem.fake.reset()
+
+
+@pytest.fixture
 def dev(backend: _backend.Backend) -> Iterator[acl_mem.Device]:
     """Device 0, current in this thread for the check."""
     with acl_mem.Device(0) as device:

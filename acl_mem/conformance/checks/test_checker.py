@@ -9,7 +9,6 @@ import ctypes
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 
 import pytest
 
@@ -18,15 +17,6 @@ from acl_mem import raw
 
 REASON = "the memory checker is part of the fake device model"
 pytestmark = pytest.mark.fake_only(REASON)
-
-
-@pytest.fixture
-def checking(fake) -> Iterator[None]:
-    acl_mem.fake.configure(check=True, hazards="count")
-    try:
-        yield
-    finally:
-        acl_mem.fake.reset()
 
 
 def address(buffer: bytearray) -> int:
