@@ -169,3 +169,31 @@ def test_children_started_with_the_environment_variable_share_the_run(tmp_path):
     runs = {read_trace(p).header["run"] for p in [path, *tmp_path.glob("run.jsonl.*")]}
     assert len(list(tmp_path.glob("run.jsonl.*"))) == 2
     assert len(runs) == 1 and None not in runs
+
+
+def test_a_program_reaping_every_child_does_not_wait_for_the_writer(tmp_path):
+    """The writer process is no child of the recorded program: a program that waits for
+    any child until none is left ends, and its trace is complete."""
+    path = tmp_path / "reap.jsonl"
+    script = textwrap.dedent("""
+        import os
+        import acl_mem.raw as raw
+        raw.aclrtSetDevice(0)
+        raw.aclrtFree(raw.aclrtMalloc(64))
+        for _ in range(2):
+            if os.fork() == 0:
+                os._exit(0)
+        reaped = 0
+        while True:
+            try:
+                os.wait()
+            except ChildProcessError:
+                break
+            reaped += 1
+        print(reaped)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_environment(ACL_MEM_TRACE=str(path)), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2"]
+    assert read_trace(path).end is not None

@@ -21,6 +21,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from time import perf_counter_ns
 from types import TracebackType
@@ -135,6 +136,21 @@ def describe_backend(backend: _backend.Backend) -> dict[str, object]:
         "memory": memory, "capacity": capacity if isinstance(capacity, int) else None,
         "set_counts": counts, "current_device": current, "details": details,
     }
+
+
+def _wait_for_end(answers: int, timeout: float) -> bool:
+    """Read the writer's answers until they end (it closed the file and exited); False
+    when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([answers], [], [], left)[0]:
+                return False
+            if not os.read(answers, 4096):
+                return True
+    except (OSError, ValueError):
+        return True
 
 
 class Recorder:
@@ -300,13 +316,20 @@ class Recorder:
         if use_writer_process and sys.executable:
             read_end, write_end = os.pipe()
             try:
-                self._writer = subprocess.Popen(
-                    [sys.executable, "-I", "-S", _WRITER_SCRIPT, self._path, str(fd)],
+                # The writer detaches (it forks and its first process exits at once,
+                # reaped here): the recorded program's own wait() for any child must
+                # never see it, or a program reaping its children waits for it for ever.
+                # Its end shows as the end of its answers pipe.
+                starter = subprocess.Popen(
+                    [sys.executable, "-I", "-S", _WRITER_SCRIPT, self._path, str(fd),
+                     "detach"],
                     stdin=read_end, stdout=subprocess.PIPE, start_new_session=True,
                     pass_fds=(fd,))
+                starter.wait()
                 self._pipe = write_end
-                assert self._writer.stdout is not None
-                self._answers = self._writer.stdout.fileno()
+                assert starter.stdout is not None
+                self._writer = starter
+                self._answers = starter.stdout.fileno()
                 os.close(fd)
                 return
             except (OSError, ValueError, subprocess.SubprocessError):
@@ -405,15 +428,13 @@ class Recorder:
                 os.close(self._pipe)
             self._pipe = None
         writer, self._writer = self._writer, None
-        self._answers = None
-        if writer is not None:
-            try:
-                writer.wait(timeout=_WRITER_WAIT)
-                if writer.stdout is not None:
-                    writer.stdout.close()
-            except subprocess.TimeoutExpired:
+        answers, self._answers = self._answers, None
+        if writer is not None and answers is not None:
+            if not _wait_for_end(answers, _WRITER_WAIT):
                 print(f"acl_mem.trace: the writer of {self._path} is still busy; it finishes "
                       "the file in the background", file=sys.stderr)
+            if writer.stdout is not None:
+                writer.stdout.close()
 
     # -- fork --------------------------------------------------------------------------------------
     def _after_fork_in_child(self) -> None:
