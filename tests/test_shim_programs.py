@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["data_buffer.c", "teardown_errors.c", "init_defaults.c", "threads.c",
             "leak_at_exit.c", "raii_streams.cpp", "fork_threads.c", "share_ipc.c",
-            "leak_site.c", "overwrite.c", "last_error.c"]
+            "leak_site.c", "overwrite.c", "last_error.c", "global_owner.cpp"]
 
 skip_without_a_build()
 
@@ -402,4 +402,21 @@ def test_a_c_program_with_acl_mem_trace_records_every_call_and_the_end(programs,
     mallocs = [e for e in trace.events if e.get("call") == "aclrtMalloc"]
     assert len(mallocs) == len(freed) > 0  # each thread's failed free of a bogus pointer aside
     assert [e["call"] for e in trace.events if "call" in e][-1] == "aclFinalize"
+    assert summarize(path).never_freed == []
+
+
+def test_global_destructors_run_before_the_leak_report_and_the_end_of_the_trace(
+        programs, libdir, tmp_path):
+    """A C++ global freeing device memory in its destructor (after main returns): the
+    exit hook runs after it, so the report and the trace see the block freed."""
+    if "global_owner" not in programs:
+        pytest.skip("no C++ compiler")
+    from acl_mem.trace import summarize
+
+    path = tmp_path / "global.jsonl"
+    done = _run(programs["global_owner"], libdir, tmp_path, ACL_MEM_LEAK_REPORT="1",
+                ACL_MEM_TRACE=str(path))
+    _ok(done)
+    assert "freed 0" in done.stderr
+    assert "never freed" not in done.stderr
     assert summarize(path).never_freed == []

@@ -285,10 +285,6 @@ static void acl_mem_shim_start(void)
     }
     /* The engine prints why when it returns NULL. */
     __atomic_store_n(&acl_mem_shim_table_ptr, start(), __ATOMIC_RELEASE);
-    /* atexit() from a shared library: glibc runs it at exit, or when the library is
-       unloaded, so the hook never outlives its code. */
-    if (__atomic_load_n(&acl_mem_shim_table_ptr, __ATOMIC_ACQUIRE) != NULL)
-        atexit(acl_mem_shim_at_exit);
 }
 
 /* In a forked child (the only thread now). A start another thread had under way stops
@@ -312,11 +308,17 @@ static void acl_mem_shim_forked_child(void)
     memcpy(&acl_mem_shim_start_lock, &fresh, sizeof fresh);
 }
 
-/* Registered when the library is loaded, before any thread of the program can call it. */
+/* Registered when the library is loaded, before any thread of the program can call it.
+   The exit hook too (it does nothing until the engine runs): exit handlers run in reverse
+   order, so the program's own, registered later (C++ static objects' destructors, which
+   may free device memory), run before the leak report and the end of the trace. atexit()
+   from a shared library runs at exit or when the library is unloaded, so the hook never
+   outlives its code. */
 __attribute__((constructor))
 static void acl_mem_shim_loaded(void)
 {
     pthread_atfork(NULL, NULL, acl_mem_shim_forked_child);
+    atexit(acl_mem_shim_at_exit);
 }
 
 __attribute__((unused))
