@@ -280,3 +280,41 @@ def test_a_forged_starting_state_costs_no_more_than_the_replays_devices(tmp_path
     report = replay_trace(trace)
     assert report.differences == 0
     assert any("400 device(s)" in note for note in report.notes)
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_stays_json_whatever_the_header_details_hold(tmp_path, capsys):
+    """NaN or Infinity inside the header's details is refused there (named, status 1), so
+    `summary --json` never writes what is not JSON."""
+    header = {**HEADER, "details": {"z": float("nan"), "ok": 1}}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(header) + "\n" + _malloc() + "\n")
+    assert main(["trace", "summary", "--json", str(path)]) == 1
+    out = capsys.readouterr()
+    _strict_json(out.out)
+    assert "field details" in out.err
+
+
+def test_names_that_were_not_utf8_keep_their_records_and_every_output_works(tmp_path,
+                                                                             capsys):
+    """A stack frame naming a file whose name was not UTF-8 (recorded with its undecodable
+    bytes, an unpaired surrogate escape): the record is kept, the name shown with '?', and
+    summary, its JSON and the plot all work."""
+    path = tmp_path / "t.jsonl"
+    stack = json.dumps({"type": "stack", "id": 1, "frames": [["/tmp/x\udcff/a.py", 3, "f"]]})
+    path.write_text("\n".join([json.dumps(HEADER), stack, _malloc(stack=1)]) + "\n")
+    trace = read_trace(path)
+    assert trace.calls == 1 and trace.problem_count == 0
+    assert trace.stacks[1][0][0] == "/tmp/x?/a.py"
+    assert main(["trace", "summary", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["trace", "summary", "--json", str(path)]) == 0
+    _strict_json(capsys.readouterr().out)
+    assert main(["trace", "plot", str(path), "-o", str(tmp_path / "p.html")]) == 0
+    capsys.readouterr()

@@ -15,6 +15,7 @@ write stays within a constant factor of what was read.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -271,6 +272,20 @@ _HEADER: dict[str, _Range | str] = {
 _KEPT = ("type", "format", "version")
 
 
+def _has_non_finite(value: object) -> bool:
+    """NaN or Infinity anywhere in ``value`` (JSON has neither; output must stay JSON)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _nested_too_deep(value: object, limit: int) -> bool:
     level: list[object] = [value]
     for _ in range(limit):
@@ -295,6 +310,8 @@ def _header_problem(key: str, value: object, kind: _Range | str) -> str | None:
         if not isinstance(value, dict) or _nested_too_deep(value, _DETAILS_DEPTH):
             return f"field details: expected an object nested at most {_DETAILS_DEPTH} " \
                 f"deep, got {shown(value)}"
+        if _has_non_finite(value):
+            return "field details: expected finite numbers only, got NaN or Infinity"
         return None
     if kind == "argv":
         if not isinstance(value, list) or not all(isinstance(a, str) for a in value):

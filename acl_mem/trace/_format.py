@@ -155,11 +155,30 @@ def _parsed(line: bytes | None) -> tuple[object, str | None]:
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     try:
-        return json.loads(text), None
+        value = json.loads(text)
     except RecursionError:
         return None, "not JSON: nested too deeply"
     except ValueError as exc:
         return None, f"not JSON: {cut(str(exc), 80)}"
+    # A \ud800 escape without its pair (a file name that was not UTF-8, recorded with
+    # its undecodable bytes) decodes to a string no UTF-8 output can hold: each such
+    # character becomes "?", the record is kept.
+    if "\\ud" in text or "\\uD" in text:
+        try:
+            value = _mended(value)
+        except RecursionError:
+            return None, "not JSON: nested too deeply"
+    return value, None
+
+
+def _mended(value: object) -> object:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_mended(k): _mended(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mended(item) for item in value]
+    return value
 
 
 def read_trace(path: str | os.PathLike[str], *, progress: Progress | None = None) -> Trace:
