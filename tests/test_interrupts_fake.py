@@ -50,8 +50,11 @@ def _free_everything(fake: FakeBackend) -> None:
 
 
 def _assert_consistent(fake: FakeBackend) -> None:
-    """Every device's pool accounting matches its live blocks, and everything works."""
+    """Every device's pool accounting matches its live blocks, every freed pinned address
+    still refused has its mapping kept, and everything works."""
     assert lock_is_free(fake._lock)
+    kept = {id(block) for block, _ in fake._state.pinned_quarantine}
+    assert all(id(block) in kept for block in fake._state.pinned_freed)
     for device in fake.runtime.devices:
         pools = device.pools
         blocks = list(device.blocks)

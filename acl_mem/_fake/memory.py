@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import operator
 
 from ..enums import MallocPolicy, MemAttr, MemLocationType
 from ..errors import FunctionNotAvailableError
@@ -56,8 +57,9 @@ PINNED_QUARANTINE = QUARANTINE_ENTRIES
 PINNED_QUARANTINE_BYTES = 256 << 20
 
 
-def _mapped(host_map: mmap.mmap) -> int:
-    return 0 if host_map.closed else len(host_map)
+#: A quarantine entry's block, and a block's mapped bytes (its mapping's length).
+_BLOCK = operator.itemgetter(0)
+_EXTENT = operator.attrgetter("extent")
 
 
 class DeviceMemory:
@@ -299,16 +301,17 @@ class DeviceMemory:
         if checker is not None:
             checker.on_pinned_freed(block, block.start)
         quarantine = self._state.pinned_quarantine
-        self._state.pinned_freed.add(block)
+        # Kept before it is indexed: an interrupt between the two leaves a block that is
+        # evicted in turn, never an address refused for good with nothing kept there.
         quarantine.append((block, host_map))
-        state = self._state
-        state.pinned_quarantine_bytes += _mapped(host_map)
-        newest = _mapped(host_map)
+        self._state.pinned_freed.add(block)
+        # Derived every time (C-level iteration, no Python line per block), so no counter
+        # can drift when an interrupt lands between two updates.
+        kept = sum(map(_EXTENT, map(_BLOCK, quarantine))) - block.extent
         while len(quarantine) > PINNED_QUARANTINE or (
-                len(quarantine) > 1 and
-                state.pinned_quarantine_bytes - newest > PINNED_QUARANTINE_BYTES):
+                len(quarantine) > 1 and kept > PINNED_QUARANTINE_BYTES):
             old, old_map = quarantine.popleft()
-            state.pinned_quarantine_bytes -= _mapped(old_map)
+            kept -= old.extent
             self._state.pinned_freed.discard(old)
             if checker is not None:
                 checker.verify_freed_pinned(old, old.start, "its unmapping")

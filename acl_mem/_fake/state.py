@@ -74,8 +74,6 @@ class EngineState:
         #: Freed pinned blocks whose mapping is kept a while, emptied, oldest first: a
         #: view that outlived aclrtFreeHost lands there, not in a later allocation.
         self.pinned_quarantine: deque[tuple[Block, mmap.mmap]] = deque()
-        #: Their mappings' bytes (a bound for the quarantine, kept as it changes).
-        self.pinned_quarantine_bytes = 0
         #: The same blocks by address: copies through them fail as before the free.
         self.pinned_freed = BlockIndex()
         self.reservations = ReservationIndex()
@@ -97,7 +95,6 @@ class EngineState:
         self.orphaned_maps += [host_map for _, host_map in self.pinned_quarantine]
         self.pinned_maps = {}
         self.pinned_quarantine = deque()
-        self.pinned_quarantine_bytes = 0
         self.pinned_freed = BlockIndex()
         self.pinned = BlockIndex()
         self.reservations = ReservationIndex()
