@@ -197,3 +197,32 @@ def test_a_program_reaping_every_child_does_not_wait_for_the_writer(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2"]
     assert read_trace(path).end is not None
+
+
+def test_a_program_exec_ing_another_keeps_its_trace(tmp_path):
+    """The recording process execs another program (same pid, the variables inherited):
+    the new image records into FILE.<pid> of the same run, and FILE keeps what the first
+    image recorded."""
+    path = tmp_path / "exec.jsonl"
+    second = "import acl_mem.raw as raw; raw.aclrtSetDevice(0); raw.aclrtFree(raw.aclrtMalloc(7))"
+    script = textwrap.dedent(f"""
+        import os, sys
+        import acl_mem.raw as raw
+        from acl_mem.trace import _recorder
+        raw.aclrtSetDevice(0)
+        for _ in range(50):
+            raw.aclrtFree(raw.aclrtMalloc(64))
+        for recorder in list(_recorder._recorders):
+            recorder.sync()
+        os.execv(sys.executable, [sys.executable, "-c", {second!r}])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_environment(ACL_MEM_TRACE=str(path)), timeout=60)
+    assert done.returncode == 0, done.stderr
+    first = read_trace(path)
+    assert first.calls >= 101
+    images = list(tmp_path.glob("exec.jsonl.*"))
+    assert len(images) == 1
+    exec_d = read_trace(images[0])
+    assert _sizes(images[0]) == [7]
+    assert exec_d.header["run"] == first.header["run"] is not None

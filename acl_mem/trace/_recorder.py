@@ -16,6 +16,7 @@ import io
 import marshal
 import os
 import pickle
+import re
 import secrets
 import select
 import subprocess
@@ -533,6 +534,10 @@ def record(path: str | os.PathLike[str], *, stack_depth: int = 0) -> Recorder:
     return recorder
 
 
+#: What a recording's ``run`` is (``Recorder.run``): 16 hexadecimal digits.
+_RUN = re.compile(r"[0-9a-f]{16}")
+
+
 def start_from_environment() -> Recorder | None:
     """``ACL_MEM_TRACE=FILE``: record this whole process (called by ``import acl_mem``).
 
@@ -550,7 +555,12 @@ def start_from_environment() -> Recorder | None:
         return None
     pid = str(os.getpid())
     owner, _, run = (os.environ.get(ENV_OWNER) or "").partition(":")
-    child = bool(owner) and owner != pid
+    if not _RUN.fullmatch(run):
+        run = ""  # not a run this acl_mem wrote (an older one's, or garbage)
+    # Any owner means another recording came first, also one with this very pid: the
+    # owner sets the variable only after it started, so the same pid here is a program
+    # it exec'd, which must not empty the file that recording wrote.
+    child = bool(owner)
     if child:
         path = f"{path}.{pid}"
     try:
