@@ -352,6 +352,8 @@ def _run_conformance(parser: argparse.ArgumentParser, args: argparse.Namespace) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None:  # started with standard output closed (`acl-mem info >&-`)
+        return _say("acl-mem: standard output is closed")
     parser, conformance = _parser()
     args = parser.parse_args(argv)
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,15 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
         finally:
             os.close(writer)
         assert (done.returncode, done.stderr) == (1, ""), command
+
+
+def test_a_closed_standard_output_is_one_line_and_status_one(tmp_path):
+    """`acl-mem info >&-`: no traceback (Python gives the program no sys.stdout at all)."""
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash to start a program with its output closed")
+    env = {**os.environ, "ACL_MEM_BACKEND": "fake"}
+    done = subprocess.run([bash, "-c", f'"{sys.executable}" -m acl_mem info >&-'], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
