@@ -226,3 +226,24 @@ def test_a_program_exec_ing_another_keeps_its_trace(tmp_path):
     exec_d = read_trace(images[0])
     assert _sizes(images[0]) == [7]
     assert exec_d.header["run"] == first.header["run"] is not None
+
+
+def test_a_relative_trace_path_is_one_place_for_children_elsewhere(tmp_path):
+    """ACL_MEM_TRACE=run.jsonl, and a child started in another directory: its file is
+    beside the parent's, not beside a relative name in its own directory."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = textwrap.dedent(f"""
+        import subprocess, sys
+        import acl_mem.raw as raw
+        raw.aclrtSetDevice(0)
+        child = "import acl_mem.raw as raw; raw.aclrtSetDevice(0); raw.aclrtFree(raw.aclrtMalloc(5))"
+        subprocess.run([sys.executable, "-c", child], cwd={str(elsewhere)!r}, check=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, env=_environment(ACL_MEM_TRACE="run.jsonl"),
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    children = list(tmp_path.glob("run.jsonl.*"))
+    assert len(children) == 1 and _sizes(children[0]) == [5]
+    assert list(elsewhere.iterdir()) == []

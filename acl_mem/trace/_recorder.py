@@ -569,6 +569,9 @@ def start_from_environment() -> Recorder | None:
             recorder.run = run or None  # (None: an owner of an older acl_mem)
         else:
             os.environ[ENV_OWNER] = f"{pid}:{recorder.run}"
+            # Children started in another directory write beside this file, not beside
+            # a relative name there.
+            os.environ[ENV_PATH] = os.path.abspath(path)
         recorder._exclusive = child
         recorder._start()
         return recorder
