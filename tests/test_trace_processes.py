@@ -237,7 +237,8 @@ def test_a_relative_trace_path_is_one_place_for_children_elsewhere(tmp_path):
         import subprocess, sys
         import acl_mem.raw as raw
         raw.aclrtSetDevice(0)
-        child = "import acl_mem.raw as raw; raw.aclrtSetDevice(0); raw.aclrtFree(raw.aclrtMalloc(5))"
+        child = ("import acl_mem.raw as raw; raw.aclrtSetDevice(0); "
+                 "raw.aclrtFree(raw.aclrtMalloc(5))")
         subprocess.run([sys.executable, "-c", child], cwd={str(elsewhere)!r}, check=True)
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
