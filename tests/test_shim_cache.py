@@ -111,6 +111,24 @@ def test_a_build_with_anything_others_control_is_refused(xdg, monkeypatch, tmp_p
     assert refused.value.missing == "cache"
 
 
+def test_a_directory_another_process_makes_at_the_same_moment_is_accepted(xdg, monkeypatch):
+    """Two `acl-mem` started together: the other one makes the directory between this
+    one's look and its mkdir. That is no error; the directory is checked like any."""
+    monkeypatch.setattr(_build, "inputs", lambda: _Given(stop=True))
+    real_mkdir = os.mkdir
+    raced: list[str] = []
+
+    def mkdir_after_the_other(path: Any, mode: int = 0o777) -> None:
+        real_mkdir(path, mode)  # the other process wins
+        raced.append(str(path))
+        real_mkdir(path, mode)  # raises FileExistsError, as ours would
+
+    monkeypatch.setattr(_cache.os, "mkdir", mkdir_after_the_other)
+    with pytest.raises(_NotBuilt):  # past every check
+        _build.libdir(quiet=True)
+    assert raced and (xdg / "acl_mem" / "shim").is_dir()
+
+
 def test_a_relative_xdg_cache_home_is_ignored(monkeypatch, tmp_path):
     """The XDG Base Directory specification: relative paths are invalid and ignored."""
     monkeypatch.setenv("HOME", str(tmp_path))

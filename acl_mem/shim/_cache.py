@@ -108,8 +108,13 @@ def prepare_root(root: Path) -> None:
         for directory in [*reversed(root.parents), root]:
             if not os.path.lexists(directory):
                 _check_ancestor(directory.parent)
-                os.mkdir(directory, 0o700)
-            elif not os.path.isdir(directory):
+                try:
+                    os.mkdir(directory, 0o700)
+                except FileExistsError:
+                    # Another process (a second `acl-mem` started at the same moment)
+                    # made it between the look and the mkdir; it is checked below.
+                    pass
+            if not os.path.isdir(directory):
                 raise _refuse(directory, "is not a directory")
         check_ancestors(root)
         if not os.access(root, os.W_OK | os.X_OK):
