@@ -21,6 +21,7 @@ ignored, as the XDG Base Directory specification says.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -108,12 +109,10 @@ def prepare_root(root: Path) -> None:
         for directory in [*reversed(root.parents), root]:
             if not os.path.lexists(directory):
                 _check_ancestor(directory.parent)
-                try:
+                # Another process (a second `acl-mem` started at the same moment) may
+                # make it between the look and the mkdir; it is checked below like any.
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(directory, 0o700)
-                except FileExistsError:
-                    # Another process (a second `acl-mem` started at the same moment)
-                    # made it between the look and the mkdir; it is checked below.
-                    pass
             if not os.path.isdir(directory):
                 raise _refuse(directory, "is not a directory")
         check_ancestors(root)
