@@ -1,0 +1,160 @@
+/* aclrtMemcpy and aclrtMemset (docs/runtime-model.md §3.10, §3.11). Memory the engine
+ * knows (device blocks, pinned host blocks) is copied directly; any other host range is
+ * copied by the kernel, which refuses an unmapped or protected page instead of the
+ * process dying. */
+#include <string.h>
+
+#include "engine.h"
+
+#define ENTER(call)                                                                        \
+    do {                                                                                   \
+        am_lock();                                                                         \
+        if (am.setting_error[0] != '\0') {                                                 \
+            am_unlock();                                                                   \
+            return am_fail(AM_RT_INTERNAL_ERROR, call, "%s", am.setting_error);            \
+        }                                                                                  \
+    } while (0)
+
+static aclError unlock_with(aclError code)
+{
+    am_unlock();
+    return code;
+}
+
+enum where { NOWHERE, ON_DEVICE, PINNED, PAGEABLE };
+
+struct located {
+    enum where where;
+    unsigned char *host; /* where the bytes are in this process */
+    int device;
+};
+
+/* Back-to-back live blocks from `first` cover [first, end). */
+static bool covered(struct am_device *device, struct am_node *first, uint64_t end)
+{
+    struct am_node *block = first;
+    while (block->key + block->len < end) {
+        struct am_node *next = am_tree_find(device->blocks, block->key + block->len);
+        if (next == NULL)
+            return false;
+        block = next;
+    }
+    return true;
+}
+
+static struct located locate(uint64_t address, uint64_t count)
+{
+    struct located found = {.where = NOWHERE, .host = NULL, .device = -1};
+    if (address >= AM_DEVICE_SPACE_BASE &&
+        address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
+        struct am_device *device = am_device_of(address);
+        if (device == NULL)
+            return found;
+        struct am_node *block = am_tree_containing(device->blocks, address);
+        if (block == NULL || address + count < address)
+            return found;
+        if (address + count > block->key + block->len && !covered(device, block, address + count))
+            return found;
+        found.where = ON_DEVICE;
+        found.host = am_host_of(device, address);
+        found.device = device->id;
+        return found;
+    }
+    if (address >= 16 * AM_TiB && address < AM_DEVICE_SPACE_BASE)
+        return found; /* the virtual-memory window: no mapping yet */
+    struct am_node *pinned = am_tree_containing(am.pinned, address);
+    if (pinned != NULL) {
+        if (count > pinned->key + pinned->len - address)
+            return found;
+        found.where = PINNED;
+        found.host = (unsigned char *)(uintptr_t)address;
+        return found;
+    }
+    if (address < AM_HOST_PAGE || count > AM_USER_SPACE_END - address)
+        return found;
+    /* Freed pinned memory kept mapped a while: the runtime no longer knows it. */
+    if (am_tree_containing(am.pinned_freed, address) != NULL ||
+        am_tree_containing(am.pinned_freed, address + count - 1) != NULL) {
+        return found;
+    }
+    struct am_node *next = am_tree_after(am.pinned_freed, address);
+    if (next != NULL && next->key < address + count)
+        return found;
+    found.where = PAGEABLE;
+    found.host = (unsigned char *)(uintptr_t)address;
+    return found;
+}
+
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                     aclrtMemcpyKind kind)
+{
+    ENTER("aclrtMemcpy");
+    /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
+     * releases NULL, then the kind, and leave count 0 to the runtime. */
+    if (am.cann->count_checked_first && count == 0)
+        return unlock_with(AM_SUCCESS);
+    if (dst == NULL || src == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "dst or src is NULL"));
+    if ((int)kind > 5)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "kind %d is not a copy "
+                                   "direction", (int)kind));
+    if (destMax == 0 || count == 0 || count > destMax)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "count %zu must be at "
+                                   "least 1 and at most destMax %zu", count, destMax));
+    if (dst == src)
+        return unlock_with(AM_SUCCESS);
+    if (am_current_device() == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMemcpy", "this thread has no "
+                                   "current context: call aclrtSetDevice first"));
+    struct located target = locate((uintptr_t)dst, count);
+    struct located source = locate((uintptr_t)src, count);
+    if (target.where == NOWHERE || source.where == NOWHERE)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "%s %p + %zu bytes is "
+                                   "not inside live memory", target.where == NOWHERE ?
+                                   "dst" : "src", target.where == NOWHERE ? dst : src, count));
+    if (target.device >= 0 && source.device >= 0 && target.device != source.device)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "dst is on device %d "
+                                   "and src on device %d: copy between devices through the "
+                                   "host", target.device, source.device));
+    if (target.where == PAGEABLE || source.where == PAGEABLE) {
+        if (!am_os_checked_copy(target.host, source.host, count))
+            return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "host memory "
+                                       "%p + %zu bytes is not mapped %s", target.where ==
+                                       PAGEABLE ? dst : src, count, target.where ==
+                                       PAGEABLE ? "writable" : "readable"));
+        return unlock_with(AM_SUCCESS);
+    }
+    memmove(target.host, source.host, count);
+    return unlock_with(AM_SUCCESS);
+}
+
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
+{
+    ENTER("aclrtMemset");
+    if (count == 0 && am.cann->zero_count_succeeds) /* 9.1.0: before any other check */
+        return unlock_with(AM_SUCCESS);
+    if (devPtr == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemset", "devPtr is NULL"));
+    if (count == 0) /* before 9.1.0 the runtime refuses count 0 */
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "count is 0"));
+    if (am_current_device() == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMemset", "this thread has no "
+                                   "current context: call aclrtSetDevice first"));
+    if (count > maxCount)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "count %zu is more "
+                                   "than maxCount %zu", count, maxCount));
+    struct located target = locate((uintptr_t)devPtr, count);
+    if (target.where == NOWHERE)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "%p + %zu bytes is "
+                                   "not inside live memory", devPtr, count));
+    if (target.where == PAGEABLE) {
+        /* The driver sets pageable host memory like any host memory (§3.11). */
+        if (!am_os_checked_set(target.host, value & 0xFF, count))
+            return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "host memory "
+                                       "%p + %zu bytes is not mapped writable", devPtr,
+                                       count));
+        return unlock_with(AM_SUCCESS);
+    }
+    memset(target.host, value & 0xFF, count);
+    return unlock_with(AM_SUCCESS);
+}

@@ -1,0 +1,253 @@
+/* The engine's shared state and the internal interfaces between its files.
+ *
+ * Layers, top to bottom (docs/runtime-model.md): the exported ACL calls (runtime.c,
+ * memory.c, copies.c) check their arguments in the runtime's order and work on the
+ * model (devices, contexts, blocks: state.c, tree.c); every operating-system call goes
+ * through os.c. Nothing here calls back into a language runtime.
+ */
+#ifndef ACL_MEM_ENGINE_H
+#define ACL_MEM_ENGINE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl_api.h"
+
+#define AM_HIDDEN __attribute__((visibility("hidden")))
+
+/* aclError values (docs/runtime-model.md §1.1). */
+enum {
+    AM_SUCCESS = 0,
+    AM_INVALID_PARAM = 100000,
+    AM_REPEAT_INITIALIZE = 100002,
+    AM_INVALID_FILE = 100003,
+    AM_PARSE_FILE = 100006,
+    AM_REPEAT_FINALIZE = 100037,
+    AM_INTERNAL_ERROR = 500000,
+    AM_RT_PARAM_INVALID = 107000,
+    AM_INVALID_DEVICEID = 107001,
+    AM_CONTEXT_NULL = 107002,
+    AM_INVALID_MEMORY_TYPE = 107016,
+    AM_FEATURE_NOT_SUPPORT = 207000,
+    AM_MEMORY_ALLOCATION = 207001,
+    AM_RT_INTERNAL_ERROR = 507000,
+    AM_CONTEXT_RELEASE_ERROR = 507007,
+};
+
+#define AM_KiB ((uint64_t)1 << 10)
+#define AM_MiB ((uint64_t)1 << 20)
+#define AM_GiB ((uint64_t)1 << 30)
+#define AM_TiB ((uint64_t)1 << 40)
+#define AM_NORMAL_PAGE (4 * AM_KiB)
+#define AM_HUGE_PAGE (2 * AM_MiB)
+#define AM_GIANT_PAGE AM_GiB
+#define AM_HOST_PAGE ((uint64_t)4096)
+#define AM_MAX_DEVICES 32
+/* The fake's device address space: slot d starts at base + d TiB; [16, 24) TiB is
+ * kept for the virtual-memory window (docs/runtime-model.md §4.2). */
+#define AM_DEVICE_SPACE_BASE (24 * AM_TiB)
+#define AM_DEVICE_SLOT AM_TiB
+#define AM_DVPP_WINDOW (16 * AM_GiB)
+/* No user-space host address reaches this (x86-64 and AArch64, 5-level tables). */
+#define AM_USER_SPACE_END ((uint64_t)1 << 56)
+
+/* ---- data: device profiles and CANN releases (data.c) ------------------------------- */
+struct am_profile {
+    const char *name;
+    const char *soc_name;
+    const char *description;
+    uint32_t padding;
+    bool ddr; /* the device's memory is DDR, not HBM */
+    uint64_t capacity;
+    uint32_t normal_sixteenths; /* the normal-page pool's share of the capacity, /16 */
+    bool giant_pages, p2p_policies, dvpp, mpi_dvpp;
+    int device_count;
+    int max_streams;
+    int run_mode; /* 1 ACL_HOST (EP), 0 ACL_DEVICE (RC) */
+};
+
+struct am_release {
+    const char *name;
+    int32_t acl_version[3];
+    bool soc_padding, zero_count_succeeds, count_checked_first, async_context_first,
+        stream_handle_checked;
+    int meminfo_max_attr;
+    bool granularity_all_attrs, retain_checks_output, properties_v2, has_address_range,
+        physical_rejects_managed, host_location_id_zero, contexts_checked;
+};
+
+AM_HIDDEN const struct am_profile *am_profile_named(const char *name);
+AM_HIDDEN const struct am_release *am_release_named(const char *name);
+AM_HIDDEN extern const struct am_profile am_profiles[];
+AM_HIDDEN extern const size_t am_profile_count;
+AM_HIDDEN extern const struct am_release am_releases[];
+AM_HIDDEN extern const size_t am_release_count;
+
+/* ---- ordered trees (tree.c) --------------------------------------------------------- */
+/* An intrusive treap keyed by an address; `len` is the extent it covers and
+ * `max_len` the largest `len` in its subtree (for first-fit searches). */
+struct am_node {
+    uint64_t key, len, max_len;
+    struct am_node *left, *right;
+    uint32_t prio;
+};
+
+AM_HIDDEN void am_tree_insert(struct am_node **root, struct am_node *node);
+AM_HIDDEN void am_tree_remove(struct am_node **root, uint64_t key);
+AM_HIDDEN struct am_node *am_tree_find(struct am_node *root, uint64_t key);
+/* The node with the greatest key <= key, or NULL. */
+AM_HIDDEN struct am_node *am_tree_floor(struct am_node *root, uint64_t key);
+/* The node with the smallest key > key, or NULL. */
+AM_HIDDEN struct am_node *am_tree_after(struct am_node *root, uint64_t key);
+/* The node whose [key, key + len) holds address, or NULL. */
+AM_HIDDEN struct am_node *am_tree_containing(struct am_node *root, uint64_t address);
+/* Every node, children before parents, then the root set to NULL: free_node(node). */
+AM_HIDDEN void am_tree_clear(struct am_node **root, void (*free_node)(struct am_node *));
+
+/* Free address ranges of one window; allocations are aligned to their page size. */
+struct am_space {
+    uint64_t base, size;
+    struct am_node *free;
+};
+
+AM_HIDDEN void am_space_init(struct am_space *space, uint64_t base, uint64_t size);
+/* 0 when no aligned range of `size` bytes is free, or when the bookkeeping cannot
+ * get memory. */
+AM_HIDDEN uint64_t am_space_take(struct am_space *space, uint64_t size, uint64_t alignment);
+/* false when the bookkeeping cannot get memory (the range is then lost, not reused). */
+AM_HIDDEN bool am_space_give(struct am_space *space, uint64_t start, uint64_t size);
+AM_HIDDEN void am_space_reset(struct am_space *space);
+
+/* ---- operating-system primitives (os.c) -------------------------------------------- */
+AM_HIDDEN bool am_os_reserve(uint64_t base, uint64_t size);
+AM_HIDDEN void *am_os_map(uint64_t size, bool noreserve);
+AM_HIDDEN void am_os_unmap(void *address, uint64_t size);
+AM_HIDDEN void am_os_discard(void *address, uint64_t size);
+/* Copy count bytes where the kernel checks both sides: false for an address that is
+ * unmapped or lacks the permission (never a crash). */
+AM_HIDDEN bool am_os_checked_copy(void *dst, const void *src, uint64_t count);
+AM_HIDDEN bool am_os_checked_set(void *dst, int value, uint64_t count);
+
+/* ---- the model (state.c) ------------------------------------------------------------ */
+enum am_api {
+    AM_API_MALLOC = 1,
+    AM_API_MALLOC_ALIGN32,
+    AM_API_MALLOC_CACHED,
+    AM_API_MALLOC_HOST,
+    AM_API_DVPP_MALLOC,
+    AM_API_HI_MPI_DVPP_MALLOC,
+};
+
+struct am_block {
+    struct am_node node; /* key: start, len: extent (whole pages) */
+    uint64_t padded, requested;
+    uint32_t page_size;
+    uint8_t api;
+    int8_t device; /* -1: pinned host memory */
+};
+
+struct am_region {
+    uint64_t base, size;
+    unsigned char *backing; /* host bytes of [base, base + size), made on first open */
+};
+
+struct am_device {
+    int id;
+    int references; /* aclrtSetDevice minus aclrtResetDevice */
+    int created;    /* live contexts made by aclrtCreateContext */
+    uint64_t primary; /* the default context's handle, 0 when none */
+    uint64_t normal_total, huge_total, normal_used, huge_used;
+    struct am_region heap, dvpp;
+    struct am_space heap_space, dvpp_space;
+    struct am_node *blocks;
+};
+
+struct am_context {
+    int32_t device;
+    bool alive, primary;
+};
+
+/* A freed pinned block kept mapped (emptied) a while, so a stale view reads zeros and
+ * a copy through it is refused rather than reaching a later allocation. */
+struct am_pinned_freed {
+    struct am_node node;
+};
+
+#define AM_PINNED_QUARANTINE 64
+#define AM_PINNED_QUARANTINE_BYTES (256 * AM_MiB)
+
+struct am_engine {
+    pthread_mutex_t lock;
+    /* Bumped by reset and in a forked child: thread-local state of an older generation
+     * is stale (no current context). */
+    uint64_t generation;
+    const struct am_profile *profile;
+    const struct am_release *cann;
+    int device_count;
+    uint64_t capacity;
+    /* A setting that could not be used (ACL_MEM_FAKE_*): every call fails with it. */
+    char setting_error[256];
+    bool space_reserved;
+    int init_count;
+    bool finalized, have_config;
+    uint64_t config_digest;
+    struct am_device devices[AM_MAX_DEVICES];
+    struct am_context *contexts; /* by sequence number; index 0 unused */
+    size_t context_count, context_capacity;
+    struct am_node *pinned;
+    struct am_node *pinned_freed;
+    uint64_t quarantine[AM_PINNED_QUARANTINE][2]; /* start, extent: oldest first */
+    int quarantine_count;
+};
+
+AM_HIDDEN extern struct am_engine am;
+
+/* The calling thread's view: current contexts and last error. */
+struct am_thread {
+    uint64_t generation;
+    uint64_t ref; /* default context set by aclrtSetDevice */
+    uint64_t ctx; /* context created or set explicitly */
+    uint64_t cur; /* the one calls use */
+    int last_error;
+    bool has_message;
+    char message[512];
+};
+
+AM_HIDDEN struct am_thread *am_thread(void);
+
+/* Take the engine lock (initialising the engine on first use). */
+AM_HIDDEN void am_lock(void);
+AM_HIDDEN void am_unlock(void);
+/* The engine, initialised; for calls that do not take the lock. */
+AM_HIDDEN void am_ready(void);
+
+/* Record a failed call for aclrtGetLastError and aclGetRecentErrMsg; returns code. */
+AM_HIDDEN aclError am_fail(aclError code, const char *call, const char *format, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define AM_CONTEXT_BASE ((uint64_t)0x5C0000000000)
+#define AM_CONTEXT_STEP ((uint64_t)0x40)
+
+AM_HIDDEN struct am_context *am_context_of(uint64_t handle);
+AM_HIDDEN uint64_t am_context_new(int device, bool primary);
+/* The calling thread's device, or NULL when its context is unset or gone. */
+AM_HIDDEN struct am_device *am_current_device(void);
+AM_HIDDEN bool am_backing_ready(struct am_device *device);
+AM_HIDDEN void am_release_device_memory(struct am_device *device);
+AM_HIDDEN void am_end_context(uint64_t handle);
+
+/* Blocks (memory.c) */
+AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t api,
+                                             uint64_t padded, const uint32_t *kinds,
+                                             int kind_count, bool dvpp, uint64_t requested);
+AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
+AM_HIDDEN struct am_device *am_device_of(uint64_t address);
+AM_HIDDEN unsigned char *am_host_of(struct am_device *device, uint64_t address);
+
+/* Config file (config_file.c): the code aclInit's reading of `path` gives, and the
+ * content's digest in *digest. */
+AM_HIDDEN aclError am_read_config(const char *path, uint64_t *digest, aclError *checked);
+
+#endif

@@ -1,0 +1,510 @@
+/* Device and host memory: the aclrtMalloc family and aclrtFree, DVPP memory, pinned host
+ * memory, and the memory queries (docs/runtime-model.md §3.5-§3.9, §3.12, §4.8, §4.9). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+#define ENTER(call)                                                                        \
+    do {                                                                                   \
+        am_lock();                                                                         \
+        if (am.setting_error[0] != '\0') {                                                 \
+            am_unlock();                                                                   \
+            return am_fail(AM_RT_INTERNAL_ERROR, call, "%s", am.setting_error);            \
+        }                                                                                  \
+    } while (0)
+
+static aclError unlock_with(aclError code)
+{
+    am_unlock();
+    return code;
+}
+
+static const char *api_name(uint8_t api)
+{
+    switch (api) {
+    case AM_API_MALLOC: return "aclrtMalloc";
+    case AM_API_MALLOC_ALIGN32: return "aclrtMallocAlign32";
+    case AM_API_MALLOC_CACHED: return "aclrtMallocCached";
+    case AM_API_MALLOC_HOST: return "aclrtMallocHost";
+    case AM_API_DVPP_MALLOC: return "acldvppMalloc";
+    default: return "hi_mpi_dvpp_malloc";
+    }
+}
+
+/* ---- blocks ------------------------------------------------------------------------- */
+
+static uint64_t pool_free(const struct am_device *device, uint32_t kind)
+{
+    if (kind == AM_NORMAL_PAGE)
+        return device->normal_total - device->normal_used;
+    uint64_t huge_free = device->huge_total - device->huge_used;
+    return kind == AM_HUGE_PAGE ? huge_free : huge_free / AM_GIANT_PAGE * AM_GIANT_PAGE;
+}
+
+static uint64_t pool_total(const struct am_device *device, uint32_t kind)
+{
+    if (kind == AM_NORMAL_PAGE)
+        return device->normal_total;
+    return kind == AM_HUGE_PAGE ? device->huge_total
+                                : device->huge_total / AM_GIANT_PAGE * AM_GIANT_PAGE;
+}
+
+struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64_t padded,
+                                   const uint32_t *kinds, int kind_count, bool dvpp,
+                                   uint64_t requested)
+{
+    struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+    for (int i = 0; i < kind_count; i++) {
+        uint32_t kind = kinds[i];
+        uint64_t extent = (padded + kind - 1) / kind * kind;
+        if (extent < padded || extent > pool_free(device, kind))
+            continue;
+        struct am_block *block = calloc(1, sizeof *block);
+        if (block == NULL)
+            return NULL;
+        uint64_t start = am_space_take(space, extent, kind);
+        if (start == 0) {
+            free(block);
+            continue;
+        }
+        block->node.key = start;
+        block->node.len = extent;
+        block->padded = padded;
+        block->requested = requested;
+        block->page_size = kind;
+        block->api = api;
+        block->device = (int8_t)device->id;
+        if (kind == AM_NORMAL_PAGE)
+            device->normal_used += extent;
+        else
+            device->huge_used += extent;
+        am_tree_insert(&device->blocks, &block->node);
+        return block;
+    }
+    return NULL;
+}
+
+void am_block_release(struct am_device *device, struct am_block *block)
+{
+    uint64_t start = block->node.key, extent = block->node.len;
+    bool dvpp = start - device->dvpp.base < device->dvpp.size;
+    am_tree_remove(&device->blocks, start);
+    if (block->page_size == AM_NORMAL_PAGE)
+        device->normal_used -= extent;
+    else
+        device->huge_used -= extent;
+    /* Large blocks give their host pages back at once; small ones stay resident for the
+     * next allocation of the same addresses (a syscall per free would cost more). */
+    if (extent >= AM_MiB)
+        am_os_discard(am_host_of(device, start), extent);
+    am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
+    free(block);
+}
+
+struct am_device *am_device_of(uint64_t address)
+{
+    if (address < AM_DEVICE_SPACE_BASE)
+        return NULL;
+    uint64_t index = (address - AM_DEVICE_SPACE_BASE) / AM_DEVICE_SLOT;
+    return index < (uint64_t)am.device_count ? &am.devices[index] : NULL;
+}
+
+/* ---- the aclrtMalloc family (§3.5, §3.6) --------------------------------------------- */
+
+static bool giant(uint32_t policy)
+{
+    return policy == ACL_MEM_MALLOC_HUGE1G_ONLY || policy == ACL_MEM_MALLOC_HUGE1G_ONLY_P2P;
+}
+
+/* The page policy the runtime really uses: 0-7 for aclrtMalloc(Align32); aclrtMallocCached
+ * keeps only HUGE_FIRST, HUGE_ONLY, NORMAL_ONLY and HUGE1G_ONLY; anything else, OR-ed flags
+ * included, becomes HUGE_FIRST. */
+static uint32_t effective_policy(uint8_t api, uint32_t policy)
+{
+    if (policy <= 7) {
+        if (api != AM_API_MALLOC_CACHED || policy == 0 || policy == 1 || policy == 2 ||
+            policy == 6)
+            return policy;
+    }
+    return ACL_MEM_MALLOC_HUGE_FIRST;
+}
+
+static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
+{
+    switch (chosen) {
+    case ACL_MEM_MALLOC_HUGE_FIRST:
+    case ACL_MEM_MALLOC_HUGE_FIRST_P2P:
+        if (padded > AM_MiB) {
+            kinds[0] = AM_HUGE_PAGE;
+            kinds[1] = AM_NORMAL_PAGE;
+            return 2;
+        }
+        kinds[0] = AM_NORMAL_PAGE;
+        return 1;
+    case ACL_MEM_MALLOC_HUGE_ONLY:
+    case ACL_MEM_MALLOC_HUGE_ONLY_P2P:
+        kinds[0] = AM_HUGE_PAGE;
+        return 1;
+    case ACL_MEM_MALLOC_NORMAL_ONLY:
+    case ACL_MEM_MALLOC_NORMAL_ONLY_P2P:
+        kinds[0] = AM_NORMAL_PAGE;
+        return 1;
+    default:
+        kinds[0] = AM_GIANT_PAGE;
+        return 1;
+    }
+}
+
+static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
+                              aclrtMemMallocPolicy policy_value)
+{
+    const char *call = api_name(api);
+    uint32_t policy = (uint32_t)policy_value;
+    ENTER(call);
+    if (devPtr == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
+    if (size == 0)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "size is 0: ask for at least "
+                                   "one byte"));
+    uint32_t chosen = effective_policy(api, policy);
+    /* Before 9.1.0 the padding is a fixed 32 whatever the SoC, and the overflow check
+     * adds 64 before the padding is chosen (docs/runtime-model.md §3.5). */
+    uint64_t pad = api == AM_API_MALLOC_ALIGN32 || giant(policy) ? 0
+                   : am.cann->soc_padding ? am.profile->padding : 32;
+    uint64_t overhead = am.cann->soc_padding ? 32 + pad : 64;
+    if (size > SIZE_MAX - overhead)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "size %zu plus the runtime's "
+                                   "%llu bytes of padding does not fit a size_t", size,
+                                   (unsigned long long)overhead));
+    struct am_device *device = am_current_device();
+    if (device == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no current "
+                                   "context: call aclrtSetDevice first"));
+    if (giant(chosen) && !am.profile->giant_pages)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "1 GiB pages (policy %u) "
+                                   "do not exist on %s", policy, am.profile->soc_name));
+    if ((chosen == 3 || chosen == 4 || chosen == 5 || chosen == 7) &&
+        !am.profile->p2p_policies)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "P2P policies (policy %u) "
+                                   "do not exist on %s", policy, am.profile->soc_name));
+    uint64_t rounding = api == AM_API_MALLOC_ALIGN32 ? 31 : 31 + pad;
+    uint64_t padded = ((uint64_t)size + rounding) / 32 * 32;
+    uint32_t kinds[2];
+    int count = page_kinds(padded, chosen, kinds);
+    struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size);
+    if (block == NULL)
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
+                                   "%llu bytes (size %zu after padding and page rounding) "
+                                   "in the pool policy %u uses", device->id,
+                                   (unsigned long long)padded, size, policy));
+    *devPtr = (void *)(uintptr_t)block->node.key;
+    return unlock_with(AM_SUCCESS);
+}
+
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    return device_malloc(AM_API_MALLOC, devPtr, size, policy);
+}
+
+aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    return device_malloc(AM_API_MALLOC_ALIGN32, devPtr, size, policy);
+}
+
+aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+    return device_malloc(AM_API_MALLOC_CACHED, devPtr, size, policy);
+}
+
+/* Free the block starting at ptr if one of `apis` made it. */
+static aclError device_free(const char *call, void *ptr, bool dvpp_family)
+{
+    ENTER(call);
+    uint64_t address = (uintptr_t)ptr;
+    if (address == 0)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "the pointer is NULL"));
+    struct am_device *device = am_device_of(address);
+    struct am_block *block = device == NULL ? NULL
+        : (struct am_block *)am_tree_find(device->blocks, address);
+    bool family = block != NULL &&
+        (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
+                     : block->api <= AM_API_MALLOC_CACHED);
+    if (!family)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start of live "
+                                   "memory from %s (freed already, inside a block, or from "
+                                   "another call)", ptr, dvpp_family ?
+                                   "acldvppMalloc or hi_mpi_dvpp_malloc" :
+                                   "aclrtMalloc, aclrtMallocAlign32 or aclrtMallocCached"));
+    am_block_release(device, block);
+    return unlock_with(AM_SUCCESS);
+}
+
+aclError aclrtFree(void *devPtr)
+{
+    return device_free("aclrtFree", devPtr, false);
+}
+
+/* ---- DVPP (§3.8, §3.9): the entry points of libacl_dvpp.so and libacl_dvpp_mpi.so -- */
+
+static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size)
+{
+    const char *call = api_name(api);
+    ENTER(call);
+    if (devPtr == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
+    if (size > SIZE_MAX - 63)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "size %zu plus 63 does not fit a "
+                                   "size_t", size));
+    struct am_device *device = am_current_device();
+    if (device == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no current "
+                                   "context: call aclrtSetDevice first"));
+    if (!am.profile->dvpp)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "%s has no separate DVPP "
+                                   "memory", am.profile->soc_name));
+    if (api == AM_API_HI_MPI_DVPP_MALLOC && !am.profile->mpi_dvpp)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "DVPP V2 "
+                                   "(hi_mpi_dvpp_malloc) does not exist on %s",
+                                   am.profile->soc_name));
+    uint64_t padded = ((uint64_t)size + 63) / 32 * 32;
+    uint32_t kinds[1] = {AM_HUGE_PAGE};
+    struct am_block *block = am_block_allocate(device, api, padded, kinds, 1, true, size);
+    if (block == NULL)
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
+                                   "%llu bytes of DVPP memory", device->id,
+                                   (unsigned long long)padded));
+    *devPtr = (void *)(uintptr_t)block->node.key;
+    return unlock_with(AM_SUCCESS);
+}
+
+__attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_malloc(void **devPtr,
+                                                                         size_t size)
+{
+    return dvpp_malloc(AM_API_DVPP_MALLOC, devPtr, size);
+}
+
+__attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_free(void *devPtr)
+{
+    return device_free("acldvppFree", devPtr, true);
+}
+
+__attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_malloc(uint32_t dev_id,
+                                                                       void **dev_ptr,
+                                                                       uint64_t size)
+{
+    (void)dev_id; /* the runtime allocates on the current device whatever dev_id says */
+    if (size > SIZE_MAX)
+        return am_fail(AM_INVALID_PARAM, "hi_mpi_dvpp_malloc", "size does not fit a size_t");
+    return dvpp_malloc(AM_API_HI_MPI_DVPP_MALLOC, dev_ptr, (size_t)size);
+}
+
+__attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_free(void *dev_ptr)
+{
+    return device_free("hi_mpi_dvpp_free", dev_ptr, true);
+}
+
+/* ---- pinned host memory (§3.7) -------------------------------------------------------- */
+
+aclError aclrtMallocHost(void **hostPtr, size_t size)
+{
+    ENTER("aclrtMallocHost");
+    if (hostPtr == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMallocHost", "hostPtr is NULL"));
+    if (size == 0 || size > SIZE_MAX - 31)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMallocHost", "size %zu is 0 or "
+                                   "does not fit a size_t once rounded to 32", size));
+    if (am_current_device() == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMallocHost", "this thread has no "
+                                   "current context: call aclrtSetDevice first"));
+    uint64_t padded = ((uint64_t)size + 31) / 32 * 32;
+    uint64_t extent = (padded + AM_HOST_PAGE - 1) / AM_HOST_PAGE * AM_HOST_PAGE;
+    struct am_block *block = calloc(1, sizeof *block);
+    unsigned char *mapped = extent < padded ? NULL : am_os_map(extent, false);
+    if (block == NULL || mapped == NULL) {
+        free(block);
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, "aclrtMallocHost", "the host "
+                                   "refused %zu bytes", size));
+    }
+    block->node.key = (uintptr_t)mapped;
+    block->node.len = extent;
+    block->padded = padded;
+    block->requested = size;
+    block->page_size = AM_HOST_PAGE;
+    block->api = AM_API_MALLOC_HOST;
+    block->device = -1;
+    /* An address of a quarantined block cannot come back while it is mapped. */
+    am_tree_insert(&am.pinned, &block->node);
+    *hostPtr = mapped;
+    return unlock_with(AM_SUCCESS);
+}
+
+/* Keep a freed pinned block mapped, emptied, for the next frees: a view that outlived
+ * aclrtFreeHost reads zeros and writes where no later allocation lives. */
+static void quarantine(uint64_t start, uint64_t extent)
+{
+    am_os_discard((void *)(uintptr_t)start, extent);
+    struct am_pinned_freed *freed = calloc(1, sizeof *freed);
+    if (freed == NULL) {
+        am_os_unmap((void *)(uintptr_t)start, extent);
+        return;
+    }
+    freed->node.key = start;
+    freed->node.len = extent;
+    am_tree_insert(&am.pinned_freed, &freed->node);
+    am.quarantine[am.quarantine_count][0] = start;
+    am.quarantine[am.quarantine_count][1] = extent;
+    am.quarantine_count++;
+    uint64_t kept = 0;
+    for (int i = 0; i < am.quarantine_count - 1; i++)
+        kept += am.quarantine[i][1];
+    while (am.quarantine_count == AM_PINNED_QUARANTINE ||
+           (am.quarantine_count > 1 && kept > AM_PINNED_QUARANTINE_BYTES)) {
+        uint64_t old = am.quarantine[0][0], old_extent = am.quarantine[0][1];
+        kept -= old_extent;
+        memmove(am.quarantine[0], am.quarantine[1],
+                (size_t)(am.quarantine_count - 1) * sizeof am.quarantine[0]);
+        am.quarantine_count--;
+        struct am_node *node = am_tree_find(am.pinned_freed, old);
+        am_tree_remove(&am.pinned_freed, old);
+        free(node);
+        am_os_unmap((void *)(uintptr_t)old, old_extent);
+    }
+}
+
+aclError aclrtFreeHost(void *hostPtr)
+{
+    ENTER("aclrtFreeHost");
+    uint64_t address = (uintptr_t)hostPtr;
+    if (address == 0)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtFreeHost", "hostPtr is NULL"));
+    struct am_node *node = am_tree_find(am.pinned, address);
+    if (node == NULL)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtFreeHost", "%p is not the start "
+                                   "of live memory from aclrtMallocHost", hostPtr));
+    uint64_t extent = node->len;
+    am_tree_remove(&am.pinned, address);
+    free(node);
+    quarantine(address, extent);
+    return unlock_with(AM_SUCCESS);
+}
+
+/* ---- queries (§3.12, §4.8, §4.9) ------------------------------------------------------ */
+
+static bool in(int value, const int *set, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (set[i] == value)
+            return true;
+    return false;
+}
+
+aclError aclrtGetMemInfo(aclrtMemAttr attr_value, size_t *free_bytes, size_t *total)
+{
+    static const int giant_attrs[] = {10, 11, 14, 17};
+    static const int ddr_attrs[] = {0, 2, 3, 6, 7};
+    static const int huge_attrs[] = {2, 4, 6, 8, 13, 16};
+    int attr = (int)attr_value;
+    ENTER("aclrtGetMemInfo");
+    if (free_bytes == NULL || total == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetMemInfo",
+                                   "free or total is NULL"));
+    if (attr > am.cann->meminfo_max_attr)
+        return unlock_with(am_fail(AM_INVALID_MEMORY_TYPE, "aclrtGetMemInfo", "attr %d is not "
+                                   "a memory type CANN %s knows", attr, am.cann->name));
+    struct am_device *device = am_current_device();
+    if (device == NULL)
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetMemInfo", "this thread has no "
+                                   "current context: call aclrtSetDevice first"));
+    if (in(attr, giant_attrs, 4) && !am.profile->giant_pages)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, "aclrtGetMemInfo", "1 GiB pages "
+                                   "do not exist on %s", am.profile->soc_name));
+    if (in(attr, ddr_attrs, 5) && !am.profile->ddr) {
+        *free_bytes = *total = 0;
+        return unlock_with(AM_SUCCESS);
+    }
+    uint32_t kinds[2];
+    int count = 1;
+    if (attr == 0 || attr == 1) {
+        kinds[0] = AM_NORMAL_PAGE;
+        kinds[1] = AM_HUGE_PAGE;
+        count = 2;
+    } else if (in(attr, huge_attrs, 6)) {
+        kinds[0] = AM_HUGE_PAGE;
+    } else if (in(attr, giant_attrs, 4)) {
+        kinds[0] = AM_GIANT_PAGE;
+    } else {
+        kinds[0] = AM_NORMAL_PAGE;
+    }
+    uint64_t f = 0, t = 0;
+    for (int i = 0; i < count; i++) {
+        f += pool_free(device, kinds[i]);
+        t += pool_total(device, kinds[i]);
+    }
+    *free_bytes = (size_t)f;
+    *total = (size_t)t;
+    return unlock_with(AM_SUCCESS);
+}
+
+/* The device or pinned block holding address, or NULL. */
+static struct am_block *block_at(uint64_t address)
+{
+    struct am_device *device = am_device_of(address);
+    if (device != NULL)
+        return (struct am_block *)am_tree_containing(device->blocks, address);
+    return (struct am_block *)am_tree_containing(am.pinned, address);
+}
+
+aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
+{
+    ENTER("aclrtMemGetAddressRange");
+    if (ptr == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemGetAddressRange",
+                                   "ptr is NULL"));
+    if (pbase == NULL && psize == NULL)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemGetAddressRange",
+                                   "pbase and psize are both NULL"));
+    struct am_block *block = block_at((uintptr_t)ptr);
+    if (block == NULL)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemGetAddressRange", "%p is in "
+                                   "no live allocation", ptr));
+    if (pbase != NULL)
+        *pbase = (void *)(uintptr_t)block->node.key;
+    if (psize != NULL)
+        *psize = (size_t)block->node.len;
+    return unlock_with(AM_SUCCESS);
+}
+
+aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
+{
+    ENTER("aclrtPointerGetAttributes");
+    uint64_t address = (uintptr_t)ptr;
+    if (address == 0 || attributes == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtPointerGetAttributes",
+                                   "ptr or attributes is NULL"));
+    /* The virtual-memory window: nothing is mapped there yet (reservations come later). */
+    if (address >= 16 * AM_TiB && address < AM_DEVICE_SPACE_BASE)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtPointerGetAttributes",
+                                   "%p is in no mapping", ptr));
+    struct am_block *block = block_at(address);
+    memset(attributes, 0, sizeof *attributes);
+    if (block != NULL && block->device >= 0) {
+        attributes->location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+        attributes->location.id = (uint32_t)block->device;
+        attributes->pageSize = block->page_size;
+    } else if (block != NULL) {
+        struct am_device *current = am_current_device();
+        attributes->location.type = ACL_MEM_LOCATION_TYPE_HOST;
+        attributes->location.id = am.cann->host_location_id_zero || current == NULL
+                                      ? 0 : (uint32_t)current->id;
+        attributes->pageSize = (uint32_t)AM_HOST_PAGE;
+    } else if (address >= AM_DEVICE_SPACE_BASE &&
+               address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtPointerGetAttributes",
+                                   "%p is device address space no allocation holds", ptr));
+    } else {
+        attributes->location.type = ACL_MEM_LOCATION_TYPE_UNREGISTERED;
+        attributes->pageSize = (uint32_t)AM_HOST_PAGE;
+    }
+    return unlock_with(AM_SUCCESS);
+}

@@ -1,0 +1,154 @@
+/* Every operating-system call of the engine: address space, backing memory and copies
+ * the kernel checks (so a bad host address is an error code, never a crash). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+bool am_os_reserve(uint64_t base, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)base;
+    void *got = mmap(want, size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got == MAP_FAILED)
+        return false;
+    if (got != want) { /* a kernel before 4.17 takes the flag as a hint */
+        munmap(got, size);
+        return false;
+    }
+    return true;
+}
+
+void *am_os_map(uint64_t size, bool noreserve)
+{
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
+    void *got = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+    return got == MAP_FAILED ? NULL : got;
+}
+
+void am_os_unmap(void *address, uint64_t size)
+{
+    munmap(address, size);
+}
+
+void am_os_discard(void *address, uint64_t size)
+{
+    uintptr_t first = ((uintptr_t)address + AM_HOST_PAGE - 1) / AM_HOST_PAGE * AM_HOST_PAGE;
+    uintptr_t end = ((uintptr_t)address + size) / AM_HOST_PAGE * AM_HOST_PAGE;
+    if (end > first)
+        madvise((void *)first, end - first, MADV_DONTNEED);
+}
+
+/* Whether process_vm_readv/writev on this process are allowed here (seccomp may forbid
+ * them): 1 yes, 0 no, -1 not known yet. */
+static atomic_int kernel_copies = -1;
+
+/* The mappings of /proc/self/maps cover [address, address + size) with `permission`
+ * ('r' or 'w'): the fallback where the kernel will not copy for us. */
+static bool permitted(uint64_t address, uint64_t size, char permission)
+{
+    FILE *maps = fopen("/proc/self/maps", "re");
+    if (maps == NULL)
+        return false;
+    uint64_t cursor = address, end = address + size;
+    char line[512];
+    bool ok = false;
+    while (fgets(line, sizeof line, maps) != NULL) {
+        unsigned long long low, high;
+        char perms[5];
+        if (sscanf(line, "%llx-%llx %4s", &low, &high, perms) != 3)
+            continue;
+        if (low <= cursor && cursor < high) {
+            if ((permission == 'r' && perms[0] != 'r') ||
+                (permission == 'w' && perms[1] != 'w'))
+                break;
+            cursor = high;
+            if (cursor >= end) {
+                ok = true;
+                break;
+            }
+        }
+    }
+    fclose(maps);
+    return ok;
+}
+
+bool am_os_checked_copy(void *dst, const void *src, uint64_t count)
+{
+    if (kernel_copies != 0) {
+        /* Both sides are this process's memory: the kernel reads the "remote" source and
+         * writes the "local" destination with fault-safe copies. */
+        struct iovec local = {.iov_base = dst, .iov_len = count};
+        struct iovec remote = {.iov_base = (void *)(uintptr_t)src, .iov_len = count};
+        uint64_t done = 0;
+        while (done < count) {
+            ssize_t moved = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+            if (moved < 0 && errno == EINTR)
+                continue;
+            if (moved < 0 && (errno == ENOSYS || errno == EPERM) && done == 0) {
+                kernel_copies = 0;
+                break;
+            }
+            if (moved <= 0)
+                return false;
+            kernel_copies = 1;
+            done += (uint64_t)moved;
+            local.iov_base = (char *)local.iov_base + moved;
+            local.iov_len -= (size_t)moved;
+            remote.iov_base = (char *)remote.iov_base + moved;
+            remote.iov_len -= (size_t)moved;
+        }
+        if (kernel_copies != 0)
+            return true;
+    }
+    if (!permitted((uintptr_t)src, count, 'r') || !permitted((uintptr_t)dst, count, 'w'))
+        return false;
+    memmove(dst, src, count);
+    return true;
+}
+
+bool am_os_checked_set(void *dst, int value, uint64_t count)
+{
+    static const uint64_t chunk = 64 * AM_KiB;
+    unsigned char pattern[4096];
+    memset(pattern, value, sizeof pattern);
+    struct iovec sources[16];
+    for (int i = 0; i < 16; i++) {
+        sources[i].iov_base = pattern;
+        sources[i].iov_len = sizeof pattern;
+    }
+    for (uint64_t offset = 0; kernel_copies != 0 && offset < count;) {
+        uint64_t length = count - offset < chunk ? count - offset : chunk;
+        unsigned long pieces = (unsigned long)((length + sizeof pattern - 1) / sizeof pattern);
+        sources[pieces - 1].iov_len = (size_t)(length - (pieces - 1) * sizeof pattern);
+        struct iovec target = {.iov_base = (char *)dst + offset, .iov_len = (size_t)length};
+        ssize_t written = process_vm_writev(getpid(), sources, pieces, &target, 1, 0);
+        sources[pieces - 1].iov_len = sizeof pattern;
+        if (written < 0 && errno == EINTR)
+            continue;
+        if (written < 0 && (errno == ENOSYS || errno == EPERM) && offset == 0) {
+            kernel_copies = 0;
+            break;
+        }
+        if (written != (ssize_t)length)
+            return false;
+        kernel_copies = 1;
+        offset += length;
+    }
+    if (kernel_copies != 0)
+        return true;
+    if (!permitted((uintptr_t)dst, count, 'w'))
+        return false;
+    memset(dst, value, count);
+    return true;
+}

@@ -1,0 +1,388 @@
+/* The engine's process state: the lock, settings, contexts, the calling thread's view,
+ * failure records, device memory release and the fork rules. */
+#define _GNU_SOURCE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+struct am_engine am = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static _Thread_local struct am_thread thread_state;
+
+struct am_thread *am_thread(void)
+{
+    struct am_thread *self = &thread_state;
+    uint64_t generation = __atomic_load_n(&am.generation, __ATOMIC_ACQUIRE);
+    if (self->generation != generation) {
+        /* A reset or a fork since this thread last looked: its contexts are gone. */
+        self->generation = generation;
+        self->ref = self->ctx = self->cur = 0;
+    }
+    return self;
+}
+
+aclError am_fail(aclError code, const char *call, const char *format, ...)
+{
+    struct am_thread *self = &thread_state;
+    int used = snprintf(self->message, sizeof self->message, "%s failed with %d: ", call,
+                        (int)code);
+    if (used > 0 && (size_t)used < sizeof self->message) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(self->message + used, sizeof self->message - (size_t)used, format, args);
+        va_end(args);
+    }
+    self->has_message = true;
+    /* The runtime's own failures become the thread's last error; the ACL layer's
+     * parameter checks (100000 ...) do not (docs/runtime-model.md §3.1.2). */
+    int family = code / 1000;
+    if (family == 107 || family == 207 || family == 507)
+        self->last_error = code;
+    return code;
+}
+
+/* ---- settings ------------------------------------------------------------------------ */
+
+/* The variable's text with blanks stripped into buffer, or NULL when unset or blank. */
+static const char *setting(const char *name, char *buffer, size_t size)
+{
+    const char *value = secure_getenv(name);
+    if (value == NULL)
+        return NULL;
+    while (*value == ' ' || *value == '\t' || *value == '\n')
+        value++;
+    size_t length = strlen(value);
+    while (length > 0 && (value[length - 1] == ' ' || value[length - 1] == '\t' ||
+                          value[length - 1] == '\n'))
+        length--;
+    if (length == 0)
+        return NULL;
+    if (length >= size)
+        length = size - 1;
+    memcpy(buffer, value, length);
+    buffer[length] = '\0';
+    return buffer;
+}
+
+/* Explicit configuration (acl_mem_fake_configure) wins over the environment. */
+static const struct am_profile *configured_profile;
+static const struct am_release *configured_release;
+static int configured_devices;
+static uint64_t configured_capacity;
+
+static void read_settings(void)
+{
+    char buffer[128];
+    am.setting_error[0] = '\0';
+    am.profile = configured_profile;
+    if (am.profile == NULL) {
+        const char *name = setting("ACL_MEM_FAKE_PROFILE", buffer, sizeof buffer);
+        am.profile = name == NULL ? &am_profiles[0] : am_profile_named(name);
+        if (am.profile == NULL) {
+            snprintf(am.setting_error, sizeof am.setting_error,
+                     "ACL_MEM_FAKE_PROFILE=%s is not a device profile of the fake "
+                     "(atlas-a2, atlas-inference, ascend950, atlas-200dk)", name);
+            am.profile = &am_profiles[0];
+        }
+    }
+    am.cann = configured_release;
+    if (am.cann == NULL) {
+        const char *name = setting("ACL_MEM_FAKE_CANN", buffer, sizeof buffer);
+        am.cann = name == NULL ? &am_releases[am_release_count - 1] : am_release_named(name);
+        if (am.cann == NULL) {
+            if (am.setting_error[0] == '\0')
+                snprintf(am.setting_error, sizeof am.setting_error,
+                         "ACL_MEM_FAKE_CANN=%s is not a CANN release the fake plays "
+                         "(8.5.0, 9.0.1, 9.1.0)", name);
+            am.cann = &am_releases[am_release_count - 1];
+        }
+    }
+    am.device_count = configured_devices ? configured_devices : am.profile->device_count;
+    am.capacity = configured_capacity ? configured_capacity : am.profile->capacity;
+}
+
+/* ---- devices ------------------------------------------------------------------------- */
+
+static uint64_t align_up(uint64_t value, uint64_t to)
+{
+    return (value + to - 1) / to * to;
+}
+
+static void layout_devices(void)
+{
+    uint64_t normal = align_up(am.capacity * am.profile->normal_sixteenths / 16, AM_HUGE_PAGE);
+    if (normal > am.capacity)
+        normal = am.capacity;
+    uint64_t span = align_up(2 * am.capacity, AM_GiB);
+    if (span > AM_DEVICE_SLOT - 2 * AM_DVPP_WINDOW)
+        span = AM_DEVICE_SLOT - 2 * AM_DVPP_WINDOW;
+    for (int i = 0; i < AM_MAX_DEVICES; i++) {
+        struct am_device *device = &am.devices[i];
+        memset(device, 0, sizeof *device);
+        device->id = i;
+        uint64_t slot = AM_DEVICE_SPACE_BASE + (uint64_t)i * AM_DEVICE_SLOT;
+        device->heap.base = slot;
+        device->heap.size = span;
+        device->dvpp.base = slot + AM_DEVICE_SLOT - AM_DVPP_WINDOW;
+        device->dvpp.size = AM_DVPP_WINDOW;
+        device->normal_total = normal;
+        device->huge_total = am.capacity - normal;
+        if (i < am.device_count) {
+            am_space_init(&device->heap_space, device->heap.base, span);
+            am_space_init(&device->dvpp_space, device->dvpp.base, AM_DVPP_WINDOW);
+        }
+    }
+}
+
+/* Host bytes sit this far from page alignment: a copy between a page-aligned device
+ * block and a malloc'ed host buffer whose addresses differ by a multiple of 4 KiB
+ * stalls on 4K aliasing. */
+#define AM_SKEW 2048
+
+bool am_backing_ready(struct am_device *device)
+{
+    struct am_region *regions[2] = {&device->heap, &device->dvpp};
+    for (int i = 0; i < 2; i++) {
+        if (regions[i]->backing == NULL) {
+            unsigned char *mapped = am_os_map(regions[i]->size + AM_HOST_PAGE, true);
+            if (mapped == NULL)
+                return false;
+            regions[i]->backing = mapped + AM_SKEW;
+        }
+    }
+    return true;
+}
+
+unsigned char *am_host_of(struct am_device *device, uint64_t address)
+{
+    struct am_region *region =
+        address - device->dvpp.base < device->dvpp.size ? &device->dvpp : &device->heap;
+    return region->backing + (address - region->base);
+}
+
+static void free_block(struct am_node *node)
+{
+    free(node);
+}
+
+void am_release_device_memory(struct am_device *device)
+{
+    am_tree_clear(&device->blocks, free_block);
+    device->normal_used = device->huge_used = 0;
+    am_space_reset(&device->heap_space);
+    am_space_reset(&device->dvpp_space);
+    struct am_region *regions[2] = {&device->heap, &device->dvpp};
+    for (int i = 0; i < 2; i++)
+        if (regions[i]->backing != NULL)
+            am_os_discard(regions[i]->backing - AM_SKEW, regions[i]->size + AM_HOST_PAGE);
+}
+
+/* ---- contexts ------------------------------------------------------------------------ */
+
+struct am_context *am_context_of(uint64_t handle)
+{
+    if (handle <= AM_CONTEXT_BASE || (handle - AM_CONTEXT_BASE) % AM_CONTEXT_STEP != 0)
+        return NULL;
+    uint64_t sequence = (handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP;
+    return sequence < am.context_count ? &am.contexts[sequence] : NULL;
+}
+
+uint64_t am_context_new(int device, bool primary)
+{
+    if (am.context_count == am.context_capacity) {
+        size_t capacity = am.context_capacity ? 2 * am.context_capacity : 64;
+        struct am_context *grown = realloc(am.contexts, capacity * sizeof *grown);
+        if (grown == NULL)
+            return 0;
+        am.contexts = grown;
+        am.context_capacity = capacity;
+    }
+    if (am.context_count == 0)
+        am.context_count = 1; /* sequence 0 is no context */
+    uint64_t sequence = am.context_count++;
+    am.contexts[sequence] = (struct am_context){.device = device, .alive = true,
+                                                 .primary = primary};
+    return AM_CONTEXT_BASE + sequence * AM_CONTEXT_STEP;
+}
+
+void am_end_context(uint64_t handle)
+{
+    struct am_context *context = am_context_of(handle);
+    if (context != NULL)
+        context->alive = false;
+}
+
+struct am_device *am_current_device(void)
+{
+    struct am_context *context = am_context_of(am_thread()->cur);
+    if (context == NULL || !context->alive)
+        return NULL;
+    return &am.devices[context->device];
+}
+
+/* ---- the engine ---------------------------------------------------------------------- */
+
+static void release_everything(void)
+{
+    for (int i = 0; i < AM_MAX_DEVICES; i++) {
+        struct am_device *device = &am.devices[i];
+        am_tree_clear(&device->blocks, free_block);
+        am_tree_clear(&device->heap_space.free, free_block);
+        am_tree_clear(&device->dvpp_space.free, free_block);
+    }
+    free(am.contexts);
+    am.contexts = NULL;
+    am.context_count = am.context_capacity = 0;
+    am_tree_clear(&am.pinned, free_block);
+    am_tree_clear(&am.pinned_freed, free_block);
+    am.quarantine_count = 0;
+}
+
+/* A fresh device model (the pinned mappings of the old one stay mapped: views of them
+ * may exist). Under the lock. */
+static void start_over(void)
+{
+    struct am_region kept[AM_MAX_DEVICES][2];
+    for (int i = 0; i < AM_MAX_DEVICES; i++) {
+        kept[i][0] = am.devices[i].heap;
+        kept[i][1] = am.devices[i].dvpp;
+    }
+    release_everything();
+    read_settings();
+    __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
+    am.init_count = 0;
+    am.finalized = false;
+    am.have_config = false;
+    layout_devices();
+    /* Backing mappings are kept when the layout did not move: mapping 2x the capacity
+     * anew on every reset would cost more than the reset. */
+    for (int i = 0; i < AM_MAX_DEVICES; i++) {
+        for (int r = 0; r < 2; r++) {
+            struct am_region *region = r == 0 ? &am.devices[i].heap : &am.devices[i].dvpp;
+            struct am_region *old = &kept[i][r];
+            if (old->backing == NULL)
+                continue;
+            if (old->base == region->base && old->size == region->size) {
+                region->backing = old->backing;
+                am_os_discard(old->backing - AM_SKEW, old->size + AM_HOST_PAGE);
+            } else {
+                am_os_unmap(old->backing - AM_SKEW, old->size + AM_HOST_PAGE);
+            }
+        }
+    }
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&am.lock);
+}
+
+static void after_fork_in_parent(void)
+{
+    pthread_mutex_unlock(&am.lock);
+}
+
+/* The child gets what a new process sees: no contexts, empty devices. A thread of the
+ * parent may have been in the engine; the lock was taken before the fork, so the state
+ * is whole. */
+static void after_fork_in_child(void)
+{
+    pthread_mutex_init(&am.lock, NULL);
+    for (int i = 0; i < AM_MAX_DEVICES; i++) {
+        am.devices[i].references = am.devices[i].created = 0;
+        am.devices[i].primary = 0;
+        if (i < am.device_count)
+            am_release_device_memory(&am.devices[i]);
+    }
+    for (size_t i = 1; i < am.context_count; i++)
+        am.contexts[i].alive = false;
+    am_tree_clear(&am.pinned, free_block);
+    __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
+}
+
+static void initialise(void)
+{
+    read_settings();
+    layout_devices();
+    __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
+    am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+}
+
+void am_ready(void)
+{
+    pthread_once(&once, initialise);
+}
+
+void am_lock(void)
+{
+    pthread_once(&once, initialise);
+    pthread_mutex_lock(&am.lock);
+}
+
+void am_unlock(void)
+{
+    pthread_mutex_unlock(&am.lock);
+}
+
+/* ---- the control API ------------------------------------------------------------------ */
+#include "../include/acl_mem_fake.h"
+
+int acl_mem_fake_reset(void)
+{
+    am_lock();
+    start_over();
+    int failed = am.setting_error[0] != '\0';
+    am_unlock();
+    return failed ? AM_INVALID_PARAM : 0;
+}
+
+int acl_mem_fake_configure(const char *profile, const char *cann, int device_count,
+                           uint64_t capacity)
+{
+    const struct am_profile *chosen_profile = NULL;
+    const struct am_release *chosen_release = NULL;
+    if (profile != NULL && (chosen_profile = am_profile_named(profile)) == NULL)
+        return AM_INVALID_PARAM;
+    if (cann != NULL && (chosen_release = am_release_named(cann)) == NULL)
+        return AM_INVALID_PARAM;
+    if (device_count < 0 || device_count > AM_MAX_DEVICES)
+        return AM_INVALID_PARAM;
+    if (capacity > AM_DEVICE_SLOT / 2 - 2 * AM_DVPP_WINDOW)
+        return AM_INVALID_PARAM;
+    am_lock();
+    configured_profile = chosen_profile;
+    configured_release = chosen_release;
+    configured_devices = device_count;
+    configured_capacity = capacity;
+    start_over();
+    am_unlock();
+    return 0;
+}
+
+int acl_mem_fake_describe(struct acl_mem_fake_description *out)
+{
+    if (out == NULL)
+        return AM_INVALID_PARAM;
+    am_lock();
+    memset(out, 0, sizeof *out);
+    snprintf(out->profile, sizeof out->profile, "%s", am.profile->name);
+    snprintf(out->soc_name, sizeof out->soc_name, "%s", am.profile->soc_name);
+    snprintf(out->cann, sizeof out->cann, "%s", am.cann->name);
+    snprintf(out->setting_error, sizeof out->setting_error, "%s", am.setting_error);
+    out->device_count = am.device_count;
+    out->capacity = am.capacity;
+    out->address_space_reserved = am.space_reserved;
+    am_unlock();
+    return 0;
+}
+
+const char *acl_mem_fake_setting_error(void)
+{
+    am_ready();
+    return am.setting_error[0] ? am.setting_error : NULL;
+}

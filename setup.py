@@ -1,0 +1,85 @@
+"""Builds the fake libascendcl (acl_mem/_fake/src, C11) into acl_mem/_fake/lib64 when
+acl_mem is installed; everything else about the package is in pyproject.toml.
+
+The three libraries are built as setuptools extensions without a Python module init:
+libascendcl.so holds the engine, libacl_dvpp.so and libacl_dvpp_mpi.so (the DVPP calls'
+own libraries on an Atlas host) forward to it and find it beside them ($ORIGIN).
+Warnings are errors. ACL_MEM_ENGINE_CFLAGS adds compiler and linker flags (a sanitizer
+build: ``ACL_MEM_ENGINE_CFLAGS="-fsanitize=address,undefined"``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+SOURCE = Path("acl_mem") / "_fake" / "src"
+ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
+          "copies.c", "pending.c")
+HEADERS = [str(SOURCE / name) for name in ("engine.h", "acl_api.h")] + \
+    [str(SOURCE.parent / "include" / "acl_mem_fake.h")]
+CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
+EXTRA = shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", ""))
+
+
+def _library(soname: str, sources: tuple[str, ...], *, engine: bool) -> Extension:
+    link = ["-pthread", f"-Wl,-soname,{soname}"]
+    if not any(flag.startswith("-fsanitize") for flag in EXTRA):
+        # A sanitizer's runtime is linked into the program, not into the library.
+        link.append("-Wl,--no-undefined")
+    if not engine:
+        link.append("-Wl,-rpath,$ORIGIN")
+    return Extension(
+        f"acl_mem._fake.lib64.{soname.removesuffix('.so')}",
+        sources=[str(SOURCE / name) for name in sources],
+        depends=HEADERS,
+        extra_compile_args=CFLAGS + EXTRA,
+        extra_link_args=link + EXTRA,
+        libraries=[] if engine else ["ascendcl"],
+    )
+
+
+class BuildLibraries(build_ext):
+    """Plain shared libraries named as the runtime's, not Python extension modules."""
+
+    def get_ext_filename(self, fullname: str) -> str:
+        return os.path.join(*fullname.split(".")) + ".so"
+
+    def get_export_symbols(self, ext: Extension) -> list[str]:
+        return []  # no PyInit_ function: these are not Python modules
+
+    def build_extensions(self) -> None:
+        # Python's own link line points at libpython's directory; these libraries never
+        # load Python, so nothing of it goes into them.
+        self.compiler.linker_so = [
+            word for word in self.compiler.linker_so
+            if not word.startswith(("-L", "-Wl,-rpath", "-Wl,-R"))]
+        self.compiler.library_dirs = []
+        self.compiler.runtime_library_dirs = []
+        super().build_extensions()
+
+    def copy_extensions_to_source(self) -> None:
+        for ext in self.extensions:
+            os.makedirs(os.path.dirname(self.get_ext_filename(ext.name)), exist_ok=True)
+        super().copy_extensions_to_source()
+
+    def build_extension(self, ext: Extension) -> None:
+        if ext.libraries == ["ascendcl"]:
+            # The DVPP libraries link against the engine just built beside them.
+            engine = self.get_ext_fullpath("acl_mem._fake.lib64.libascendcl")
+            ext.library_dirs = [os.path.dirname(engine)]
+        super().build_extension(ext)
+
+
+setup(
+    ext_modules=[
+        _library("libascendcl.so", ENGINE, engine=True),
+        _library("libacl_dvpp.so", ("dvpp.c",), engine=False),
+        _library("libacl_dvpp_mpi.so", ("mpi.c",), engine=False),
+    ],
+    cmdclass={"build_ext": BuildLibraries},
+)
