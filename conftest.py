@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
 import stand_in
 
+from acl_mem import _env
 from acl_mem._backend import Backend
 from acl_mem._fake import FakeBackend
 from acl_mem._fake.config import current_profile, set_profile
@@ -74,4 +77,59 @@ class StandInProvider:
             raise AssertionError(f"stand-in callbacks raised: {self._stand_in.errors!r}")
 
 
-set_native_provider(StandInProvider())
+_ENGINE_LEG = _env.choice("ACL_MEM_TEST_NATIVE", ("stand-in", "engine"), "stand-in") == "engine"
+if _ENGINE_LEG:
+    from engine_provider import EngineProvider
+
+    set_native_provider(EngineProvider())
+else:
+    set_native_provider(StandInProvider())
+
+
+def _skip_pending(item: pytest.Item, outcome: Any, before: int) -> None:
+    from acl_mem._fake.library import EngineLibrary
+
+    hits, name = EngineLibrary.get().pending_hits()
+    if outcome.excinfo is not None and (hits > before or item.stash.get(_CUT_SHORT, "")):
+        # What the check cleans up after itself may fail too once it was cut short.
+        name = item.stash.get(_CUT_SHORT, "") or name
+        item.stash[_CUT_SHORT] = name
+        outcome.force_exception(pytest.skip.Exception(
+            f"the C engine does not model {name} yet (a later stage of its move to C)",
+            _use_item_location=True))
+
+
+_CUT_SHORT = pytest.StashKey[str]()
+
+
+def _pending_hits() -> int:
+    from acl_mem._fake.library import EngineLibrary
+
+    return EngineLibrary.get().pending_hits()[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    """On the engine leg, a check that fails after calling a function the C engine does
+    not model yet (207000, counted by the engine) is skipped with that function's name;
+    any other failure stays a failure."""
+    before = _pending_hits() if _ENGINE_LEG else 0
+    outcome = yield
+    if _ENGINE_LEG:
+        _skip_pending(item, outcome, before)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    before = _pending_hits() if _ENGINE_LEG else 0
+    outcome = yield
+    if _ENGINE_LEG:
+        _skip_pending(item, outcome, before)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Any:
+    before = _pending_hits() if _ENGINE_LEG else 0
+    outcome = yield
+    if _ENGINE_LEG:
+        _skip_pending(item, outcome, before)

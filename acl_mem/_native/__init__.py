@@ -12,9 +12,10 @@ if TYPE_CHECKING:  # the import itself waits for load_native_backend()
 __all__ = ["CDEF", "load_native_backend"]
 
 
-def load_native_backend() -> NativeBackend:
-    """Load libascendcl.so (BackendError lists every path tried and why)."""
+def load_native_backend(library_dir: str | None = None) -> NativeBackend:
+    """Load libascendcl.so, from ``library_dir`` first when given (BackendError lists every
+    path tried and why)."""
     from .backend import NativeBackend
 
-    return NativeBackend()
+    return NativeBackend(library_dir)
 

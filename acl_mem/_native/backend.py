@@ -24,9 +24,9 @@ class NativeBackend(NativeEvents, NativeVmm):
 
     name = "native"
 
-    def __init__(self) -> None:
+    def __init__(self, library_dir: str | None = None) -> None:
         self.ffi = make_ffi()
-        self.lib, self.path = load_library(self.ffi, "libascendcl.so")
+        self.lib, self.path = load_library(self.ffi, "libascendcl.so", prefer=library_dir)
         self._dvpp: Any = None
         self._mpi: Any = None
         self._lock = threading.Lock()

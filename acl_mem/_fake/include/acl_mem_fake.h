@@ -44,6 +44,11 @@ ACL_MEM_FAKE_API int acl_mem_fake_describe(struct acl_mem_fake_description *out)
 /* The reason every call fails, or NULL when the settings are usable. */
 ACL_MEM_FAKE_API const char *acl_mem_fake_setting_error(void);
 
+/* How many calls so far hit a function the C engine does not model yet (they fail with
+ * 207000), and in *last (when not NULL) the name of the latest. Goes once every
+ * function is modelled. */
+ACL_MEM_FAKE_API unsigned long acl_mem_fake_pending_hits(const char **last);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,7 +95,7 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
         return unlock_with(AM_SUCCESS);
     if (dst == NULL || src == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "dst or src is NULL"));
-    if ((int)kind > 5)
+    if ((uint32_t)kind > 5)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "kind %d is not a copy "
                                    "direction", (int)kind));
     if (destMax == 0 || count == 0 || count > destMax)

@@ -123,6 +123,9 @@ AM_HIDDEN void am_space_reset(struct am_space *space);
 /* ---- operating-system primitives (os.c) -------------------------------------------- */
 AM_HIDDEN bool am_os_reserve(uint64_t base, uint64_t size);
 AM_HIDDEN void *am_os_map(uint64_t size, bool noreserve);
+/* Map [base, base + size) of our own reservation read-write, or back to PROT_NONE. */
+AM_HIDDEN bool am_os_map_at(uint64_t base, uint64_t size);
+AM_HIDDEN void am_os_unmap_at(uint64_t base, uint64_t size);
 AM_HIDDEN void am_os_unmap(void *address, uint64_t size);
 AM_HIDDEN void am_os_discard(void *address, uint64_t size);
 /* Copy count bytes where the kernel checks both sides: false for an address that is
@@ -151,6 +154,10 @@ struct am_block {
 struct am_region {
     uint64_t base, size;
     unsigned char *backing; /* host bytes of [base, base + size), made on first open */
+    /* RC mode: the backing is mapped at the device addresses themselves (the control CPU
+     * reads device memory directly); else it lies elsewhere, `skew` bytes into a page. */
+    bool in_place;
+    uint64_t skew;
 };
 
 struct am_device {

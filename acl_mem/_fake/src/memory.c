@@ -409,7 +409,7 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr_value, size_t *free_bytes, size_t *to
     if (free_bytes == NULL || total == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetMemInfo",
                                    "free or total is NULL"));
-    if (attr > am.cann->meminfo_max_attr)
+    if ((uint32_t)attr > (uint32_t)am.cann->meminfo_max_attr)
         return unlock_with(am_fail(AM_INVALID_MEMORY_TYPE, "aclrtGetMemInfo", "attr %d is not "
                                    "a memory type CANN %s knows", attr, am.cann->name));
     struct am_device *device = am_current_device();

@@ -36,6 +36,19 @@ void *am_os_map(uint64_t size, bool noreserve)
     return got == MAP_FAILED ? NULL : got;
 }
 
+bool am_os_map_at(uint64_t base, uint64_t size)
+{
+    void *want = (void *)(uintptr_t)base;
+    return mmap(want, size, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == want;
+}
+
+void am_os_unmap_at(uint64_t base, uint64_t size)
+{
+    mmap((void *)(uintptr_t)base, size, PROT_NONE,
+         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+}
+
 void am_os_unmap(void *address, uint64_t size)
 {
     munmap(address, size);

@@ -147,14 +147,43 @@ bool am_backing_ready(struct am_device *device)
 {
     struct am_region *regions[2] = {&device->heap, &device->dvpp};
     for (int i = 0; i < 2; i++) {
-        if (regions[i]->backing == NULL) {
-            unsigned char *mapped = am_os_map(regions[i]->size + AM_HOST_PAGE, true);
-            if (mapped == NULL)
+        struct am_region *region = regions[i];
+        if (region->backing != NULL)
+            continue;
+        if (am.profile->run_mode == 0 && am.space_reserved) {
+            if (!am_os_map_at(region->base, region->size))
                 return false;
-            regions[i]->backing = mapped + AM_SKEW;
+            region->backing = (unsigned char *)(uintptr_t)region->base;
+            region->in_place = true;
+            region->skew = 0;
+            continue;
         }
+        unsigned char *mapped = am_os_map(region->size + AM_HOST_PAGE, true);
+        if (mapped == NULL)
+            return false;
+        region->backing = mapped + AM_SKEW;
+        region->in_place = false;
+        region->skew = AM_SKEW;
     }
     return true;
+}
+
+static void discard_region(struct am_region *region)
+{
+    if (region->backing != NULL)
+        am_os_discard(region->backing - region->skew, region->size + (region->in_place ? 0 :
+                                                                       AM_HOST_PAGE));
+}
+
+static void unmap_region(struct am_region *region)
+{
+    if (region->backing == NULL)
+        return;
+    if (region->in_place)
+        am_os_unmap_at(region->base, region->size);
+    else
+        am_os_unmap(region->backing - region->skew, region->size + AM_HOST_PAGE);
+    region->backing = NULL;
 }
 
 unsigned char *am_host_of(struct am_device *device, uint64_t address)
@@ -175,10 +204,8 @@ void am_release_device_memory(struct am_device *device)
     device->normal_used = device->huge_used = 0;
     am_space_reset(&device->heap_space);
     am_space_reset(&device->dvpp_space);
-    struct am_region *regions[2] = {&device->heap, &device->dvpp};
-    for (int i = 0; i < 2; i++)
-        if (regions[i]->backing != NULL)
-            am_os_discard(regions[i]->backing - AM_SKEW, regions[i]->size + AM_HOST_PAGE);
+    discard_region(&device->heap);
+    discard_region(&device->dvpp);
 }
 
 /* ---- contexts ------------------------------------------------------------------------ */
@@ -266,11 +293,13 @@ static void start_over(void)
             struct am_region *old = &kept[i][r];
             if (old->backing == NULL)
                 continue;
-            if (old->base == region->base && old->size == region->size) {
-                region->backing = old->backing;
-                am_os_discard(old->backing - AM_SKEW, old->size + AM_HOST_PAGE);
+            bool in_place = am.profile->run_mode == 0 && am.space_reserved;
+            if (old->base == region->base && old->size == region->size &&
+                old->in_place == in_place) {
+                *region = *old;
+                discard_region(region);
             } else {
-                am_os_unmap(old->backing - AM_SKEW, old->size + AM_HOST_PAGE);
+                unmap_region(old);
             }
         }
     }

@@ -1,0 +1,128 @@
+"""acl_mem's fake libascendcl (the engine in C, ``acl_mem/_fake/src``): where the built
+libraries are, and the control API of ``acl_mem/_fake/include/acl_mem_fake.h``.
+
+The ACL calls of the library are bound like Huawei's, by the native backend; only the
+control functions (reset, configure, describe) are bound here.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cffi
+
+from ..errors import BackendError
+
+__all__ = ["LIBRARY_DIR", "EngineDescription", "EngineLibrary", "library_dir"]
+
+#: Where installing acl_mem builds the three libraries (lib64/, as in a CANN toolkit).
+LIBRARY_DIR = Path(__file__).resolve().parent / "lib64"
+_CONTROL = """
+struct acl_mem_fake_description {
+    char profile[32];
+    char soc_name[32];
+    char cann[16];
+    char setting_error[256];
+    int32_t device_count;
+    uint64_t capacity;
+    int32_t address_space_reserved;
+};
+int acl_mem_fake_reset(void);
+int acl_mem_fake_configure(const char *profile, const char *cann, int device_count,
+                           uint64_t capacity);
+int acl_mem_fake_describe(struct acl_mem_fake_description *out);
+const char *acl_mem_fake_setting_error(void);
+const char *aclGetRecentErrMsg(void);
+unsigned long acl_mem_fake_pending_hits(const char **last);
+"""
+
+
+def library_dir() -> Path:
+    """The directory holding acl_mem's libascendcl.so; BackendError when the package was
+    installed without it (a build that could not compile it)."""
+    if not (LIBRARY_DIR / "libascendcl.so").is_file():
+        raise BackendError(
+            f"acl_mem's fake libascendcl.so is not in {LIBRARY_DIR}: it is built when acl_mem "
+            "is installed (a C compiler is needed then); reinstall acl_mem")
+    return LIBRARY_DIR
+
+
+@dataclass(frozen=True)
+class EngineDescription:
+    profile: str
+    soc_name: str
+    cann: str
+    device_count: int
+    capacity: int
+    address_space_reserved: bool
+    #: Why ACL_MEM_FAKE_PROFILE or ACL_MEM_FAKE_CANN could not be used ("" if usable).
+    setting_error: str
+
+
+class EngineLibrary:
+    """The control API of the loaded fake library (one per process: the library is)."""
+
+    _lock = threading.Lock()
+    _instance: EngineLibrary | None = None
+
+    def __init__(self) -> None:
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(_CONTROL)
+        self.path = str(library_dir() / "libascendcl.so")
+        self.lib: Any = self.ffi.dlopen(self.path)
+
+    @classmethod
+    def get(cls) -> EngineLibrary:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def reset(self) -> None:
+        """A new process's fake: no devices set, no memory, no aclInit; settings re-read."""
+        self.lib.acl_mem_fake_reset()
+
+    def configure(self, profile: str | None = None, cann: str | None = None,
+                  device_count: int = 0, capacity: int = 0) -> None:
+        """Play ``profile`` and ``cann`` (None: the environment's or the default), then
+        reset. ValueError for a name or number the engine refuses."""
+        rc = self.lib.acl_mem_fake_configure(
+            self.ffi.NULL if profile is None else profile.encode(),
+            self.ffi.NULL if cann is None else cann.encode(), device_count, capacity)
+        if rc != 0:
+            raise ValueError(f"acl_mem_fake_configure refused profile={profile!r}, "
+                             f"cann={cann!r}, device_count={device_count}, "
+                             f"capacity={capacity}")
+
+    def describe(self) -> EngineDescription:
+        out = self.ffi.new("struct acl_mem_fake_description *")
+        self.lib.acl_mem_fake_describe(out)
+
+        def text(field: Any) -> str:
+            value: bytes = self.ffi.string(field)
+            return value.decode(errors="replace")
+
+        return EngineDescription(
+            profile=text(out.profile), soc_name=text(out.soc_name), cann=text(out.cann),
+            device_count=int(out.device_count), capacity=int(out.capacity),
+            address_space_reserved=bool(out.address_space_reserved),
+            setting_error=text(out.setting_error))
+
+    def pending_hits(self) -> tuple[int, str]:
+        """Calls so far of functions the C engine does not model yet, and the latest's
+        name ("" when none)."""
+        last = self.ffi.new("const char **")
+        hits = int(self.lib.acl_mem_fake_pending_hits(last))
+        name = "" if last[0] == self.ffi.NULL else self.ffi.string(last[0]).decode()
+        return hits, name
+
+    def recent_error(self) -> str | None:
+        """aclGetRecentErrMsg of the calling thread: the text of its last failed call."""
+        message = self.lib.aclGetRecentErrMsg()
+        if message == self.ffi.NULL:
+            return None
+        value: bytes = self.ffi.string(message)
+        return value.decode(errors="replace")
