@@ -98,12 +98,9 @@ class EngineLibrary:
                              f"capacity={capacity}")
 
     def describe(self) -> EngineDescription:
-        out = self.ffi.new("struct acl_mem_fake_description *")
+        out: Any = self.ffi.new("struct acl_mem_fake_description *")
         self.lib.acl_mem_fake_describe(out)
-
-        def text(field: Any) -> str:
-            value: bytes = self.ffi.string(field)
-            return value.decode(errors="replace")
+        text = self._text
 
         return EngineDescription(
             profile=text(out.profile), soc_name=text(out.soc_name), cann=text(out.cann),
@@ -116,13 +113,13 @@ class EngineLibrary:
         name ("" when none)."""
         last = self.ffi.new("const char **")
         hits = int(self.lib.acl_mem_fake_pending_hits(last))
-        name = "" if last[0] == self.ffi.NULL else self.ffi.string(last[0]).decode()
-        return hits, name
+        return hits, "" if last[0] == self.ffi.NULL else self._text(last[0])
 
     def recent_error(self) -> str | None:
         """aclGetRecentErrMsg of the calling thread: the text of its last failed call."""
         message = self.lib.aclGetRecentErrMsg()
-        if message == self.ffi.NULL:
-            return None
-        value: bytes = self.ffi.string(message)
-        return value.decode(errors="replace")
+        return None if message == self.ffi.NULL else self._text(message)
+
+    def _text(self, field: Any) -> str:
+        value = self.ffi.string(field)
+        return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
