@@ -2,6 +2,7 @@
  * knows (device blocks, pinned host blocks) is copied directly; any other host range is
  * copied by the kernel, which refuses an unmapped or protected page instead of the
  * process dying. */
+#include <stdio.h>
 #include <string.h>
 
 #include "engine.h"
@@ -88,37 +89,40 @@ static struct located locate(uint64_t address, uint64_t count)
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                      aclrtMemcpyKind kind)
 {
-    ENTER("aclrtMemcpy");
+    char call[160];
+    snprintf(call, sizeof call, "aclrtMemcpy(dst=%p, destMax=%zu, src=%p, count=%zu, kind=%d)",
+             dst, destMax, src, count, (int)kind);
+    ENTER(call);
     /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
      * releases NULL, then the kind, and leave count 0 to the runtime. */
     if (am.cann->count_checked_first && count == 0)
         return unlock_with(AM_SUCCESS);
     if (dst == NULL || src == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "dst or src is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "dst or src is NULL"));
     if ((uint32_t)kind > 5)
-        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemcpy", "kind %d is not a copy "
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "kind %d is not a copy "
                                    "direction", (int)kind));
     if (destMax == 0 || count == 0 || count > destMax)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "count %zu must be at "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count %zu must be at "
                                    "least 1 and at most destMax %zu", count, destMax));
     if (dst == src)
         return unlock_with(AM_SUCCESS);
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMemcpy", "this thread has no "
+        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
     struct located target = locate((uintptr_t)dst, count);
     struct located source = locate((uintptr_t)src, count);
     if (target.where == NOWHERE || source.where == NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "%s %p + %zu bytes is "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%s %p + %zu bytes is "
                                    "not inside live memory", target.where == NOWHERE ?
                                    "dst" : "src", target.where == NOWHERE ? dst : src, count));
     if (target.device >= 0 && source.device >= 0 && target.device != source.device)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "dst is on device %d "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "dst is on device %d "
                                    "and src on device %d: copy between devices through the "
                                    "host", target.device, source.device));
     if (target.where == PAGEABLE || source.where == PAGEABLE) {
         if (!am_os_checked_copy(target.host, source.host, count))
-            return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemcpy", "host memory "
+            return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "host memory "
                                        "%p + %zu bytes is not mapped %s", target.where ==
                                        PAGEABLE ? dst : src, count, target.where ==
                                        PAGEABLE ? "writable" : "readable"));
@@ -130,27 +134,30 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
 
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
-    ENTER("aclrtMemset");
+    char call[128];
+    snprintf(call, sizeof call, "aclrtMemset(devPtr=%p, maxCount=%zu, value=%d, count=%zu)",
+             devPtr, maxCount, (int)value, count);
+    ENTER(call);
     if (count == 0 && am.cann->zero_count_succeeds) /* 9.1.0: before any other check */
         return unlock_with(AM_SUCCESS);
     if (devPtr == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemset", "devPtr is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
     if (count == 0) /* before 9.1.0 the runtime refuses count 0 */
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "count is 0"));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count is 0"));
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMemset", "this thread has no "
+        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
     if (count > maxCount)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "count %zu is more "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count %zu is more "
                                    "than maxCount %zu", count, maxCount));
     struct located target = locate((uintptr_t)devPtr, count);
     if (target.where == NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "%p + %zu bytes is "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p + %zu bytes is "
                                    "not inside live memory", devPtr, count));
     if (target.where == PAGEABLE) {
         /* The driver sets pageable host memory like any host memory (§3.11). */
         if (!am_os_checked_set(target.host, value & 0xFF, count))
-            return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemset", "host memory "
+            return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "host memory "
                                        "%p + %zu bytes is not mapped writable", devPtr,
                                        count));
         return unlock_with(AM_SUCCESS);

@@ -1,5 +1,6 @@
 /* Device and host memory: the aclrtMalloc family and aclrtFree, DVPP memory, pinned host
  * memory, and the memory queries (docs/runtime-model.md §3.5-§3.9, §3.12, §4.8, §4.9). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,8 +160,9 @@ static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
 static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
                               aclrtMemMallocPolicy policy_value)
 {
-    const char *call = api_name(api);
+    char call[96];
     uint32_t policy = (uint32_t)policy_value;
+    snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", api_name(api), size, policy);
     ENTER(call);
     if (devPtr == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
@@ -218,8 +220,11 @@ aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy poli
 }
 
 /* Free the block starting at ptr if one of `apis` made it. */
-static aclError device_free(const char *call, void *ptr, bool dvpp_family)
+static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 {
+    char call[64];
+    snprintf(call, sizeof call, "%s(%s=%p)", name, dvpp_family && name[0] == 'h' ? "dev_ptr" :
+             "devPtr", ptr);
     ENTER(call);
     uint64_t address = (uintptr_t)ptr;
     if (address == 0)
@@ -374,13 +379,15 @@ static void quarantine(uint64_t start, uint64_t extent)
 
 aclError aclrtFreeHost(void *hostPtr)
 {
-    ENTER("aclrtFreeHost");
+    char call[64];
+    snprintf(call, sizeof call, "aclrtFreeHost(hostPtr=%p)", hostPtr);
+    ENTER(call);
     uint64_t address = (uintptr_t)hostPtr;
     if (address == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtFreeHost", "hostPtr is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "hostPtr is NULL"));
     struct am_node *node = am_tree_find(am.pinned, address);
     if (node == NULL)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtFreeHost", "%p is not the start "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start "
                                    "of live memory from aclrtMallocHost", hostPtr));
     uint64_t extent = node->len;
     am_tree_remove(&am.pinned, address);

@@ -25,11 +25,32 @@ struct am_thread *am_thread(void)
     return self;
 }
 
+static const char *code_name(aclError code)
+{
+    switch (code) {
+    case AM_INVALID_PARAM: return "ACL_ERROR_INVALID_PARAM";
+    case AM_REPEAT_INITIALIZE: return "ACL_ERROR_REPEAT_INITIALIZE";
+    case AM_INVALID_FILE: return "ACL_ERROR_INVALID_FILE";
+    case AM_PARSE_FILE: return "ACL_ERROR_PARSE_FILE";
+    case AM_REPEAT_FINALIZE: return "ACL_ERROR_REPEAT_FINALIZE";
+    case AM_INTERNAL_ERROR: return "ACL_ERROR_INTERNAL_ERROR";
+    case AM_RT_PARAM_INVALID: return "ACL_ERROR_RT_PARAM_INVALID";
+    case AM_INVALID_DEVICEID: return "ACL_ERROR_RT_INVALID_DEVICEID";
+    case AM_CONTEXT_NULL: return "ACL_ERROR_RT_CONTEXT_NULL";
+    case AM_INVALID_MEMORY_TYPE: return "ACL_ERROR_RT_INVALID_MEMORY_TYPE";
+    case AM_FEATURE_NOT_SUPPORT: return "ACL_ERROR_RT_FEATURE_NOT_SUPPORT";
+    case AM_MEMORY_ALLOCATION: return "ACL_ERROR_RT_MEMORY_ALLOCATION";
+    case AM_RT_INTERNAL_ERROR: return "ACL_ERROR_RT_INTERNAL_ERROR";
+    case AM_CONTEXT_RELEASE_ERROR: return "ACL_ERROR_RT_CONTEXT_RELEASE_ERROR";
+    default: return "error";
+    }
+}
+
 aclError am_fail(aclError code, const char *call, const char *format, ...)
 {
     struct am_thread *self = &thread_state;
-    int used = snprintf(self->message, sizeof self->message, "%s failed with %d: ", call,
-                        (int)code);
+    int used = snprintf(self->message, sizeof self->message, "%s: %s (%d): ", call,
+                        code_name(code), (int)code);
     if (used > 0 && (size_t)used < sizeof self->message) {
         va_list args;
         va_start(args, format);
@@ -336,6 +357,8 @@ static void after_fork_in_child(void)
 static void initialise(void)
 {
     read_settings();
+    if (am.setting_error[0] != '\0')
+        fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
     layout_devices();
     __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
     am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);

@@ -1,0 +1,129 @@
+"""C and C++ programs linked against acl_mem's fake libascendcl (the engine in C), with
+no Python in the process: the core memory surface (tests/c/core_memory.c), the thread's
+last error and its text, threads on two devices, fork() from a busy multithreaded
+program, and a C++ global freeing memory after main returns.
+
+The programs are compiled against the real headers when ACL_MEM_HEADERS_DIR is set,
+else against the minimal acl/acl.h (tests/conftest.py). Skipped without a C compiler.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acl_mem._fake.library import library_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+C_DIR = ROOT / "tests" / "c"
+PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
+            "global_owner.cpp"]
+
+
+def _compiler(cxx: bool) -> str | None:
+    names = ("c++", "g++", "clang++") if cxx else ("cc", "gcc", "clang")
+    env = os.environ.get("CXX" if cxx else "CC")
+    return env or next((found for n in names if (found := shutil.which(n))), None)
+
+
+@pytest.fixture(scope="module")
+def libdir() -> Path:
+    return library_dir()
+
+
+@pytest.fixture(scope="module")
+def programs(libdir: Path, headers: Path, tmp_path_factory: pytest.TempPathFactory
+             ) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("engine_programs")
+    built = {}
+    for name in PROGRAMS:
+        source = C_DIR / name
+        cxx = source.suffix == ".cpp"
+        compiler = _compiler(cxx)
+        if compiler is None:
+            continue
+        binary = out / source.stem
+        command = [compiler, "-std=c++17" if cxx else "-std=c11", "-Wall", "-Werror",
+                   "-pthread", f"-I{headers}", f"-I{C_DIR}", str(source), f"-L{libdir}",
+                   "-lascendcl", "-lacl_dvpp", f"-Wl,-rpath,{libdir}", "-o", str(binary)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        built[source.stem] = binary
+    if not built:
+        pytest.skip("no C compiler")
+    return built
+
+
+def _run(binary: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    # Nothing of Python reaches the program: no PYTHONPATH, no virtual environment.
+    clean = {key: value for key, value in os.environ.items()
+             if not key.startswith(("PYTHON", "VIRTUAL_ENV", "ACL_MEM_"))}
+    return subprocess.run([str(binary), *args], env={**clean, **env}, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _ok(done: subprocess.CompletedProcess[str]) -> list[str]:
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert not [line for line in lines if line.startswith("FAIL")], done.stdout
+    return lines
+
+
+def _value(lines: list[str], key: str) -> str:
+    return next(line[len(key) + 1:] for line in lines if line.startswith(key + " "))
+
+
+def test_the_core_memory_surface_from_c(programs):
+    lines = _ok(_run(programs["core_memory"]))
+    assert lines[-1] == "done"
+    assert "ok padding takes two pages" in lines and "ok integer pointer" in lines
+
+
+def test_no_python_is_in_the_process(programs, libdir):
+    """The library needs nothing but the C library: no libpython, no interpreter."""
+    for name in ("libascendcl.so", "libacl_dvpp.so", "libacl_dvpp_mpi.so"):
+        done = subprocess.run(["ldd", str(libdir / name)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "python" not in done.stdout.lower(), done.stdout
+
+
+def test_the_last_error_and_its_text(programs):
+    lines = _ok(_run(programs["last_error"]))
+    texts = [line for line in lines if line.startswith("recent ")]
+    assert len(texts) == 2 and texts[0] == texts[1]
+    assert "ok acl refusals are not kept" in lines
+
+
+def test_threads_on_two_devices(programs):
+    lines = _ok(_run(programs["threads"]))
+    assert sorted(line for line in lines if line.startswith("thread ")) == [
+        f"thread {i} device {i % 2} ok" for i in range(4)]
+
+
+def test_fork_from_a_busy_multithreaded_program(programs):
+    """Children forked while other threads allocate: each child starts with no devices
+    and the parent's pointers are unknown there (107000)."""
+    lines = _ok(_run(programs["fork_threads"]))
+    assert "forks 20 ok" in lines
+    assert _value(lines, "parent-pointer") == "107000 107000"
+    assert int(_value(lines, "workers").split()[0]) > 0
+
+
+def test_a_global_freeing_memory_after_main_returns(programs):
+    if "global_owner" not in programs:
+        pytest.skip("no C++ compiler")
+    _ok(_run(programs["global_owner"]))
+
+
+@pytest.mark.parametrize("setting", ["ACL_MEM_FAKE_PROFILE=no-such-chip",
+                                     "ACL_MEM_FAKE_CANN=7.0"])
+def test_an_unusable_setting_fails_every_call_and_says_why(programs, setting):
+    name, value = setting.split("=")
+    done = _run(programs["last_error"], **{name: value})
+    assert done.returncode != 0
+    assert name in done.stdout  # the text of the failed call
+    assert done.stderr.count(name) == 1  # said once, at the start
