@@ -1,15 +1,17 @@
 """Builds the fake libascendcl (acl_mem/_fake/src, C11) into acl_mem/_fake/lib64 when
 acl_mem is installed; everything else about the package is in pyproject.toml.
 
-The three libraries are built as setuptools extensions without a Python module init:
-libascendcl.so holds the engine, libacl_dvpp.so and libacl_dvpp_mpi.so (the DVPP calls'
-own libraries on an Atlas host) forward to it and find it beside them ($ORIGIN).
-Warnings are errors. ACL_MEM_ENGINE_CFLAGS adds compiler and linker flags (a sanitizer
-build: ``ACL_MEM_ENGINE_CFLAGS="-fsanitize=address,undefined"``).
+The sources and flags are listed once, in acl_mem/_fake/engine_build.py (loaded here by
+path: acl_mem itself is not importable in the build environment). The three libraries
+are built as setuptools extensions without a Python module init: libascendcl.so holds
+the engine; libacl_dvpp.so and libacl_dvpp_mpi.so (the DVPP calls' own libraries on an
+Atlas host) forward to it and find it beside them ($ORIGIN). ACL_MEM_ENGINE_CFLAGS adds
+compiler and linker flags.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 from pathlib import Path
@@ -17,28 +19,23 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
+_spec = importlib.util.spec_from_file_location(
+    "engine_build", Path(__file__).parent / "acl_mem" / "_fake" / "engine_build.py")
+assert _spec is not None and _spec.loader is not None
+recipe = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(recipe)
+
 SOURCE = Path("acl_mem") / "_fake" / "src"
-ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
-          "copies.c", "pending.c")
-HEADERS = [str(SOURCE / name) for name in ("engine.h", "acl_api.h")] + \
-    [str(SOURCE.parent / "include" / "acl_mem_fake.h")]
-CFLAGS = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread"]
 EXTRA = shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", ""))
 
 
 def _library(soname: str, sources: tuple[str, ...], *, engine: bool) -> Extension:
-    link = ["-pthread", f"-Wl,-soname,{soname}"]
-    if not any(flag.startswith("-fsanitize") for flag in EXTRA):
-        # A sanitizer's runtime is linked into the program, not into the library.
-        link.append("-Wl,--no-undefined")
-    if not engine:
-        link.append("-Wl,-rpath,$ORIGIN")
     return Extension(
         f"acl_mem._fake.lib64.{soname.removesuffix('.so')}",
         sources=[str(SOURCE / name) for name in sources],
-        depends=HEADERS,
-        extra_compile_args=CFLAGS + EXTRA,
-        extra_link_args=link + EXTRA,
+        depends=[os.path.normpath(str(SOURCE / name)) for name in recipe.HEADERS],
+        extra_compile_args=[*recipe.CFLAGS, *EXTRA],
+        extra_link_args=[*recipe.link_flags(soname, EXTRA, engine=engine), *EXTRA],
         libraries=[] if engine else ["ascendcl"],
     )
 
@@ -77,9 +74,8 @@ class BuildLibraries(build_ext):
 
 setup(
     ext_modules=[
-        _library("libascendcl.so", ENGINE, engine=True),
-        _library("libacl_dvpp.so", ("dvpp.c",), engine=False),
-        _library("libacl_dvpp_mpi.so", ("mpi.c",), engine=False),
+        _library("libascendcl.so", recipe.ENGINE, engine=True),
+        *[_library(name, files, engine=False) for name, files in recipe.SIDE_LIBRARIES.items()],
     ],
     cmdclass={"build_ext": BuildLibraries},
 )

@@ -15,7 +15,10 @@ from acl_mem.errors import BackendError
 SUBPROCESS_PRELUDE = """
 import os as _os
 from acl_mem._fake.library import library_dir as _library_dir
-_os.environ["ASCEND_HOME_PATH"] = str(_library_dir().parent)
+for _name in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+    _os.environ.pop(_name, None)
+_os.environ["LD_LIBRARY_PATH"] = _os.pathsep.join(
+    [str(_library_dir()), *filter(None, [_os.environ.get("LD_LIBRARY_PATH")])])
 """
 
 

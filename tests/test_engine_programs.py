@@ -10,6 +10,7 @@ else against the minimal acl/acl.h (tests/conftest.py). Skipped without a C comp
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,8 +48,11 @@ def programs(libdir: Path, headers: Path, tmp_path_factory: pytest.TempPathFacto
         if compiler is None:
             continue
         binary = out / source.stem
+        # ACL_MEM_ENGINE_CFLAGS: the flags the libraries were built with (a sanitizer
+        # build's programs carry its runtime).
         command = [compiler, "-std=c++17" if cxx else "-std=c11", "-Wall", "-Werror",
-                   "-pthread", f"-I{headers}", f"-I{C_DIR}", str(source), f"-L{libdir}",
+                   "-pthread", *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+                   f"-I{headers}", f"-I{C_DIR}", str(source), f"-L{libdir}",
                    "-lascendcl", "-lacl_dvpp", f"-Wl,-rpath,{libdir}", "-o", str(binary)]
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
@@ -61,7 +65,7 @@ def programs(libdir: Path, headers: Path, tmp_path_factory: pytest.TempPathFacto
 def _run(binary: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     # Nothing of Python reaches the program: no PYTHONPATH, no virtual environment.
     clean = {key: value for key, value in os.environ.items()
-             if not key.startswith(("PYTHON", "VIRTUAL_ENV", "ACL_MEM_"))}
+             if not key.startswith(("PYTHON", "VIRTUAL_ENV", "ACL_MEM_", "LD_PRELOAD"))}
     return subprocess.run([str(binary), *args], env={**clean, **env}, capture_output=True,
                           text=True, timeout=120)
 

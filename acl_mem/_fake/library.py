@@ -14,7 +14,8 @@ from typing import Any
 
 import cffi
 
-from ..errors import BackendError
+from .. import _env
+from ..errors import BackendError, SettingError
 
 __all__ = ["LIBRARY_DIR", "EngineDescription", "EngineLibrary", "library_dir"]
 
@@ -41,8 +42,18 @@ unsigned long acl_mem_fake_pending_hits(const char **last);
 
 
 def library_dir() -> Path:
-    """The directory holding acl_mem's libascendcl.so; BackendError when the package was
-    installed without it (a build that could not compile it)."""
+    """The directory holding acl_mem's libascendcl.so: ACL_MEM_FAKE_LIBRARY_DIR (another
+    build of the same sources, e.g. with sanitizers: ``python -m
+    acl_mem._fake.engine_build``) or the one installed with acl_mem. BackendError when it
+    has no libascendcl.so."""
+    chosen = _env.secure_path("ACL_MEM_FAKE_LIBRARY_DIR")
+    if chosen is not None:
+        directory = Path(chosen)
+        if not directory.is_absolute():
+            raise SettingError("ACL_MEM_FAKE_LIBRARY_DIR", chosen, "an absolute path")
+        if not (directory / "libascendcl.so").is_file():
+            raise BackendError(f"ACL_MEM_FAKE_LIBRARY_DIR={chosen} has no libascendcl.so")
+        return directory
     if not (LIBRARY_DIR / "libascendcl.so").is_file():
         raise BackendError(
             f"acl_mem's fake libascendcl.so is not in {LIBRARY_DIR}: it is built when acl_mem "

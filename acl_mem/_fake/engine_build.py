@@ -1,0 +1,73 @@
+"""What the fake libascendcl is built from, and a build outside an install.
+
+setup.py reads the lists here (loaded by path: nothing of acl_mem is imported at build
+time) and builds the libraries into acl_mem/_fake/lib64 when acl_mem is installed.
+:func:`build` compiles the same sources into any directory, with extra flags: the test
+suite's sanitizer builds use it.
+
+    python -m acl_mem._fake.engine_build OUT [--flags="-fsanitize=address,undefined"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).resolve().parent / "src"
+#: The engine (libascendcl.so); libacl_dvpp.so and libacl_dvpp_mpi.so forward to it.
+ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
+          "copies.c", "pending.c")
+SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",)}
+HEADERS = ("engine.h", "acl_api.h", "../include/acl_mem_fake.h")
+#: Warnings are errors; only the ACL functions and the control API are exported.
+CFLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread")
+
+
+def link_flags(soname: str, extra: list[str], *, engine: bool) -> list[str]:
+    flags = ["-pthread", f"-Wl,-soname,{soname}"]
+    if not any(flag.startswith("-fsanitize") for flag in extra):
+        # A sanitizer's runtime comes with the program, so its symbols stay undefined here.
+        flags.append("-Wl,--no-undefined")
+    if not engine:
+        flags.append("-Wl,-rpath,$ORIGIN")
+    return flags
+
+
+def build(out: Path, extra: list[str], cc: str | None = None) -> Path:
+    """The three libraries in ``out`` (made if needed), compiled with ``extra`` flags."""
+    compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler: install gcc or clang, or set CC")
+    out.mkdir(parents=True, exist_ok=True)
+    common = [compiler, *CFLAGS, "-fPIC", "-O2", "-g", *extra, "-shared"]
+    steps = [("libascendcl.so", ENGINE, True),
+             *[(name, files, False) for name, files in SIDE_LIBRARIES.items()]]
+    for soname, files, engine in steps:
+        command = [*common, *[str(SOURCE / f) for f in files], "-o", str(out / soname),
+                   *link_flags(soname, extra, engine=engine)]
+        if not engine:
+            command += [f"-L{out}", "-lascendcl"]
+        subprocess.run(command, check=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="build acl_mem's fake libascendcl")
+    parser.add_argument("out", type=Path, help="directory for the three libraries")
+    parser.add_argument("--flags", default="", help="extra compiler and linker flags")
+    args = parser.parse_args()
+    try:
+        build(args.out, shlex.split(args.flags))
+    except (RuntimeError, subprocess.CalledProcessError) as exc:
+        print(f"engine_build: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""acl_mem's fake libascendcl (the engine in C) seen from Python: its generated parts are
+current, its device profiles and releases are the Python model's, its control API
+resets and configures it, and an unusable setting fails every call with its reason."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acl_mem._fake.library import EngineLibrary
+from acl_mem._fake.profiles import PROFILES
+from acl_mem._fake.versions import VERSIONS
+from acl_mem._native import load_native_backend
+from acl_mem._native.backend import NativeBackend
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def engine() -> Iterator[EngineLibrary]:
+    library = EngineLibrary.get()
+    yield library
+    library.configure()  # the environment's choice again, and a fresh state
+
+
+@pytest.fixture(scope="module")
+def native() -> NativeBackend:
+    return load_native_backend(str(EngineLibrary.get().path.rsplit("/", 1)[0]))
+
+
+def test_the_generated_api_header_and_pending_calls_are_current():
+    done = subprocess.run([sys.executable, str(ROOT / "stubs" / "gen_engine_api.py"),
+                           "--check"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+@pytest.mark.parametrize("cann", sorted(VERSIONS))
+def test_every_profile_and_release_is_the_python_models(engine, native, profile, cann):
+    """The C tables and the Python dataclasses say the same (until the Python engine goes
+    and the C tables are the one source)."""
+    engine.configure(profile, cann)
+    described = engine.describe()
+    expected = PROFILES[profile]
+    assert (described.profile, described.soc_name, described.cann) == (
+        profile, expected.soc_name, cann)
+    assert (described.device_count, described.capacity) == (
+        expected.device_count, expected.capacity)
+    assert native.aclrtGetVersion() == (0, *VERSIONS[cann].acl_version)
+    assert native.aclrtGetRunMode() == (0, expected.run_mode)
+    assert native.soc_name() == expected.soc_name
+
+
+def test_configure_refuses_what_it_does_not_know_and_changes_nothing(engine):
+    before = engine.describe()
+    for bad in ({"profile": "no-such-chip"}, {"cann": "7.0"}, {"device_count": 33},
+                {"capacity": 1 << 62}):
+        with pytest.raises(ValueError):
+            engine.configure(**bad)  # type: ignore[arg-type]
+        assert engine.describe() == before
+
+
+def test_reset_is_a_new_process(engine, native):
+    assert native.aclrtSetDevice(0) == 0
+    rc, ptr = native.aclrtMalloc(4096, 0)
+    assert rc == 0
+    engine.reset()
+    assert native.aclrtGetDevice() == (107002, 0)
+    assert native.aclrtFree(ptr) == 107000
+    assert native.aclrtSetDevice(0) == 0
+    assert native.aclrtGetMemInfo(1)[1] == native.aclrtGetMemInfo(1)[2]  # all free
+    assert native.aclrtResetDevice(0) == 0
+
+
+def test_configured_devices_and_capacity(engine, native):
+    engine.configure("atlas-a2", None, device_count=2, capacity=1 << 30)
+    assert native.aclrtGetDeviceCount() == (0, 2)
+    assert native.aclrtSetDevice(2) == 107001
+    assert native.aclrtSetDevice(1) == 0
+    assert native.aclrtGetMemInfo(1)[2] == 1 << 30
+    assert native.aclrtMalloc(1 << 30, 0)[0] == 207001
+    assert native.aclrtResetDevice(1) == 0
+
+
+_CHILD = """
+import sys
+from acl_mem._fake.library import EngineLibrary
+from acl_mem._native import load_native_backend
+library = EngineLibrary.get()
+native = load_native_backend(library.path.rsplit("/", 1)[0])
+print(library.describe().setting_error)
+print(native.aclrtSetDevice(0), native.aclrtGetLastError(0))
+print(library.recent_error())
+"""
+
+
+@pytest.mark.parametrize(("name", "value"), [("ACL_MEM_FAKE_PROFILE", "no-such-chip"),
+                                             ("ACL_MEM_FAKE_CANN", "7.0")])
+def test_an_unusable_setting_fails_every_call_and_names_it(name, value):
+    env = {**os.environ, name: value}
+    done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    reason, codes, recent = done.stdout.splitlines()
+    assert f"{name}={value}" in reason
+    assert codes == "507000 507000"
+    assert name in recent
+    assert done.stderr.count(name) == 1
