@@ -131,3 +131,27 @@ def test_an_unusable_setting_fails_every_call_and_says_why(programs, setting):
     assert done.returncode != 0
     assert name in done.stdout  # the text of the failed call
     assert done.stderr.count(name) == 1  # said once, at the start
+
+
+def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(shim_libdir, tmp_path):
+    """The README's shell block under "The fake library in C", run as written from the
+    repository root: it prints what the README shows below it."""
+    import re
+    import sys
+
+    if os.environ.get("ACL_MEM_FAKE_LIBRARY_DIR"):
+        pytest.skip("the README's block uses the installed library, not another build")
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## The fake library in C"):]
+    block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
+    expected = re.search(r"```text\n(.*?)```", section, flags=re.S)
+    assert block is not None and expected is not None
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("ACL_MEM_FAKE_PROFILE", "ACL_MEM_FAKE_CANN", "LD_PRELOAD")}
+    env.update(XDG_CACHE_HOME=str(shim_libdir.parents[3]), TMPDIR=str(tmp_path),
+               PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
+    done = subprocess.run(["bash", "-e", "-c", block[1]], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected[1].splitlines()
