@@ -133,7 +133,7 @@ def test_an_unusable_setting_fails_every_call_and_says_why(programs, setting):
     assert done.stderr.count(name) == 1  # said once, at the start
 
 
-def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(shim_libdir, tmp_path):
+def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(request, tmp_path):
     """The README's shell block under "The fake library in C", run as written from the
     repository root: it prints what the README shows below it."""
     import re
@@ -141,6 +141,7 @@ def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(shim_libdir
 
     if os.environ.get("ACL_MEM_FAKE_LIBRARY_DIR"):
         pytest.skip("the README's block uses the installed library, not another build")
+    shim_libdir: Path = request.getfixturevalue("shim_libdir")
 
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## The fake library in C"):]
