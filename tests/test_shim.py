@@ -59,7 +59,8 @@ def include(headers: Path) -> Path:
 
 #: Programs linked with more of the toolkit's libraries than libascendcl.so.
 _EXTRA_LIBRARIES = {"toolkit_libraries": ("-lmsprofiler", "-lacl_op_compiler", "-lacl_cblas",
-                                          "-lacl_tdt_channel", "-lacl_tdt_queue")}
+                                          "-lacl_tdt_channel", "-lacl_tdt_queue"),
+                   "core_memory": ("-lacl_dvpp",)}
 
 
 @pytest.fixture(scope="module")
