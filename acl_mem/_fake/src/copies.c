@@ -7,20 +7,6 @@
 
 #include "engine.h"
 
-#define ENTER(call)                                                                        \
-    do {                                                                                   \
-        am_lock();                                                                         \
-        if (am.setting_error[0] != '\0') {                                                 \
-            am_unlock();                                                                   \
-            return am_fail(AM_RT_INTERNAL_ERROR, call, "%s", am.setting_error);            \
-        }                                                                                  \
-    } while (0)
-
-static aclError unlock_with(aclError code)
-{
-    am_unlock();
-    return code;
-}
 
 enum where { NOWHERE, ON_DEVICE, PINNED, PAGEABLE };
 

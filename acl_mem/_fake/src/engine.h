@@ -230,6 +230,22 @@ AM_HIDDEN void am_unlock(void);
 /* The engine, initialised; for calls that do not take the lock. */
 AM_HIDDEN void am_ready(void);
 
+/* Take the lock in an exported call; a setting that cannot be used fails the call. */
+#define ENTER(call)                                                                        \
+    do {                                                                                   \
+        am_lock();                                                                         \
+        if (am.setting_error[0] != '\0') {                                                \
+            am_unlock();                                                                   \
+            return am_fail(AM_RT_INTERNAL_ERROR, call, "%s", am.setting_error);            \
+        }                                                                                  \
+    } while (0)
+
+static inline aclError unlock_with(aclError code)
+{
+    am_unlock();
+    return code;
+}
+
 /* Record a failed call for aclrtGetLastError and aclGetRecentErrMsg; returns code. */
 AM_HIDDEN aclError am_fail(aclError code, const char *call, const char *format, ...)
     __attribute__((format(printf, 3, 4)));
