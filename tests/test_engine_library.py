@@ -87,6 +87,55 @@ def test_configured_devices_and_capacity(engine, native):
     assert native.aclrtResetDevice(1) == 0
 
 
+def test_hazards_are_queued_for_a_binding_and_counted(engine, native):
+    """With queue_findings the engine keeps hazards for the binding (nothing on stderr)
+    and raises the waiting counter; taking them empties the queue; counts stay until a
+    reset."""
+    engine.set_hazards("raise", queue=True)
+    try:
+        assert native.aclrtSetDevice(0) == 0
+        rc, ptr = native.aclrtMalloc(4096, 0)
+        assert rc == 0
+        assert engine.findings() == []
+        assert native.aclrtMemsetAsync(ptr, 4096, 1, 4096, 0) == 0
+        # Queued for the binding: the call itself succeeds whatever the mode.
+        assert native.aclrtFree(ptr) == 0
+        assert native.aclrtSynchronizeDevice() == 0
+        found = engine.findings()
+        assert [kind for kind, _ in found] == ["free-while-queued",
+                                               "queued-work-on-freed-memory"]
+        assert f"{ptr:#x}" in found[0][1]
+        assert engine.findings() == []
+        assert engine.hazard_count("free-while-queued") == 1
+        assert engine.hazard_count() == 2
+        engine.reset()
+        assert engine.hazard_count() == 0
+    finally:
+        engine.set_hazards(None)
+
+
+def test_a_full_finding_queue_says_how_many_it_dropped(engine, native):
+    engine.set_hazards(None, queue=True)
+    try:
+        assert native.aclrtSetDevice(0) == 0
+        for _ in range(70):
+            rc, ptr = native.aclrtMalloc(64, 0)
+            assert rc == 0
+            assert native.aclrtMemsetAsync(ptr, 64, 1, 64, 0) == 0
+            assert native.aclrtFree(ptr) == 0
+        found = engine.findings()
+        assert len(found) == 65
+        assert found[-1][0] == "dropped" and found[-1][1].startswith("6 ")
+        assert engine.hazard_count("free-while-queued") == 70
+    finally:
+        engine.set_hazards(None)
+
+
+def test_an_unknown_hazard_mode_is_refused(engine):
+    with pytest.raises(ValueError):
+        engine.set_hazards("loud")
+
+
 _CHILD = """
 import sys
 from acl_mem._fake.library import EngineLibrary

@@ -22,7 +22,7 @@ from acl_mem._fake.library import library_dir
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
-            "global_owner.cpp"]
+            "global_owner.cpp", "streams.c", "raii_streams.cpp"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -115,6 +115,48 @@ def test_fork_from_a_busy_multithreaded_program(programs):
     assert "forks 20 ok" in lines
     assert _value(lines, "parent-pointer") == "107000 107000"
     assert int(_value(lines, "workers").split()[0]) > 0
+
+
+def test_streams_defer_work_and_events_order_them(programs):
+    """Queued work lands at the synchronisation, an event orders two streams, a forced
+    destroy drops work, and work on memory freed since is skipped: in count mode
+    nothing is said and every call succeeds."""
+    done = _run(programs["streams"], ACL_MEM_HAZARDS="count")
+    lines = _ok(done)
+    assert lines[-1] == "done"
+    assert "ok stale work skipped" in lines and "ok ordered by the event" in lines
+    assert [_value(lines, key) for key in ("hazard-rc", "skipped-rc", "reset-rc")] == [
+        "0", "0", "0"]
+    assert done.stderr == ""
+
+
+def test_hazards_are_said_on_stderr_by_default(programs):
+    done = _run(programs["streams"])
+    _ok(done)
+    kinds = [line.split()[2].rstrip(":") for line in done.stderr.splitlines()]
+    assert kinds == ["free-while-queued", "queued-work-on-freed-memory",
+                     "reset-with-pending-work"]
+
+
+def test_hazards_in_raise_mode_fail_the_call_after_its_effect(programs):
+    """A C program has no exception: the call that found the hazard returns 507000 with
+    its effect done (the free freed: the next malloc gets the same address)."""
+    lines = _ok(_run(programs["streams"], ACL_MEM_HAZARDS="raise"))
+    assert [_value(lines, key) for key in ("hazard-rc", "skipped-rc", "reset-rc")] == [
+        "507000", "507000", "507000"]
+    assert "ok same address" in lines
+
+
+def test_an_unknown_hazard_mode_fails_every_call(programs):
+    done = _run(programs["streams"], ACL_MEM_HAZARDS="loud")
+    assert done.returncode != 0
+    assert done.stderr.count("ACL_MEM_HAZARDS") == 1
+
+
+def test_cpp_owners_of_streams_and_memory(programs):
+    if "raii_streams" not in programs:
+        pytest.skip("no C++ compiler")
+    assert _ok(_run(programs["raii_streams"]))[-1] == "done"
 
 
 def test_a_global_freeing_memory_after_main_returns(programs):

@@ -2,7 +2,7 @@
 libraries are, and the control API of ``acl_mem/_fake/include/acl_mem_fake.h``.
 
 The ACL calls of the library are bound like Huawei's, by the native backend; only the
-control functions (reset, configure, describe) are bound here.
+control functions (reset, configure, describe, hazards) are bound here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ int acl_mem_fake_describe(struct acl_mem_fake_description *out);
 const char *acl_mem_fake_setting_error(void);
 const char *aclGetRecentErrMsg(void);
 unsigned long acl_mem_fake_pending_hits(const char **last);
+int acl_mem_fake_set_hazards(const char *mode, int queue_findings);
+unsigned long acl_mem_fake_hazard_count(const char *kind);
+extern unsigned long acl_mem_fake_findings_waiting;
+int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text, size_t text_size);
 """
 
 
@@ -125,6 +129,30 @@ class EngineLibrary:
         last = self.ffi.new("const char **")
         hits = int(self.lib.acl_mem_fake_pending_hits(last))
         return hits, "" if last[0] == self.ffi.NULL else self._text(last[0])
+
+    def set_hazards(self, mode: str | None, *, queue: bool = False) -> None:
+        """Report hazards as ``mode`` ("warn", "raise", "count"; None: ACL_MEM_HAZARDS),
+        or queue them for :meth:`findings` when ``queue``. ValueError for another mode."""
+        rc = self.lib.acl_mem_fake_set_hazards(
+            self.ffi.NULL if mode is None else mode.encode(), int(queue))
+        if rc != 0:
+            raise ValueError(f"hazards must be warn, raise or count, got {mode!r}")
+
+    def hazard_count(self, kind: str | None = None) -> int:
+        """Hazards of ``kind`` (every kind for None) since the last reset."""
+        return int(self.lib.acl_mem_fake_hazard_count(
+            self.ffi.NULL if kind is None else kind.encode()))
+
+    def findings(self) -> list[tuple[str, str]]:
+        """The queued hazards, oldest first, as (kind, text); taken from the queue. The
+        waiting counter is read first, so an empty queue costs one load."""
+        found: list[tuple[str, str]] = []
+        if self.lib.acl_mem_fake_findings_waiting == 0:
+            return found
+        kind, text = self.ffi.new("char[64]"), self.ffi.new("char[512]")
+        while self.lib.acl_mem_fake_next_finding(kind, 64, text, 512) == 1:
+            found.append((self._text(kind), self._text(text)))
+        return found
 
     def recent_error(self) -> str | None:
         """aclGetRecentErrMsg of the calling thread: the text of its last failed call."""

@@ -8,6 +8,7 @@
 #ifndef ACL_MEM_FAKE_H
 #define ACL_MEM_FAKE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -43,6 +44,27 @@ ACL_MEM_FAKE_API int acl_mem_fake_describe(struct acl_mem_fake_description *out)
 
 /* The reason every call fails, or NULL when the settings are usable. */
 ACL_MEM_FAKE_API const char *acl_mem_fake_setting_error(void);
+
+/* Hazards, races with queued work (a free, copy or reset while a stream still has work
+ * on that memory): always counted. `mode` "warn" writes each to stderr, "raise" also
+ * fails the call that found it with 507000 once its effect is done, "count" only
+ * counts; NULL goes back to ACL_MEM_HAZARDS (default "warn"). With queue_findings
+ * non-zero they are queued for acl_mem_fake_next_finding instead (a binding that
+ * reports them itself), whatever the mode. */
+ACL_MEM_FAKE_API int acl_mem_fake_set_hazards(const char *mode, int queue_findings);
+
+/* Hazards of `kind` counted since the last reset, or of every kind for NULL. */
+ACL_MEM_FAKE_API unsigned long acl_mem_fake_hazard_count(const char *kind);
+
+/* Findings queued and not yet taken (a dropped count counts one): a binding reads this
+ * (an atomic or volatile load) after each call and drains only when it is non-zero. */
+extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_findings_waiting;
+
+/* Take the oldest queued finding: its kind and text (cut to fit), 1; 0 when none is
+ * left, -100000 for NULL or empty buffers. When more were found than the queue holds,
+ * the last one taken has kind "dropped" and says how many. */
+ACL_MEM_FAKE_API int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text,
+                                               size_t text_size);
 
 /* How many calls so far hit a function the C engine does not model yet (they fail with
  * 207000), and in *last (when not NULL) the name of the latest. Goes once every

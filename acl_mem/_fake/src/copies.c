@@ -8,14 +8,6 @@
 #include "engine.h"
 
 
-enum where { NOWHERE, ON_DEVICE, PINNED, PAGEABLE };
-
-struct located {
-    enum where where;
-    unsigned char *host; /* where the bytes are in this process */
-    int device;
-};
-
 /* Back-to-back live blocks from `first` cover [first, end). */
 static bool covered(struct am_device *device, struct am_node *first, uint64_t end)
 {
@@ -29,9 +21,10 @@ static bool covered(struct am_device *device, struct am_node *first, uint64_t en
     return true;
 }
 
-static struct located locate(uint64_t address, uint64_t count)
+struct am_located am_locate(uint64_t address, uint64_t count)
 {
-    struct located found = {.where = NOWHERE, .host = NULL, .device = -1};
+    struct am_located found = {.where = AM_NOWHERE, .host = NULL, .device = -1,
+                               .block = NULL};
     if (address >= AM_DEVICE_SPACE_BASE &&
         address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
         struct am_device *device = am_device_of(address);
@@ -42,9 +35,10 @@ static struct located locate(uint64_t address, uint64_t count)
             return found;
         if (address + count > block->key + block->len && !covered(device, block, address + count))
             return found;
-        found.where = ON_DEVICE;
+        found.where = AM_ON_DEVICE;
         found.host = am_host_of(device, address);
         found.device = device->id;
+        found.block = (struct am_block *)block;
         return found;
     }
     if (address >= 16 * AM_TiB && address < AM_DEVICE_SPACE_BASE)
@@ -53,8 +47,9 @@ static struct located locate(uint64_t address, uint64_t count)
     if (pinned != NULL) {
         if (count > pinned->key + pinned->len - address)
             return found;
-        found.where = PINNED;
+        found.where = AM_PINNED_HOST;
         found.host = (unsigned char *)(uintptr_t)address;
+        found.block = (struct am_block *)pinned;
         return found;
     }
     if (address < AM_HOST_PAGE || count > AM_USER_SPACE_END - address)
@@ -67,87 +62,106 @@ static struct located locate(uint64_t address, uint64_t count)
     struct am_node *next = am_tree_after(am.pinned_freed, address);
     if (next != NULL && next->key < address + count)
         return found;
-    found.where = PAGEABLE;
+    found.where = AM_PAGEABLE;
     found.host = (unsigned char *)(uintptr_t)address;
     return found;
 }
 
+bool am_copy_now(const struct am_located *target, const struct am_located *source,
+                 uint64_t count)
+{
+    if (target->where == AM_PAGEABLE || source->where == AM_PAGEABLE)
+        return am_os_checked_copy(target->host, source->host, count);
+    memmove(target->host, source->host, count);
+    return true;
+}
+
+#define MEMCPY_CALL                                                                        \
+    (snprintf(call, sizeof call, "aclrtMemcpy(dst=%p, destMax=%zu, src=%p, count=%zu, "    \
+              "kind=%d)", dst, destMax, src, count, (int)kind), call)
+
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                      aclrtMemcpyKind kind)
 {
+    /* The call's text is made only when it fails: a copy that succeeds formats nothing. */
     char call[160];
-    snprintf(call, sizeof call, "aclrtMemcpy(dst=%p, destMax=%zu, src=%p, count=%zu, kind=%d)",
-             dst, destMax, src, count, (int)kind);
-    ENTER(call);
+    ENTER(MEMCPY_CALL);
     /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
      * releases NULL, then the kind, and leave count 0 to the runtime. */
     if (am.cann->count_checked_first && count == 0)
         return unlock_with(AM_SUCCESS);
     if (dst == NULL || src == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "dst or src is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "dst or src is NULL"));
     if ((uint32_t)kind > 5)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "kind %d is not a copy "
+        return unlock_with(am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "kind %d is not a copy "
                                    "direction", (int)kind));
     if (destMax == 0 || count == 0 || count > destMax)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count %zu must be at "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "count %zu must be at "
                                    "least 1 and at most destMax %zu", count, destMax));
     if (dst == src)
         return unlock_with(AM_SUCCESS);
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no "
+        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_CALL, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
-    struct located target = locate((uintptr_t)dst, count);
-    struct located source = locate((uintptr_t)src, count);
-    if (target.where == NOWHERE || source.where == NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%s %p + %zu bytes is "
-                                   "not inside live memory", target.where == NOWHERE ?
-                                   "dst" : "src", target.where == NOWHERE ? dst : src, count));
+    struct am_located target = am_locate((uintptr_t)dst, count);
+    struct am_located source = am_locate((uintptr_t)src, count);
+    if (target.where == AM_NOWHERE || source.where == AM_NOWHERE)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "%s %p + %zu bytes is "
+                                   "not inside live memory", target.where == AM_NOWHERE ?
+                                   "dst" : "src", target.where == AM_NOWHERE ? dst : src,
+                                   count));
     if (target.device >= 0 && source.device >= 0 && target.device != source.device)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "dst is on device %d "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "dst is on device %d "
                                    "and src on device %d: copy between devices through the "
                                    "host", target.device, source.device));
-    if (target.where == PAGEABLE || source.where == PAGEABLE) {
-        if (!am_os_checked_copy(target.host, source.host, count))
-            return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "host memory "
-                                       "%p + %zu bytes is not mapped %s", target.where ==
-                                       PAGEABLE ? dst : src, count, target.where ==
-                                       PAGEABLE ? "writable" : "readable"));
-        return unlock_with(AM_SUCCESS);
+    if (am.queued_ops != 0) {
+        am_check_queued((uintptr_t)dst, count, false, "access-before-synchronize",
+                        "aclrtMemcpy writes");
+        am_check_queued((uintptr_t)src, count, true, "access-before-synchronize",
+                        "aclrtMemcpy reads");
     }
-    memmove(target.host, source.host, count);
-    return unlock_with(AM_SUCCESS);
+    if (!am_copy_now(&target, &source, count))
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory "
+                                   "%p + %zu bytes is not mapped %s", target.where ==
+                                   AM_PAGEABLE ? dst : src, count, target.where ==
+                                   AM_PAGEABLE ? "writable" : "readable"));
+    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtMemcpy"));
 }
 
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     char call[128];
-    snprintf(call, sizeof call, "aclrtMemset(devPtr=%p, maxCount=%zu, value=%d, count=%zu)",
-             devPtr, maxCount, (int)value, count);
-    ENTER(call);
+#define MEMSET_CALL                                                                        \
+    (snprintf(call, sizeof call, "aclrtMemset(devPtr=%p, maxCount=%zu, value=%d, "         \
+              "count=%zu)", devPtr, maxCount, (int)value, count), call)
+    ENTER(MEMSET_CALL);
     if (count == 0 && am.cann->zero_count_succeeds) /* 9.1.0: before any other check */
         return unlock_with(AM_SUCCESS);
     if (devPtr == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, MEMSET_CALL, "devPtr is NULL"));
     if (count == 0) /* before 9.1.0 the runtime refuses count 0 */
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count is 0"));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count is 0"));
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no "
+        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMSET_CALL, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
     if (count > maxCount)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "count %zu is more "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count %zu is more "
                                    "than maxCount %zu", count, maxCount));
-    struct located target = locate((uintptr_t)devPtr, count);
-    if (target.where == NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p + %zu bytes is "
+    struct am_located target = am_locate((uintptr_t)devPtr, count);
+    if (target.where == AM_NOWHERE)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "%p + %zu bytes is "
                                    "not inside live memory", devPtr, count));
-    if (target.where == PAGEABLE) {
+    if (target.where == AM_PAGEABLE) {
         /* The driver sets pageable host memory like any host memory (§3.11). */
         if (!am_os_checked_set(target.host, value & 0xFF, count))
-            return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "host memory "
+            return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "host memory "
                                        "%p + %zu bytes is not mapped writable", devPtr,
                                        count));
         return unlock_with(AM_SUCCESS);
     }
+    if (am.queued_ops != 0)
+        am_check_queued((uintptr_t)devPtr, count, false, "access-before-synchronize",
+                        "aclrtMemset writes");
     memset(target.host, value & 0xFF, count);
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtMemset"));
 }

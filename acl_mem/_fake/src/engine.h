@@ -29,9 +29,13 @@ enum {
     AM_RT_PARAM_INVALID = 107000,
     AM_INVALID_DEVICEID = 107001,
     AM_CONTEXT_NULL = 107002,
+    AM_STREAM_CONTEXT = 107003,
+    AM_EVENT_TIMESTAMP_INVALID = 107006,
     AM_INVALID_MEMORY_TYPE = 107016,
+    AM_INVALID_HANDLE = 107017,
     AM_FEATURE_NOT_SUPPORT = 207000,
     AM_MEMORY_ALLOCATION = 207001,
+    AM_NO_STREAM_RESOURCE = 207008,
     AM_RT_INTERNAL_ERROR = 507000,
     AM_CONTEXT_RELEASE_ERROR = 507007,
 };
@@ -146,6 +150,8 @@ enum am_api {
 struct am_block {
     struct am_node node; /* key: start, len: extent (whole pages) */
     uint64_t padded, requested;
+    uint64_t serial;  /* unique for the process: queued work names a block by it */
+    uint32_t queued;  /* queued operations naming this block */
     uint32_t page_size;
     uint8_t api;
     int8_t device; /* -1: pinned host memory */
@@ -171,9 +177,13 @@ struct am_device {
     struct am_node *blocks;
 };
 
+struct am_stream;
+
 struct am_context {
     int32_t device;
     bool alive, primary;
+    uint32_t streams;               /* created streams alive */
+    struct am_stream *default_stream; /* made on first use */
 };
 
 /* A freed pinned block kept mapped (emptied) a while, so a stale view reads zeros and
@@ -207,6 +217,13 @@ struct am_engine {
     struct am_node *pinned_freed;
     uint64_t quarantine[AM_PINNED_QUARANTINE][2]; /* start, extent: oldest first */
     int quarantine_count;
+    uint64_t block_serial;
+    /* Streams and events (streams.c, events.c). */
+    struct am_node *streams;     /* created streams by handle */
+    struct am_stream *all_streams; /* created and default streams, newest first */
+    uint64_t stream_sequence, event_sequence;
+    struct am_node *events;      /* live events by handle */
+    uint64_t queued_ops;         /* copies and memsets queued on any stream */
 };
 
 AM_HIDDEN extern struct am_engine am;
@@ -268,6 +285,71 @@ AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t a
 AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
 AM_HIDDEN unsigned char *am_host_of(struct am_device *device, uint64_t address);
+
+/* ---- streams and events (streams.c, events.c) --------------------------------------- */
+#define AM_STREAM_BASE ((uint64_t)0x5A0000000000)
+#define AM_EVENT_BASE ((uint64_t)0x5B0000000000)
+#define AM_HANDLE_STEP ((uint64_t)0x40)
+
+/* A point in a stream's queue: an event's record, a wait for another stream's record,
+ * or an event's reset. Shared by the queue, events and waits (counted references). */
+struct am_marker {
+    struct am_stream *stream; /* NULL once it ran */
+    struct am_marker *waits_for;
+    uint64_t resets;               /* a reset: the event whose record it forgets */
+    struct am_marker *reset_record; /* ... if that record is still this one */
+    uint64_t time_ns;
+    uint32_t refs;
+    bool ran;
+};
+
+/* Where the bytes of a range are (copies.c). */
+enum am_where { AM_NOWHERE, AM_ON_DEVICE, AM_PINNED_HOST, AM_PAGEABLE };
+
+struct am_located {
+    enum am_where where;
+    unsigned char *host; /* where the bytes are in this process */
+    int device;
+    struct am_block *block; /* the (first) block holding it; NULL for pageable memory */
+};
+
+AM_HIDDEN struct am_located am_locate(uint64_t address, uint64_t count);
+/* Copy or set now what am_locate found; false when pageable memory refused it. */
+AM_HIDDEN bool am_copy_now(const struct am_located *target, const struct am_located *source,
+                           uint64_t count);
+
+AM_HIDDEN struct am_marker *am_marker_new(struct am_stream *stream);
+AM_HIDDEN void am_marker_put(struct am_marker *marker);
+/* Run the marker's stream up to it (the device reaches it). */
+AM_HIDDEN void am_reach(struct am_marker *marker);
+/* Queue a marker on a stream (takes a reference); false when out of memory. */
+AM_HIDDEN bool am_queue_marker(struct am_stream *stream, struct am_marker *marker);
+/* The stream `handle` names for the calling thread (0: the current context's default
+ * stream), checked in the release's order; NULL with *code set when refused. */
+AM_HIDDEN struct am_stream *am_resolve_stream(uint64_t handle, aclError *code,
+                                              const char **why);
+AM_HIDDEN bool am_stream_handle_valid(uint64_t handle);
+/* A context ended: its streams go with their queued work (which never runs). */
+AM_HIDDEN void am_context_ended(uint64_t handle);
+/* Queued work touching [start, start + size): a hazard when `what` races with it. */
+AM_HIDDEN void am_check_queued(uint64_t start, uint64_t size, bool write_only,
+                               const char *kind, const char *what);
+/* Forget every stream and event (reset, and a forked child). */
+AM_HIDDEN void am_streams_clear(void);
+/* A reset marker ran: the event forgets its record if that is still `record`. */
+AM_HIDDEN void am_event_forget_record(uint64_t handle, const struct am_marker *record);
+AM_HIDDEN void am_events_clear(void);
+
+/* ---- hazards (hazards.c) ------------------------------------------------------------ */
+/* A race with queued work: counted, and said on stderr, queued for the binding, or
+ * turned into the call's failure, as configured (ACL_MEM_HAZARDS). */
+AM_HIDDEN void am_hazard(const char *kind, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+/* `code`, or 507000 naming the hazard when one was reported in raise mode during this
+ * call. */
+AM_HIDDEN aclError am_hazard_result(aclError code, const char *call);
+AM_HIDDEN void am_hazards_read_setting(void);
+AM_HIDDEN void am_hazards_clear(void);
 
 /* Config file (config_file.c): the code aclInit's reading of `path` gives, and the
  * content's digest in *digest. */

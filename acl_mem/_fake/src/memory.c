@@ -62,6 +62,7 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
         block->page_size = kind;
         block->api = api;
         block->device = (int8_t)device->id;
+        block->serial = ++am.block_serial;
         if (kind == AM_NORMAL_PAGE)
             device->normal_used += extent;
         else
@@ -205,6 +206,16 @@ aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy poli
     return device_malloc(AM_API_MALLOC_CACHED, devPtr, size, policy);
 }
 
+/* Freeing memory queued work still names: the hazard, reported before the memory goes
+ * (the work is skipped when it runs). */
+static void freed_while_queued(const struct am_block *block)
+{
+    char what[96];
+    snprintf(what, sizeof what, "%s block %#llx freed", api_name(block->api),
+             (unsigned long long)block->node.key);
+    am_check_queued(block->node.key, block->node.len, false, "free-while-queued", what);
+}
+
 /* Free the block starting at ptr if one of `apis` made it. */
 static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 {
@@ -227,8 +238,10 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
                                    "another call)", ptr, dvpp_family ?
                                    "acldvppMalloc or hi_mpi_dvpp_malloc" :
                                    "aclrtMalloc, aclrtMallocAlign32 or aclrtMallocCached"));
+    if (block->queued != 0)
+        freed_while_queued(block);
     am_block_release(device, block);
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, name));
 }
 
 aclError aclrtFree(void *devPtr)
@@ -324,6 +337,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
     block->page_size = AM_HOST_PAGE;
     block->api = AM_API_MALLOC_HOST;
     block->device = -1;
+    block->serial = ++am.block_serial;
     /* An address of a quarantined block cannot come back while it is mapped. */
     am_tree_insert(&am.pinned, &block->node);
     *hostPtr = mapped;
@@ -375,11 +389,13 @@ aclError aclrtFreeHost(void *hostPtr)
     if (node == NULL)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start "
                                    "of live memory from aclrtMallocHost", hostPtr));
+    if (((struct am_block *)node)->queued != 0)
+        freed_while_queued((struct am_block *)node);
     uint64_t extent = node->len;
     am_tree_remove(&am.pinned, address);
     free(node);
     quarantine(address, extent);
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtFreeHost"));
 }
 
 /* ---- queries (§3.12, §4.8, §4.9) ------------------------------------------------------ */

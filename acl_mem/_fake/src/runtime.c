@@ -50,7 +50,7 @@ static void release_device(struct am_device *device)
     device->primary = 0;
     for (size_t i = 1; i < am.context_count; i++)
         if (am.contexts[i].alive && am.contexts[i].device == device->id)
-            am.contexts[i].alive = false;
+            am_end_context(AM_CONTEXT_BASE + i * AM_CONTEXT_STEP);
     am_release_device_memory(device);
 }
 
@@ -64,7 +64,7 @@ aclError aclFinalize(void)
         release_device(&am.devices[i]);
     am.init_count = 0;
     am.finalized = true;
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, "aclFinalize"));
 }
 
 /* ---- devices and default contexts (§3.2) ------------------------------------------- */
@@ -124,7 +124,7 @@ static aclError reset_device(int32_t deviceId, bool force, const char *call)
         if (device->created == 0)
             am_release_device_memory(device);
     }
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, call));
 }
 
 aclError aclrtResetDevice(int32_t deviceId)
@@ -219,11 +219,11 @@ aclError aclrtDestroyContext(aclrtContext context)
         self->ctx = 0;
         self->cur = self->ref;
     }
-    found->alive = false;
+    am_end_context(handle);
     struct am_device *device = &am.devices[found->device];
     if (--device->created == 0 && device->references == 0)
         am_release_device_memory(device);
-    return unlock_with(AM_SUCCESS);
+    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtDestroyContext"));
 }
 
 aclError aclrtSetCurrentContext(aclrtContext context)

@@ -58,6 +58,7 @@ aclError am_fail(aclError code, const char *call, const char *format, ...)
         va_end(args);
     }
     self->has_message = true;
+    am_hazard_result(code, call); /* a failed call reports its failure, not a hazard */
     /* The runtime's own failures become the thread's last error; the ACL layer's
      * parameter checks (100000 ...) do not (docs/runtime-model.md §3.1.2). */
     int family = code / 1000;
@@ -122,6 +123,7 @@ static void read_settings(void)
             am.cann = &am_releases[am_release_count - 1];
         }
     }
+    am_hazards_read_setting();
     am.device_count = configured_devices ? configured_devices : am.profile->device_count;
     am.capacity = configured_capacity ? configured_capacity : am.profile->capacity;
 }
@@ -260,8 +262,10 @@ uint64_t am_context_new(int device, bool primary)
 void am_end_context(uint64_t handle)
 {
     struct am_context *context = am_context_of(handle);
-    if (context != NULL)
+    if (context != NULL && context->alive) {
         context->alive = false;
+        am_context_ended(handle);
+    }
 }
 
 struct am_device *am_current_device(void)
@@ -276,6 +280,9 @@ struct am_device *am_current_device(void)
 
 static void release_everything(void)
 {
+    am_streams_clear();
+    am_events_clear();
+    am_hazards_clear();
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
         am_tree_clear(&device->blocks, free_block);
@@ -350,6 +357,8 @@ static void after_fork_in_child(void)
     }
     for (size_t i = 1; i < am.context_count; i++)
         am.contexts[i].alive = false;
+    am_streams_clear();
+    am_events_clear();
     am_tree_clear(&am.pinned, free_block);
     __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
 }
