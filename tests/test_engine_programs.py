@@ -22,7 +22,7 @@ from acl_mem._fake.library import library_dir
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
-            "global_owner.cpp", "streams.c", "raii_streams.cpp"]
+            "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -151,6 +151,15 @@ def test_an_unknown_hazard_mode_fails_every_call(programs):
     done = _run(programs["streams"], ACL_MEM_HAZARDS="loud")
     assert done.returncode != 0
     assert done.stderr.count("ACL_MEM_HAZARDS") == 1
+
+
+def test_host_memory_unmapped_or_protected_after_a_copy_is_refused(programs):
+    """Host ranges copied once are copied without a system call afterwards, under a fault
+    guard: memory the program protects or unmaps since is 107000, not a crash, and the
+    program's own SIGSEGV handler sees only the program's faults."""
+    lines = _ok(_run(programs["host_guard"]))
+    assert lines[-1] == "done"
+    assert "ok the fake's faults stayed the fake's" in lines
 
 
 def test_cpp_owners_of_streams_and_memory(programs):

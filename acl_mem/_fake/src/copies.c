@@ -67,12 +67,94 @@ struct am_located am_locate(uint64_t address, uint64_t count)
     return found;
 }
 
+/* ---- host ranges proven usable ---------------------------------------------------------
+ * Pages of pageable host memory a kernel-checked copy read or wrote (docs/fidelity.md):
+ * later copies of them use memmove under the fault guard instead of a system call. An
+ * entry goes when a guarded copy over it faults (unmapped or protected since). Under
+ * the engine lock. */
+#define PROVEN_SLOTS 32
+
+static struct {
+    uint64_t start, end; /* whole pages */
+    bool writable;
+} proven[PROVEN_SLOTS];
+static unsigned proven_next;
+
+static uint64_t page_down(uint64_t address)
+{
+    return address & ~(AM_HOST_PAGE - 1);
+}
+
+static bool is_proven(const unsigned char *host, uint64_t count, bool write)
+{
+    uint64_t start = (uintptr_t)host, end = start + count;
+    for (unsigned i = 0; i < PROVEN_SLOTS; i++)
+        if (proven[i].start <= start && end <= proven[i].end && proven[i].end != 0 &&
+            (!write || proven[i].writable))
+            return true;
+    return false;
+}
+
+static void prove(const unsigned char *host, uint64_t count, bool write)
+{
+    uint64_t start = page_down((uintptr_t)host);
+    uint64_t end = page_down((uintptr_t)host + count - 1) + AM_HOST_PAGE;
+    if (end <= start || !am_os_guard_ready())
+        return; /* the last page of the address space, or no guard: nothing is kept */
+    unsigned slot = proven_next++ % PROVEN_SLOTS;
+    proven[slot].start = start;
+    proven[slot].end = end;
+    proven[slot].writable = write;
+}
+
+static void forget_proven(const unsigned char *host, uint64_t count)
+{
+    uint64_t start = (uintptr_t)host, end = start + count;
+    for (unsigned i = 0; i < PROVEN_SLOTS; i++)
+        if (proven[i].start < end && start < proven[i].end)
+            proven[i].start = proven[i].end = 0;
+}
+
+void am_proven_clear(void)
+{
+    memset(proven, 0, sizeof proven);
+}
+
 bool am_copy_now(const struct am_located *target, const struct am_located *source,
                  uint64_t count)
 {
-    if (target->where == AM_PAGEABLE || source->where == AM_PAGEABLE)
-        return am_os_checked_copy(target->host, source->host, count);
-    memmove(target->host, source->host, count);
+    bool dst_pageable = target->where == AM_PAGEABLE, src_pageable = source->where == AM_PAGEABLE;
+    if (!dst_pageable && !src_pageable) {
+        memmove(target->host, source->host, count);
+        return true;
+    }
+    if ((!dst_pageable || is_proven(target->host, count, true)) &&
+        (!src_pageable || is_proven(source->host, count, false))) {
+        if (am_os_guarded_copy(target->host, source->host, count))
+            return true;
+        /* Unmapped or protected since it was proven: the kernel says which. */
+        forget_proven(target->host, count);
+        forget_proven(source->host, count);
+    }
+    if (!am_os_checked_copy(target->host, source->host, count))
+        return false;
+    if (dst_pageable)
+        prove(target->host, count, true);
+    if (src_pageable)
+        prove(source->host, count, false);
+    return true;
+}
+
+bool am_set_pageable(unsigned char *host, int value, uint64_t count)
+{
+    if (is_proven(host, count, true)) {
+        if (am_os_guarded_set(host, value, count))
+            return true;
+        forget_proven(host, count);
+    }
+    if (!am_os_checked_set(host, value, count))
+        return false;
+    prove(host, count, true);
     return true;
 }
 
@@ -153,7 +235,7 @@ aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
                                    "not inside live memory", devPtr, count));
     if (target.where == AM_PAGEABLE) {
         /* The driver sets pageable host memory like any host memory (§3.11). */
-        if (!am_os_checked_set(target.host, value & 0xFF, count))
+        if (!am_set_pageable(target.host, value & 0xFF, count))
             return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "host memory "
                                        "%p + %zu bytes is not mapped writable", devPtr,
                                        count));

@@ -136,6 +136,11 @@ AM_HIDDEN void am_os_discard(void *address, uint64_t size);
  * unmapped or lacks the permission (never a crash). */
 AM_HIDDEN bool am_os_checked_copy(void *dst, const void *src, uint64_t count);
 AM_HIDDEN bool am_os_checked_set(void *dst, int value, uint64_t count);
+/* The fault guard for memory a kernel copy proved (false when it cannot be had, e.g.
+ * under a sanitizer); then copies and sets that fail on a fault instead of crashing. */
+AM_HIDDEN bool am_os_guard_ready(void);
+AM_HIDDEN bool am_os_guarded_copy(void *dst, const void *src, uint64_t count);
+AM_HIDDEN bool am_os_guarded_set(void *dst, int value, uint64_t count);
 
 /* ---- the model (state.c) ------------------------------------------------------------ */
 enum am_api {
@@ -317,6 +322,9 @@ AM_HIDDEN struct am_located am_locate(uint64_t address, uint64_t count);
 /* Copy or set now what am_locate found; false when pageable memory refused it. */
 AM_HIDDEN bool am_copy_now(const struct am_located *target, const struct am_located *source,
                            uint64_t count);
+AM_HIDDEN bool am_set_pageable(unsigned char *host, int value, uint64_t count);
+/* Forget every proven host range (a reset: the tests map and unmap memory between). */
+AM_HIDDEN void am_proven_clear(void);
 
 AM_HIDDEN struct am_marker *am_marker_new(struct am_stream *stream);
 AM_HIDDEN void am_marker_put(struct am_marker *marker);

@@ -149,12 +149,14 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
 {
     char call[96];
     uint32_t policy = (uint32_t)policy_value;
-    snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", api_name(api), size, policy);
-    ENTER(call);
+    /* The call's text is made only when it fails. */
+#define MALLOC_CALL (snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", api_name(api), \
+                              size, policy), call)
+    ENTER(MALLOC_CALL);
     if (devPtr == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "devPtr is NULL"));
     if (size == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "size is 0: ask for at least "
+        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size is 0: ask for at least "
                                    "one byte"));
     uint32_t chosen = effective_policy(api, policy);
     /* Before 9.1.0 the padding is a fixed 32 whatever the SoC, and the overflow check
@@ -163,19 +165,19 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
                    : am.cann->soc_padding ? am.profile->padding : 32;
     uint64_t overhead = am.cann->soc_padding ? 32 + pad : 64;
     if (size > SIZE_MAX - overhead)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "size %zu plus the runtime's "
+        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size %zu plus the runtime's "
                                    "%llu bytes of padding does not fit a size_t", size,
                                    (unsigned long long)overhead));
     struct am_device *device = am_current_device();
     if (device == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no current "
+        return unlock_with(am_fail(AM_CONTEXT_NULL, MALLOC_CALL, "this thread has no current "
                                    "context: call aclrtSetDevice first"));
     if (giant(chosen) && !am.profile->giant_pages)
-        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "1 GiB pages (policy %u) "
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "1 GiB pages (policy %u) "
                                    "do not exist on %s", policy, am.profile->soc_name));
     if ((chosen == 3 || chosen == 4 || chosen == 5 || chosen == 7) &&
         !am.profile->p2p_policies)
-        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "P2P policies (policy %u) "
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "P2P policies (policy %u) "
                                    "do not exist on %s", policy, am.profile->soc_name));
     uint64_t rounding = api == AM_API_MALLOC_ALIGN32 ? 31 : 31 + pad;
     uint64_t padded = ((uint64_t)size + rounding) / 32 * 32;
@@ -183,7 +185,7 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
     int count = page_kinds(padded, chosen, kinds);
     struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size);
     if (block == NULL)
-        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
                                    "%llu bytes (size %zu after padding and page rounding) "
                                    "in the pool policy %u uses", device->id,
                                    (unsigned long long)padded, size, policy));
@@ -220,12 +222,12 @@ static void freed_while_queued(const struct am_block *block)
 static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 {
     char call[64];
-    snprintf(call, sizeof call, "%s(%s=%p)", name, dvpp_family && name[0] == 'h' ? "dev_ptr" :
-             "devPtr", ptr);
-    ENTER(call);
+#define FREE_CALL (snprintf(call, sizeof call, "%s(%s=%p)", name, dvpp_family && name[0] == 'h' \
+                            ? "dev_ptr" : "devPtr", ptr), call)
+    ENTER(FREE_CALL);
     uint64_t address = (uintptr_t)ptr;
     if (address == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "the pointer is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
     struct am_device *device = am_device_of(address);
     struct am_block *block = device == NULL ? NULL
         : (struct am_block *)am_tree_find(device->blocks, address);
@@ -233,7 +235,7 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);
     if (!family)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start of live "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, FREE_CALL, "%p is not the start of live "
                                    "memory from %s (freed already, inside a block, or from "
                                    "another call)", ptr, dvpp_family ?
                                    "acldvppMalloc or hi_mpi_dvpp_malloc" :
@@ -380,14 +382,14 @@ static void quarantine(uint64_t start, uint64_t extent)
 aclError aclrtFreeHost(void *hostPtr)
 {
     char call[64];
-    snprintf(call, sizeof call, "aclrtFreeHost(hostPtr=%p)", hostPtr);
-    ENTER(call);
+#define FREE_HOST_CALL (snprintf(call, sizeof call, "aclrtFreeHost(hostPtr=%p)", hostPtr), call)
+    ENTER(FREE_HOST_CALL);
     uint64_t address = (uintptr_t)hostPtr;
     if (address == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, call, "hostPtr is NULL"));
+        return unlock_with(am_fail(AM_INVALID_PARAM, FREE_HOST_CALL, "hostPtr is NULL"));
     struct am_node *node = am_tree_find(am.pinned, address);
     if (node == NULL)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start "
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, FREE_HOST_CALL, "%p is not the start "
                                    "of live memory from aclrtMallocHost", hostPtr));
     if (((struct am_block *)node)->queued != 0)
         freed_while_queued((struct am_block *)node);

@@ -283,6 +283,7 @@ static void release_everything(void)
     am_streams_clear();
     am_events_clear();
     am_hazards_clear();
+    am_proven_clear();
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
         am_tree_clear(&device->blocks, free_block);
