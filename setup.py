@@ -72,10 +72,25 @@ class BuildLibraries(build_ext):
         super().build_extension(ext)
 
 
+try:  # setuptools >= 70.1 has it; older ones take it from the wheel package
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # pragma: no cover - depends on the build environment
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef, import-not-found]
+
+
+class PlatformWheel(bdist_wheel):
+    """The libraries need no Python ABI (nothing of libpython is in them): one wheel per
+    platform serves every Python 3."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _, _, platform = super().get_tag()
+        return "py3", "none", platform
+
+
 setup(
     ext_modules=[
         _library("libascendcl.so", recipe.ENGINE, engine=True),
         *[_library(name, files, engine=False) for name, files in recipe.SIDE_LIBRARIES.items()],
     ],
-    cmdclass={"build_ext": BuildLibraries},
+    cmdclass={"build_ext": BuildLibraries, "bdist_wheel": PlatformWheel},
 )
