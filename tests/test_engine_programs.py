@@ -22,7 +22,8 @@ from acl_mem._fake.library import library_dir
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
-            "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c"]
+            "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
+            "threads_mixed.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -106,6 +107,14 @@ def test_threads_on_two_devices(programs):
     lines = _ok(_run(programs["threads"]))
     assert sorted(line for line in lines if line.startswith("thread ")) == [
         f"thread {i} device {i % 2} ok" for i in range(4)]
+
+
+def test_threads_on_fast_paths_beside_whole_engine_calls(programs):
+    """Allocation and copies on each thread's own device (per-device locks) while other
+    threads use pinned memory, streams, events and contexts (the engine lock)."""
+    lines = _ok(_run(programs["threads_mixed"]))
+    assert lines[-1] == "done"
+    assert len([line for line in lines if line.endswith(" ok")]) in (2, 4)
 
 
 def test_fork_from_a_busy_multithreaded_program(programs):

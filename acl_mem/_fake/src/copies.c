@@ -70,15 +70,15 @@ struct am_located am_locate(uint64_t address, uint64_t count)
 /* ---- host ranges proven usable ---------------------------------------------------------
  * Pages of pageable host memory a kernel-checked copy read or wrote (docs/fidelity.md):
  * later copies of them use memmove under the fault guard instead of a system call. An
- * entry goes when a guarded copy over it faults (unmapped or protected since). Under
- * the engine lock. */
+ * entry goes when a guarded copy over it faults (unmapped or protected since). Per
+ * thread: threads copying on different devices share nothing here. */
 #define PROVEN_SLOTS 32
 
-static struct {
+static _Thread_local struct {
     uint64_t start, end; /* whole pages */
     bool writable;
 } proven[PROVEN_SLOTS];
-static unsigned proven_next;
+static _Thread_local unsigned proven_next;
 
 static uint64_t page_down(uint64_t address)
 {
@@ -162,38 +162,38 @@ bool am_set_pageable(unsigned char *host, int value, uint64_t count)
     (snprintf(call, sizeof call, "aclrtMemcpy(dst=%p, destMax=%zu, src=%p, count=%zu, "    \
               "kind=%d)", dst, destMax, src, count, (int)kind), call)
 
-aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
-                     aclrtMemcpyKind kind)
+/* aclrtMemcpy's checks and copy, with the locks of the devices it touches held. */
+static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t count,
+                              aclrtMemcpyKind kind)
 {
     /* The call's text is made only when it fails: a copy that succeeds formats nothing. */
     char call[160];
-    ENTER(MEMCPY_CALL);
     /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
      * releases NULL, then the kind, and leave count 0 to the runtime. */
     if (am.cann->count_checked_first && count == 0)
-        return unlock_with(AM_SUCCESS);
+        return (AM_SUCCESS);
     if (dst == NULL || src == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "dst or src is NULL"));
+        return (am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "dst or src is NULL"));
     if ((uint32_t)kind > 5)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "kind %d is not a copy "
+        return (am_fail(AM_INVALID_PARAM, MEMCPY_CALL, "kind %d is not a copy "
                                    "direction", (int)kind));
     if (destMax == 0 || count == 0 || count > destMax)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "count %zu must be at "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "count %zu must be at "
                                    "least 1 and at most destMax %zu", count, destMax));
     if (dst == src)
-        return unlock_with(AM_SUCCESS);
+        return (AM_SUCCESS);
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_CALL, "this thread has no "
+        return (am_fail(AM_CONTEXT_NULL, MEMCPY_CALL, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
     struct am_located target = am_locate((uintptr_t)dst, count);
     struct am_located source = am_locate((uintptr_t)src, count);
     if (target.where == AM_NOWHERE || source.where == AM_NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "%s %p + %zu bytes is "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "%s %p + %zu bytes is "
                                    "not inside live memory", target.where == AM_NOWHERE ?
                                    "dst" : "src", target.where == AM_NOWHERE ? dst : src,
                                    count));
     if (target.device >= 0 && source.device >= 0 && target.device != source.device)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "dst is on device %d "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "dst is on device %d "
                                    "and src on device %d: copy between devices through the "
                                    "host", target.device, source.device));
     if (am.queued_ops != 0) {
@@ -203,47 +203,89 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                         "aclrtMemcpy reads");
     }
     if (!am_copy_now(&target, &source, count))
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory "
                                    "%p + %zu bytes is not mapped %s", target.where ==
                                    AM_PAGEABLE ? dst : src, count, target.where ==
                                    AM_PAGEABLE ? "writable" : "readable"));
-    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtMemcpy"));
+    return (am_hazard_result(AM_SUCCESS, "aclrtMemcpy"));
 }
 
-aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
+/* The locks a synchronous copy or set takes on its fast path: the devices of its
+ * pointers, or the thread's current device when both are host memory. */
+static void fast_devices(const void *dst, const void *src, int *first, int *second)
+{
+    *first = am_device_index(dst);
+    *second = src == NULL ? -1 : am_device_index(src);
+    if (*first < 0) {
+        *first = *second;
+        *second = -1;
+    }
+    if (*first < 0)
+        *first = am_fast_current_device();
+}
+
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                     aclrtMemcpyKind kind)
+{
+    int first, second;
+    fast_devices(dst, src, &first, &second);
+    if (am_fast_lock(first, second)) {
+        aclError code = memcpy_locked(dst, destMax, src, count, kind);
+        am_fast_unlock(first, second);
+        return code;
+    }
+    char call[160];
+    ENTER(MEMCPY_CALL);
+    return unlock_with(memcpy_locked(dst, destMax, src, count, kind));
+}
+
+static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     char call[128];
 #define MEMSET_CALL                                                                        \
     (snprintf(call, sizeof call, "aclrtMemset(devPtr=%p, maxCount=%zu, value=%d, "         \
               "count=%zu)", devPtr, maxCount, (int)value, count), call)
-    ENTER(MEMSET_CALL);
     if (count == 0 && am.cann->zero_count_succeeds) /* 9.1.0: before any other check */
-        return unlock_with(AM_SUCCESS);
+        return (AM_SUCCESS);
     if (devPtr == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MEMSET_CALL, "devPtr is NULL"));
+        return (am_fail(AM_INVALID_PARAM, MEMSET_CALL, "devPtr is NULL"));
     if (count == 0) /* before 9.1.0 the runtime refuses count 0 */
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count is 0"));
+        return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count is 0"));
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMSET_CALL, "this thread has no "
+        return (am_fail(AM_CONTEXT_NULL, MEMSET_CALL, "this thread has no "
                                    "current context: call aclrtSetDevice first"));
     if (count > maxCount)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count %zu is more "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count %zu is more "
                                    "than maxCount %zu", count, maxCount));
     struct am_located target = am_locate((uintptr_t)devPtr, count);
     if (target.where == AM_NOWHERE)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "%p + %zu bytes is "
+        return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "%p + %zu bytes is "
                                    "not inside live memory", devPtr, count));
     if (target.where == AM_PAGEABLE) {
         /* The driver sets pageable host memory like any host memory (§3.11). */
         if (!am_set_pageable(target.host, value & 0xFF, count))
-            return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "host memory "
+            return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "host memory "
                                        "%p + %zu bytes is not mapped writable", devPtr,
                                        count));
-        return unlock_with(AM_SUCCESS);
+        return (AM_SUCCESS);
     }
     if (am.queued_ops != 0)
         am_check_queued((uintptr_t)devPtr, count, false, "access-before-synchronize",
                         "aclrtMemset writes");
     memset(target.host, value & 0xFF, count);
-    return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtMemset"));
+    return (am_hazard_result(AM_SUCCESS, "aclrtMemset"));
+}
+
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
+{
+    int first, second;
+    fast_devices(devPtr, NULL, &first, &second);
+    if (am_fast_lock(first, second)) {
+        aclError code = memset_locked(devPtr, maxCount, value, count);
+        am_fast_unlock(first, second);
+        return code;
+    }
+    char call[128];
+    ENTER(MEMSET_CALL);
+    return unlock_with(memset_locked(devPtr, maxCount, value, count));
 }

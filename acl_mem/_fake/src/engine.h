@@ -171,7 +171,11 @@ struct am_region {
     uint64_t skew;
 };
 
+/* Each device on its own cache lines, with its own lock: threads on different devices
+ * do not share a line on their allocation and copy paths. */
 struct am_device {
+    _Alignas(64) pthread_mutex_t lock;
+    uint64_t serial; /* blocks made on this device (block serials) */
     int id;
     int references; /* aclrtSetDevice minus aclrtResetDevice */
     int created;    /* live contexts made by aclrtCreateContext */
@@ -184,8 +188,11 @@ struct am_device {
 
 struct am_stream;
 
+#define AM_CONTEXT_CHUNK 1024
+#define AM_CONTEXT_CHUNKS 4096
+
 struct am_context {
-    int32_t device;
+    int32_t device; /* read without the lock by the fast paths: __atomic loads */
     bool alive, primary;
     uint32_t streams;               /* created streams alive */
     struct am_stream *default_stream; /* made on first use */
@@ -216,8 +223,11 @@ struct am_engine {
     bool finalized, have_config;
     uint64_t config_digest;
     struct am_device devices[AM_MAX_DEVICES];
-    struct am_context *contexts; /* by sequence number; index 0 unused */
-    size_t context_count, context_capacity;
+    /* Contexts by sequence number (index 0 unused), in chunks that never move or go: the
+     * fast paths read a thread's context before they know which lock to take. */
+    struct am_context *context_chunks[AM_CONTEXT_CHUNKS];
+    size_t context_count; /* __atomic: read by the fast paths */
+    int locked_devices;   /* device locks the holder of the engine lock took */
     struct am_node *pinned;
     struct am_node *pinned_freed;
     uint64_t quarantine[AM_PINNED_QUARANTINE][2]; /* start, extent: oldest first */
@@ -246,9 +256,23 @@ struct am_thread {
 
 AM_HIDDEN struct am_thread *am_thread(void);
 
-/* Take the engine lock (initialising the engine on first use). */
+/* Take the engine lock (initialising the engine on first use): the whole engine, every
+ * device's lock included. */
 AM_HIDDEN void am_lock(void);
 AM_HIDDEN void am_unlock(void);
+/* The fast paths (allocation, free, synchronous copies) take only the locks of the
+ * devices they touch, and only while no queued work exists and the settings are usable;
+ * everything they read besides their devices changes only under the engine lock, which
+ * holds every device lock. Lock order: the engine lock, then devices by id. These take
+ * device `first` and `second` (-1: none; equal ids once) and say whether the fast path
+ * may run; on false nothing is held and the caller takes the engine lock. */
+AM_HIDDEN bool am_fast_lock(int first, int second);
+AM_HIDDEN void am_fast_unlock(int first, int second);
+/* The device of the calling thread's current context, read without a lock (-1: none);
+ * am_fast_lock then checks it still holds. */
+AM_HIDDEN int am_fast_current_device(void);
+/* The context of `sequence` (0 < sequence < count), or NULL. */
+AM_HIDDEN struct am_context *am_context_at(size_t sequence);
 /* The engine, initialised; for calls that do not take the lock. */
 AM_HIDDEN void am_ready(void);
 
@@ -289,6 +313,8 @@ AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t a
                                              int kind_count, bool dvpp, uint64_t requested);
 AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
+/* The device slot an address lies in by arithmetic alone (-1: none), for choosing a lock. */
+AM_HIDDEN int am_device_index(const void *pointer);
 AM_HIDDEN unsigned char *am_host_of(struct am_device *device, uint64_t address);
 
 /* ---- streams and events (streams.c, events.c) --------------------------------------- */

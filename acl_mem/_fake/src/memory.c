@@ -62,7 +62,7 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
         block->page_size = kind;
         block->api = api;
         block->device = (int8_t)device->id;
-        block->serial = ++am.block_serial;
+        block->serial = (uint64_t)(device->id + 1) << 48 | ++device->serial;
         if (kind == AM_NORMAL_PAGE)
             device->normal_used += extent;
         else
@@ -88,6 +88,15 @@ void am_block_release(struct am_device *device, struct am_block *block)
         am_os_discard(am_host_of(device, start), extent);
     am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
     free(block);
+}
+
+int am_device_index(const void *pointer)
+{
+    uint64_t address = (uintptr_t)pointer;
+    if (address < AM_DEVICE_SPACE_BASE ||
+        address >= AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT)
+        return -1;
+    return (int)((address - AM_DEVICE_SPACE_BASE) / AM_DEVICE_SLOT);
 }
 
 struct am_device *am_device_of(uint64_t address)
@@ -144,19 +153,19 @@ static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
     }
 }
 
-static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
-                              aclrtMemMallocPolicy policy_value)
+/* The malloc family's checks and allocation, with the locks `device` needs held;
+ * `device` is the thread's current one, NULL when it has none. */
+static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t policy,
+                              struct am_device *device)
 {
     char call[96];
-    uint32_t policy = (uint32_t)policy_value;
     /* The call's text is made only when it fails. */
 #define MALLOC_CALL (snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", api_name(api), \
                               size, policy), call)
-    ENTER(MALLOC_CALL);
     if (devPtr == NULL)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "devPtr is NULL"));
+        return (am_fail(AM_INVALID_PARAM, MALLOC_CALL, "devPtr is NULL"));
     if (size == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size is 0: ask for at least "
+        return (am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size is 0: ask for at least "
                                    "one byte"));
     uint32_t chosen = effective_policy(api, policy);
     /* Before 9.1.0 the padding is a fixed 32 whatever the SoC, and the overflow check
@@ -165,19 +174,18 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
                    : am.cann->soc_padding ? am.profile->padding : 32;
     uint64_t overhead = am.cann->soc_padding ? 32 + pad : 64;
     if (size > SIZE_MAX - overhead)
-        return unlock_with(am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size %zu plus the runtime's "
+        return (am_fail(AM_INVALID_PARAM, MALLOC_CALL, "size %zu plus the runtime's "
                                    "%llu bytes of padding does not fit a size_t", size,
                                    (unsigned long long)overhead));
-    struct am_device *device = am_current_device();
     if (device == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, MALLOC_CALL, "this thread has no current "
+        return (am_fail(AM_CONTEXT_NULL, MALLOC_CALL, "this thread has no current "
                                    "context: call aclrtSetDevice first"));
     if (giant(chosen) && !am.profile->giant_pages)
-        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "1 GiB pages (policy %u) "
+        return (am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "1 GiB pages (policy %u) "
                                    "do not exist on %s", policy, am.profile->soc_name));
     if ((chosen == 3 || chosen == 4 || chosen == 5 || chosen == 7) &&
         !am.profile->p2p_policies)
-        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "P2P policies (policy %u) "
+        return (am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "P2P policies (policy %u) "
                                    "do not exist on %s", policy, am.profile->soc_name));
     uint64_t rounding = api == AM_API_MALLOC_ALIGN32 ? 31 : 31 + pad;
     uint64_t padded = ((uint64_t)size + rounding) / 32 * 32;
@@ -185,12 +193,31 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
     int count = page_kinds(padded, chosen, kinds);
     struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size);
     if (block == NULL)
-        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
+        return (am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
                                    "%llu bytes (size %zu after padding and page rounding) "
                                    "in the pool policy %u uses", device->id,
                                    (unsigned long long)padded, size, policy));
     *devPtr = (void *)(uintptr_t)block->node.key;
-    return unlock_with(AM_SUCCESS);
+    return (AM_SUCCESS);
+}
+
+static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
+                              aclrtMemMallocPolicy policy_value)
+{
+    uint32_t policy = (uint32_t)policy_value;
+    int current = am_fast_current_device();
+    if (am_fast_lock(current, -1)) {
+        struct am_device *device = am_current_device();
+        if (device != NULL && device->id == current) {
+            aclError code = malloc_locked(api, devPtr, size, policy, device);
+            am_fast_unlock(current, -1);
+            return code;
+        }
+        am_fast_unlock(current, -1);
+    }
+    char call[96];
+    ENTER(MALLOC_CALL);
+    return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device()));
 }
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
@@ -218,16 +245,15 @@ static void freed_while_queued(const struct am_block *block)
     am_check_queued(block->node.key, block->node.len, false, "free-while-queued", what);
 }
 
-/* Free the block starting at ptr if one of `apis` made it. */
-static aclError device_free(const char *name, void *ptr, bool dvpp_family)
+/* Free the block starting at ptr if one of `apis` made it, with the locks held. */
+static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
 {
     char call[64];
 #define FREE_CALL (snprintf(call, sizeof call, "%s(%s=%p)", name, dvpp_family && name[0] == 'h' \
                             ? "dev_ptr" : "devPtr", ptr), call)
-    ENTER(FREE_CALL);
     uint64_t address = (uintptr_t)ptr;
     if (address == 0)
-        return unlock_with(am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
+        return (am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
     struct am_device *device = am_device_of(address);
     struct am_block *block = device == NULL ? NULL
         : (struct am_block *)am_tree_find(device->blocks, address);
@@ -235,7 +261,7 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);
     if (!family)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, FREE_CALL, "%p is not the start of live "
+        return (am_fail(AM_RT_PARAM_INVALID, FREE_CALL, "%p is not the start of live "
                                    "memory from %s (freed already, inside a block, or from "
                                    "another call)", ptr, dvpp_family ?
                                    "acldvppMalloc or hi_mpi_dvpp_malloc" :
@@ -243,7 +269,20 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
     if (block->queued != 0)
         freed_while_queued(block);
     am_block_release(device, block);
-    return unlock_with(am_hazard_result(AM_SUCCESS, name));
+    return (am_hazard_result(AM_SUCCESS, name));
+}
+
+static aclError device_free(const char *name, void *ptr, bool dvpp_family)
+{
+    int device = am_device_index(ptr);
+    if (device >= 0 && am_fast_lock(device, -1)) {
+        aclError code = free_locked(name, ptr, dvpp_family);
+        am_fast_unlock(device, -1);
+        return code;
+    }
+    char call[64];
+    ENTER(FREE_CALL);
+    return unlock_with(free_locked(name, ptr, dvpp_family));
 }
 
 aclError aclrtFree(void *devPtr)

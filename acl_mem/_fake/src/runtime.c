@@ -48,9 +48,11 @@ static void release_device(struct am_device *device)
     device->references = 0;
     device->created = 0;
     device->primary = 0;
-    for (size_t i = 1; i < am.context_count; i++)
-        if (am.contexts[i].alive && am.contexts[i].device == device->id)
+    for (size_t i = 1; i < am.context_count; i++) {
+        struct am_context *context = am_context_at(i);
+        if (context->alive && context->device == device->id)
             am_end_context(AM_CONTEXT_BASE + i * AM_CONTEXT_STEP);
+    }
     am_release_device_memory(device);
 }
 

@@ -2,6 +2,7 @@
  * failure records, device memory release and the fork rules. */
 #define _GNU_SOURCE
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +146,8 @@ static void layout_devices(void)
         span = AM_DEVICE_SLOT - 2 * AM_DVPP_WINDOW;
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
-        memset(device, 0, sizeof *device);
+        /* The lock (held by whoever lays devices out) and the serial counter stay. */
+        memset(&device->id, 0, sizeof *device - offsetof(struct am_device, id));
         device->id = i;
         uint64_t slot = AM_DEVICE_SPACE_BASE + (uint64_t)i * AM_DEVICE_SLOT;
         device->heap.base = slot;
@@ -233,29 +235,43 @@ void am_release_device_memory(struct am_device *device)
 
 /* ---- contexts ------------------------------------------------------------------------ */
 
+struct am_context *am_context_at(size_t sequence)
+{
+    if (sequence == 0 || sequence >= __atomic_load_n(&am.context_count, __ATOMIC_ACQUIRE))
+        return NULL;
+    struct am_context *chunk = __atomic_load_n(&am.context_chunks[sequence / AM_CONTEXT_CHUNK],
+                                               __ATOMIC_ACQUIRE);
+    return chunk == NULL ? NULL : &chunk[sequence % AM_CONTEXT_CHUNK];
+}
+
 struct am_context *am_context_of(uint64_t handle)
 {
     if (handle <= AM_CONTEXT_BASE || (handle - AM_CONTEXT_BASE) % AM_CONTEXT_STEP != 0)
         return NULL;
     uint64_t sequence = (handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP;
-    return sequence < am.context_count ? &am.contexts[sequence] : NULL;
+    return sequence < (uint64_t)AM_CONTEXT_CHUNK * AM_CONTEXT_CHUNKS
+               ? am_context_at((size_t)sequence) : NULL;
 }
 
 uint64_t am_context_new(int device, bool primary)
 {
-    if (am.context_count == am.context_capacity) {
-        size_t capacity = am.context_capacity ? 2 * am.context_capacity : 64;
-        struct am_context *grown = realloc(am.contexts, capacity * sizeof *grown);
-        if (grown == NULL)
+    size_t sequence = am.context_count == 0 ? 1 : am.context_count; /* 0 is no context */
+    size_t index = sequence / AM_CONTEXT_CHUNK;
+    if (index >= AM_CONTEXT_CHUNKS)
+        return 0;
+    if (am.context_chunks[index] == NULL) {
+        struct am_context *chunk = calloc(AM_CONTEXT_CHUNK, sizeof *chunk);
+        if (chunk == NULL)
             return 0;
-        am.contexts = grown;
-        am.context_capacity = capacity;
+        __atomic_store_n(&am.context_chunks[index], chunk, __ATOMIC_RELEASE);
     }
-    if (am.context_count == 0)
-        am.context_count = 1; /* sequence 0 is no context */
-    uint64_t sequence = am.context_count++;
-    am.contexts[sequence] = (struct am_context){.device = device, .alive = true,
-                                                 .primary = primary};
+    struct am_context *context = &am.context_chunks[index][sequence % AM_CONTEXT_CHUNK];
+    context->alive = true;
+    context->primary = primary;
+    context->streams = 0;
+    context->default_stream = NULL;
+    __atomic_store_n(&context->device, device, __ATOMIC_RELAXED);
+    __atomic_store_n(&am.context_count, sequence + 1, __ATOMIC_RELEASE);
     return AM_CONTEXT_BASE + sequence * AM_CONTEXT_STEP;
 }
 
@@ -290,9 +306,10 @@ static void release_everything(void)
         am_tree_clear(&device->heap_space.free, free_block);
         am_tree_clear(&device->dvpp_space.free, free_block);
     }
-    free(am.contexts);
-    am.contexts = NULL;
-    am.context_count = am.context_capacity = 0;
+    /* Chunks stay (a fast path may be reading one); a reset starts the numbering again. */
+    for (size_t i = 1; i < am.context_count; i++)
+        am_context_at(i)->alive = false;
+    __atomic_store_n(&am.context_count, 0, __ATOMIC_RELEASE);
     am_tree_clear(&am.pinned, free_block);
     am_tree_clear(&am.pinned_freed, free_block);
     am.quarantine_count = 0;
@@ -336,12 +353,12 @@ static void start_over(void)
 
 static void before_fork(void)
 {
-    pthread_mutex_lock(&am.lock);
+    am_lock();
 }
 
 static void after_fork_in_parent(void)
 {
-    pthread_mutex_unlock(&am.lock);
+    am_unlock();
 }
 
 /* The child gets what a new process sees: no contexts, empty devices. A thread of the
@@ -350,6 +367,9 @@ static void after_fork_in_parent(void)
 static void after_fork_in_child(void)
 {
     pthread_mutex_init(&am.lock, NULL);
+    for (int i = 0; i < AM_MAX_DEVICES; i++)
+        pthread_mutex_init(&am.devices[i].lock, NULL);
+    am.locked_devices = 0;
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         am.devices[i].references = am.devices[i].created = 0;
         am.devices[i].primary = 0;
@@ -357,7 +377,7 @@ static void after_fork_in_child(void)
             am_release_device_memory(&am.devices[i]);
     }
     for (size_t i = 1; i < am.context_count; i++)
-        am.contexts[i].alive = false;
+        am_context_at(i)->alive = false;
     am_streams_clear();
     am_events_clear();
     am_tree_clear(&am.pinned, free_block);
@@ -366,6 +386,8 @@ static void after_fork_in_child(void)
 
 static void initialise(void)
 {
+    for (int i = 0; i < AM_MAX_DEVICES; i++)
+        pthread_mutex_init(&am.devices[i].lock, NULL);
     read_settings();
     if (am.setting_error[0] != '\0')
         fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
@@ -384,19 +406,69 @@ void am_lock(void)
 {
     pthread_once(&once, initialise);
     pthread_mutex_lock(&am.lock);
+    int count = am.device_count;
+    for (int i = 0; i < count; i++)
+        pthread_mutex_lock(&am.devices[i].lock);
+    am.locked_devices = count;
 }
 
 void am_unlock(void)
 {
+    for (int i = am.locked_devices - 1; i >= 0; i--)
+        pthread_mutex_unlock(&am.devices[i].lock);
+    am.locked_devices = 0;
     pthread_mutex_unlock(&am.lock);
+}
+
+int am_fast_current_device(void)
+{
+    struct am_context *context = am_context_of(am_thread()->cur);
+    return context == NULL ? -1 : __atomic_load_n(&context->device, __ATOMIC_RELAXED);
+}
+
+bool am_fast_lock(int first, int second)
+{
+    pthread_once(&once, initialise);
+    if (second >= 0 && second < first) {
+        int lower = second;
+        second = first;
+        first = lower;
+    }
+    if (first < 0 || first >= AM_MAX_DEVICES || second >= AM_MAX_DEVICES)
+        return false;
+    pthread_mutex_lock(&am.devices[first].lock);
+    if (second >= 0 && second != first)
+        pthread_mutex_lock(&am.devices[second].lock);
+    /* Stable now: these change only under the engine lock, which holds our devices. */
+    if (first < am.device_count && second < am.device_count && am.queued_ops == 0 &&
+        am.setting_error[0] == '\0')
+        return true;
+    am_fast_unlock(first, second);
+    return false;
+}
+
+void am_fast_unlock(int first, int second)
+{
+    if (second >= 0 && second != first)
+        pthread_mutex_unlock(&am.devices[second].lock);
+    pthread_mutex_unlock(&am.devices[first].lock);
 }
 
 /* ---- the control API ------------------------------------------------------------------ */
 #include "../include/acl_mem_fake.h"
 
-int acl_mem_fake_reset(void)
+/* The engine lock plus every device's, for what changes the device count. */
+static void lock_everything(void)
 {
     am_lock();
+    for (int i = am.locked_devices; i < AM_MAX_DEVICES; i++)
+        pthread_mutex_lock(&am.devices[i].lock);
+    am.locked_devices = AM_MAX_DEVICES;
+}
+
+int acl_mem_fake_reset(void)
+{
+    lock_everything();
     start_over();
     int failed = am.setting_error[0] != '\0';
     am_unlock();
@@ -416,7 +488,7 @@ int acl_mem_fake_configure(const char *profile, const char *cann, int device_cou
         return AM_INVALID_PARAM;
     if (capacity > AM_DEVICE_SLOT / 2 - 2 * AM_DVPP_WINDOW)
         return AM_INVALID_PARAM;
-    am_lock();
+    lock_everything();
     configured_profile = chosen_profile;
     configured_release = chosen_release;
     configured_devices = device_count;

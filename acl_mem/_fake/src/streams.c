@@ -314,8 +314,8 @@ void am_streams_clear(void)
         stream_free(am.all_streams);
     }
     for (size_t i = 1; i < am.context_count; i++) {
-        am.contexts[i].default_stream = NULL;
-        am.contexts[i].streams = 0;
+        am_context_at(i)->default_stream = NULL;
+        am_context_at(i)->streams = 0;
     }
     am.queued_ops = 0;
 }
