@@ -131,6 +131,22 @@ def test_a_full_finding_queue_says_how_many_it_dropped(engine, native):
         engine.set_hazards(None)
 
 
+def test_leaks_list_every_live_block_with_its_caller(engine, native):
+    assert native.aclrtSetDevice(0) == 0
+    rc, device_block = native.aclrtMalloc(1000, 0)
+    assert rc == 0
+    rc, pinned = native.aclrtMallocHost(4096)
+    assert rc == 0
+    rc, freed = native.aclrtMalloc(64, 0)
+    assert rc == 0 and native.aclrtFree(freed) == 0
+    leaks = engine.leaks()
+    assert [(leak.api, leak.address, leak.size, leak.device) for leak in leaks] == [
+        ("aclrtMalloc", device_block, 1000, 0), ("aclrtMallocHost", pinned, 4096, None)]
+    assert all(leak.caller != 0 for leak in leaks)
+    assert native.aclrtFree(device_block) == 0 and native.aclrtFreeHost(pinned) == 0
+    assert engine.leaks() == []
+
+
 def test_an_unknown_hazard_mode_is_refused(engine):
     with pytest.raises(ValueError):
         engine.set_hazards("loud")

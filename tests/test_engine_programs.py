@@ -10,6 +10,7 @@ else against the minimal acl/acl.h (tests/conftest.py). Skipped without a C comp
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
-            "threads_mixed.c"]
+            "threads_mixed.c", "leak_at_exit.c", "leak_site.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -51,8 +52,10 @@ def programs(libdir: Path, headers: Path, tmp_path_factory: pytest.TempPathFacto
         binary = out / source.stem
         # ACL_MEM_ENGINE_CFLAGS: the flags the libraries were built with (a sanitizer
         # build's programs carry its runtime).
+        # -rdynamic: the leak report names the program's exported functions.
         command = [compiler, "-std=c++17" if cxx else "-std=c11", "-Wall", "-Werror",
-                   "-pthread", *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+                   "-pthread", "-rdynamic",
+                   *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
                    f"-I{headers}", f"-I{C_DIR}", str(source), f"-L{libdir}",
                    "-lascendcl", "-lacl_dvpp", f"-Wl,-rpath,{libdir}", "-o", str(binary)]
         done = subprocess.run(command, capture_output=True, text=True)
@@ -171,6 +174,59 @@ def test_host_memory_unmapped_or_protected_after_a_copy_is_refused(programs):
     assert "ok the fake's faults stayed the fake's" in lines
 
 
+def _leak_entries(report: str) -> dict[int, str]:
+    """The report's entries by address: the entry's first line and its caller line."""
+    entries: dict[int, str] = {}
+    lines = report.splitlines()
+    for number, line in enumerate(lines):
+        found = re.match(r"  \S+ (0x[0-9a-f]+) \(", line)
+        if found:
+            entries[int(found.group(1), 16)] = "\n".join(lines[number:number + 2])
+    return entries
+
+
+def test_the_leak_report_at_exit_lists_what_was_never_freed(programs):
+    done = _run(programs["leak_at_exit"], ACL_MEM_LEAK_REPORT="1")
+    lines = _ok(done)
+    report = done.stderr
+    assert "acl_mem: 3 allocation(s) never freed:" in report, report
+    entries = _leak_entries(report)
+    for line in lines:
+        if line.startswith("leak "):
+            _, address, size = line.split()
+            assert f"({size} bytes" in entries[int(address, 16)]
+    assert int(_value(lines, "freed"), 16) not in entries
+    assert "never freed" not in _run(programs["leak_at_exit"]).stderr
+
+
+def test_the_leak_report_names_the_allocating_c_function(programs):
+    """By its exported name (the program is linked with -rdynamic), or by its offset in
+    the program when it is static."""
+    done = _run(programs["leak_site"], ACL_MEM_LEAK_REPORT="yes")
+    lines = _ok(done)
+    entries = _leak_entries(done.stderr)
+    binary = re.escape(str(programs["leak_site"]))
+    found = 0
+    for line in lines:
+        if line.startswith("leak "):
+            _, address, function = line.split()
+            entry = entries[int(address, 16)]
+            found += 1
+            if function == "leak_here":
+                assert re.search(rf'File "{binary}", line 0, in leak_here\+0x[0-9a-f]+$',
+                                 entry, re.M), entry
+            else:
+                assert re.search(rf'File "{binary}", line 0, in \+0x[0-9a-f]+ \(no exported',
+                                 entry), entry
+    assert found == 2
+
+
+def test_a_leak_report_setting_that_is_not_yes_or_no_fails_every_call(programs):
+    done = _run(programs["leak_at_exit"], ACL_MEM_LEAK_REPORT="maybe")
+    assert done.returncode != 0
+    assert "ACL_MEM_LEAK_REPORT" in done.stdout + done.stderr
+
+
 def test_cpp_owners_of_streams_and_memory(programs):
     if "raii_streams" not in programs:
         pytest.skip("no C++ compiler")
@@ -178,9 +234,12 @@ def test_cpp_owners_of_streams_and_memory(programs):
 
 
 def test_a_global_freeing_memory_after_main_returns(programs):
+    """The leak report runs after the C++ global's destructor freed its block."""
     if "global_owner" not in programs:
         pytest.skip("no C++ compiler")
-    _ok(_run(programs["global_owner"]))
+    done = _run(programs["global_owner"], ACL_MEM_LEAK_REPORT="1")
+    _ok(done)
+    assert "freed 0" in done.stderr and "never freed" not in done.stderr
 
 
 @pytest.mark.parametrize("setting", ["ACL_MEM_FAKE_PROFILE=no-such-chip",

@@ -21,7 +21,7 @@ from pathlib import Path
 SOURCE = Path(__file__).resolve().parent / "src"
 #: The engine (libascendcl.so); libacl_dvpp.so and libacl_dvpp_mpi.so forward to it.
 ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
-          "copies.c", "streams.c", "events.c", "hazards.c", "pending.c")
+          "copies.c", "streams.c", "events.c", "hazards.c", "leaks.c", "pending.c")
 SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",)}
 HEADERS = ("engine.h", "acl_api.h", "../include/acl_mem_fake.h")
 #: Warnings are errors; only the ACL functions and the control API are exported.
@@ -33,7 +33,9 @@ def link_flags(soname: str, extra: list[str], *, engine: bool) -> list[str]:
     if not any(flag.startswith("-fsanitize") for flag in extra):
         # A sanitizer's runtime comes with the program, so its symbols stay undefined here.
         flags.append("-Wl,--no-undefined")
-    if not engine:
+    if engine:
+        flags.append("-ldl")  # dladdr, for the leak report (in libc itself from glibc 2.34)
+    else:
         flags.append("-Wl,-rpath,$ORIGIN")
     return flags
 

@@ -17,7 +17,7 @@ import cffi
 from .. import _env
 from ..errors import BackendError, SettingError
 
-__all__ = ["LIBRARY_DIR", "EngineDescription", "EngineLibrary", "library_dir"]
+__all__ = ["LIBRARY_DIR", "EngineDescription", "EngineLeak", "EngineLibrary", "library_dir"]
 
 #: Where installing acl_mem builds the three libraries (lib64/, as in a CANN toolkit).
 LIBRARY_DIR = Path(__file__).resolve().parent / "lib64"
@@ -42,6 +42,14 @@ int acl_mem_fake_set_hazards(const char *mode, int queue_findings);
 unsigned long acl_mem_fake_hazard_count(const char *kind);
 extern unsigned long acl_mem_fake_findings_waiting;
 int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text, size_t text_size);
+struct acl_mem_fake_leak {
+    uint64_t address;
+    uint64_t size;
+    int32_t device;
+    char api[24];
+    const void *caller;
+};
+size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
 """
 
 
@@ -75,6 +83,18 @@ class EngineDescription:
     address_space_reserved: bool
     #: Why ACL_MEM_FAKE_PROFILE or ACL_MEM_FAKE_CANN could not be used ("" if usable).
     setting_error: str
+
+
+@dataclass(frozen=True)
+class EngineLeak:
+    """A block the library still holds: what made it, its address, the bytes asked for,
+    its device (None: pinned host memory) and the allocating call's return address."""
+
+    api: str
+    address: int
+    size: int
+    device: int | None
+    caller: int
 
 
 class EngineLibrary:
@@ -153,6 +173,21 @@ class EngineLibrary:
         while self.lib.acl_mem_fake_next_finding(kind, 64, text, 512) == 1:
             found.append((self._text(kind), self._text(text)))
         return found
+
+    def leaks(self) -> list[EngineLeak]:
+        """The blocks still allocated, device blocks first (by device, address), then
+        pinned host blocks."""
+        while True:
+            count = int(self.lib.acl_mem_fake_leaks(self.ffi.NULL, 0))
+            out: Any = self.ffi.new("struct acl_mem_fake_leak[]", max(count, 1))
+            total = int(self.lib.acl_mem_fake_leaks(out, count))
+            if total <= count:  # none made meanwhile by another thread
+                break
+        return [EngineLeak(api=self._text(out[i].api), address=int(out[i].address),
+                           size=int(out[i].size),
+                           device=None if out[i].device < 0 else int(out[i].device),
+                           caller=int(self.ffi.cast("uintptr_t", out[i].caller)))
+                for i in range(total)]
 
     def recent_error(self) -> str | None:
         """aclGetRecentErrMsg of the calling thread: the text of its last failed call."""

@@ -66,6 +66,21 @@ extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_findings_waiting;
 ACL_MEM_FAKE_API int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text,
                                                size_t text_size);
 
+/* A block still allocated: what made it, where, and the return address of that call
+ * (in the program or library that called; NULL when unknown). */
+struct acl_mem_fake_leak {
+    uint64_t address;
+    uint64_t size; /* bytes asked for */
+    int32_t device; /* -1: pinned host memory */
+    char api[24];   /* "aclrtMalloc", "aclrtMallocHost", "acldvppMalloc", ... */
+    const void *caller;
+};
+
+/* The blocks still allocated (device blocks by device and address, then pinned host
+ * blocks): fills at most `max` entries of `out` and returns how many there are.
+ * ACL_MEM_LEAK_REPORT=1 prints the same list on stderr when the program exits. */
+ACL_MEM_FAKE_API size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
+
 /* How many calls so far hit a function the C engine does not model yet (they fail with
  * 207000), and in *last (when not NULL) the name of the latest. Goes once every
  * function is modelled. */

@@ -157,6 +157,7 @@ struct am_block {
     uint64_t padded, requested;
     uint64_t serial;  /* unique for the process: queued work names a block by it */
     uint32_t queued;  /* queued operations naming this block */
+    const void *caller; /* the return address of the allocating call (leak reports) */
     uint32_t page_size;
     uint8_t api;
     int8_t device; /* -1: pinned host memory */
@@ -260,6 +261,8 @@ AM_HIDDEN struct am_thread *am_thread(void);
  * device's lock included. */
 AM_HIDDEN void am_lock(void);
 AM_HIDDEN void am_unlock(void);
+/* am_lock, giving up after about `milliseconds` (at exit another thread may hold it). */
+AM_HIDDEN bool am_lock_within(int milliseconds);
 /* The fast paths (allocation, free, synchronous copies) take only the locks of the
  * devices they touch, and only while no queued work exists and the settings are usable;
  * everything they read besides their devices changes only under the engine lock, which
@@ -310,7 +313,9 @@ AM_HIDDEN void am_end_context(uint64_t handle);
 /* Blocks (memory.c) */
 AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t api,
                                              uint64_t padded, const uint32_t *kinds,
-                                             int kind_count, bool dvpp, uint64_t requested);
+                                             int kind_count, bool dvpp, uint64_t requested,
+                                             const void *caller);
+AM_HIDDEN const char *am_api_name(uint8_t api);
 AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
 /* The device slot an address lies in by arithmetic alone (-1: none), for choosing a lock. */
@@ -373,6 +378,11 @@ AM_HIDDEN void am_streams_clear(void);
 /* A reset marker ran: the event forgets its record if that is still `record`. */
 AM_HIDDEN void am_event_forget_record(uint64_t handle, const struct am_marker *record);
 AM_HIDDEN void am_events_clear(void);
+
+/* ---- leaks (leaks.c) ------------------------------------------------------------------ */
+/* ACL_MEM_LEAK_REPORT: read when the library loads (so the report, registered then, runs
+ * after every exit handler and C++ global destructor of the program). */
+AM_HIDDEN bool am_leak_report_wanted(void);
 
 /* ---- hazards (hazards.c) ------------------------------------------------------------ */
 /* A race with queued work: counted, and said on stderr, queued for the binding, or

@@ -7,7 +7,7 @@
 #include "engine.h"
 
 
-static const char *api_name(uint8_t api)
+const char *am_api_name(uint8_t api)
 {
     switch (api) {
     case AM_API_MALLOC: return "aclrtMalloc";
@@ -39,7 +39,7 @@ static uint64_t pool_total(const struct am_device *device, uint32_t kind)
 
 struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64_t padded,
                                    const uint32_t *kinds, int kind_count, bool dvpp,
-                                   uint64_t requested)
+                                   uint64_t requested, const void *caller)
 {
     struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
     for (int i = 0; i < kind_count; i++) {
@@ -63,6 +63,7 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
         block->api = api;
         block->device = (int8_t)device->id;
         block->serial = (uint64_t)(device->id + 1) << 48 | ++device->serial;
+        block->caller = caller;
         if (kind == AM_NORMAL_PAGE)
             device->normal_used += extent;
         else
@@ -156,11 +157,11 @@ static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
 /* The malloc family's checks and allocation, with the locks `device` needs held;
  * `device` is the thread's current one, NULL when it has none. */
 static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t policy,
-                              struct am_device *device)
+                              struct am_device *device, const void *caller)
 {
     char call[96];
     /* The call's text is made only when it fails. */
-#define MALLOC_CALL (snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", api_name(api), \
+#define MALLOC_CALL (snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", am_api_name(api), \
                               size, policy), call)
     if (devPtr == NULL)
         return (am_fail(AM_INVALID_PARAM, MALLOC_CALL, "devPtr is NULL"));
@@ -191,7 +192,8 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
     uint64_t padded = ((uint64_t)size + rounding) / 32 * 32;
     uint32_t kinds[2];
     int count = page_kinds(padded, chosen, kinds);
-    struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size);
+    struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size,
+                                               caller);
     if (block == NULL)
         return (am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
                                    "%llu bytes (size %zu after padding and page rounding) "
@@ -202,14 +204,14 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
 }
 
 static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
-                              aclrtMemMallocPolicy policy_value)
+                              aclrtMemMallocPolicy policy_value, const void *caller)
 {
     uint32_t policy = (uint32_t)policy_value;
     int current = am_fast_current_device();
     if (am_fast_lock(current, -1)) {
         struct am_device *device = am_current_device();
         if (device != NULL && device->id == current) {
-            aclError code = malloc_locked(api, devPtr, size, policy, device);
+            aclError code = malloc_locked(api, devPtr, size, policy, device, caller);
             am_fast_unlock(current, -1);
             return code;
         }
@@ -217,22 +219,22 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
     }
     char call[96];
     ENTER(MALLOC_CALL);
-    return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device()));
+    return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device(), caller));
 }
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    return device_malloc(AM_API_MALLOC, devPtr, size, policy);
+    return device_malloc(AM_API_MALLOC, devPtr, size, policy, __builtin_return_address(0));
 }
 
 aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    return device_malloc(AM_API_MALLOC_ALIGN32, devPtr, size, policy);
+    return device_malloc(AM_API_MALLOC_ALIGN32, devPtr, size, policy, __builtin_return_address(0));
 }
 
 aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
-    return device_malloc(AM_API_MALLOC_CACHED, devPtr, size, policy);
+    return device_malloc(AM_API_MALLOC_CACHED, devPtr, size, policy, __builtin_return_address(0));
 }
 
 /* Freeing memory queued work still names: the hazard, reported before the memory goes
@@ -240,7 +242,7 @@ aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy poli
 static void freed_while_queued(const struct am_block *block)
 {
     char what[96];
-    snprintf(what, sizeof what, "%s block %#llx freed", api_name(block->api),
+    snprintf(what, sizeof what, "%s block %#llx freed", am_api_name(block->api),
              (unsigned long long)block->node.key);
     am_check_queued(block->node.key, block->node.len, false, "free-while-queued", what);
 }
@@ -292,9 +294,9 @@ aclError aclrtFree(void *devPtr)
 
 /* ---- DVPP (§3.8, §3.9): the entry points of libacl_dvpp.so and libacl_dvpp_mpi.so -- */
 
-static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size)
+static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size, const void *caller)
 {
-    const char *call = api_name(api);
+    const char *call = am_api_name(api);
     ENTER(call);
     if (devPtr == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, call, "devPtr is NULL"));
@@ -314,7 +316,8 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size)
                                    am.profile->soc_name));
     uint64_t padded = ((uint64_t)size + 63) / 32 * 32;
     uint32_t kinds[1] = {AM_HUGE_PAGE};
-    struct am_block *block = am_block_allocate(device, api, padded, kinds, 1, true, size);
+    struct am_block *block = am_block_allocate(device, api, padded, kinds, 1, true, size,
+                                               caller);
     if (block == NULL)
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
                                    "%llu bytes of DVPP memory", device->id,
@@ -323,10 +326,12 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size)
     return unlock_with(AM_SUCCESS);
 }
 
+/* The DVPP libraries pass their caller's return address: the program's, for reports. */
 __attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_malloc(void **devPtr,
-                                                                         size_t size)
+                                                                         size_t size,
+                                                                         const void *caller)
 {
-    return dvpp_malloc(AM_API_DVPP_MALLOC, devPtr, size);
+    return dvpp_malloc(AM_API_DVPP_MALLOC, devPtr, size, caller);
 }
 
 __attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_free(void *devPtr)
@@ -336,12 +341,13 @@ __attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_free(void *d
 
 __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_malloc(uint32_t dev_id,
                                                                        void **dev_ptr,
-                                                                       uint64_t size)
+                                                                       uint64_t size,
+                                                                       const void *caller)
 {
     (void)dev_id; /* the runtime allocates on the current device whatever dev_id says */
     if (size > SIZE_MAX)
         return am_fail(AM_INVALID_PARAM, "hi_mpi_dvpp_malloc", "size does not fit a size_t");
-    return dvpp_malloc(AM_API_HI_MPI_DVPP_MALLOC, dev_ptr, (size_t)size);
+    return dvpp_malloc(AM_API_HI_MPI_DVPP_MALLOC, dev_ptr, (size_t)size, caller);
 }
 
 __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_free(void *dev_ptr)
@@ -378,6 +384,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
     block->page_size = AM_HOST_PAGE;
     block->api = AM_API_MALLOC_HOST;
     block->device = -1;
+    block->caller = __builtin_return_address(0);
     block->serial = ++am.block_serial;
     /* An address of a quarantined block cannot come back while it is mapped. */
     am_tree_insert(&am.pinned, &block->node);

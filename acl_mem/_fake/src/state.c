@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 
@@ -125,6 +126,7 @@ static void read_settings(void)
         }
     }
     am_hazards_read_setting();
+    (void)am_leak_report_wanted(); /* only to refuse a value that is not yes or no */
     am.device_count = configured_devices ? configured_devices : am.profile->device_count;
     am.capacity = configured_capacity ? configured_capacity : am.profile->capacity;
 }
@@ -418,6 +420,32 @@ void am_unlock(void)
         pthread_mutex_unlock(&am.devices[i].lock);
     am.locked_devices = 0;
     pthread_mutex_unlock(&am.lock);
+}
+
+bool am_lock_within(int milliseconds)
+{
+    pthread_once(&once, initialise);
+    struct timespec pause = {0, 1000000};
+    int tries = 0;
+    while (pthread_mutex_trylock(&am.lock) != 0) {
+        if (++tries > milliseconds)
+            return false;
+        nanosleep(&pause, NULL);
+    }
+    int count = am.device_count;
+    for (int i = 0; i < count; i++) {
+        while (pthread_mutex_trylock(&am.devices[i].lock) != 0) {
+            if (++tries > milliseconds) {
+                while (--i >= 0)
+                    pthread_mutex_unlock(&am.devices[i].lock);
+                pthread_mutex_unlock(&am.lock);
+                return false;
+            }
+            nanosleep(&pause, NULL);
+        }
+    }
+    am.locked_devices = count;
+    return true;
 }
 
 int am_fast_current_device(void)
