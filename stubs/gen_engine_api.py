@@ -22,15 +22,11 @@ from stubs._generated import write_or_check  # noqa: E402
 SRC = HERE.parent / "acl_mem" / "_fake" / "src"
 OUTPUT = SRC / "acl_api.h"
 PENDING_OUTPUT = SRC / "pending.c"
-#: Calls the C engine does not model yet (virtual memory and sharing: a later stage of
+#: Calls the C engine does not model yet (sharing virtual memory between processes: a later stage of
 #: the engine's move to C); each fails with 207000 and says so.
 PENDING = (
-    "aclrtReserveMemAddress", "aclrtReleaseMemAddress",
-    "aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem", "aclrtUnmapMem",
-    "aclrtMemGetAllocationGranularity", "aclrtMemSetAccess",
     "aclrtMemExportToShareableHandle", "aclrtMemImportFromShareableHandle",
-    "aclrtMemSetPidToShareableHandle", "aclrtMemRetainAllocationHandle",
-    "aclrtMemGetAllocationPropertiesFromHandle",
+    "aclrtMemSetPidToShareableHandle",
 )
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
-            "threads_mixed.c", "leak_at_exit.c", "leak_site.c"]
+            "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -225,6 +225,69 @@ def test_a_leak_report_setting_that_is_not_yes_or_no_fails_every_call(programs):
     done = _run(programs["leak_at_exit"], ACL_MEM_LEAK_REPORT="maybe")
     assert done.returncode != 0
     assert "ACL_MEM_LEAK_REPORT" in done.stdout + done.stderr
+
+
+def test_virtual_memory_from_c(programs):
+    """Reserve, map two handles back to back, copy across the seam, free while mapped,
+    the pools' accounting, and an unmap racing with a queued memset (a hazard)."""
+    done = _run(programs["vmm"], ACL_MEM_HAZARDS="count")
+    lines = _ok(done)
+    assert lines[-1] == "done" and _value(lines, "hazard-rc") == "0"
+    assert "ok pools whole again" in lines
+
+
+def test_a_mapping_at_a_fixed_address_of_the_window(programs):
+    """The window's start is where AddressSanitizer keeps its shadow memory: the fake never
+    maps the reserved addresses themselves (the CI's sanitizer leg builds it so)."""
+    assert _ok(_run(programs["asan_vmm"]))[-1] == "ok"
+
+
+def test_the_leak_report_lists_virtual_memory_still_held(programs, tmp_path):
+    source = tmp_path / "vmm_leak.c"
+    source.write_text(_VMM_LEAK)
+    binary = tmp_path / "vmm_leak"
+    libdir = library_dir()
+    headers = os.environ.get("ACL_MEM_HEADERS_DIR") or str(C_DIR)
+    compiler = _compiler(False)
+    assert compiler is not None
+    subprocess.run([compiler, "-std=c11", f"-I{headers}", f"-I{C_DIR}", str(source),
+                    *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+                    f"-L{libdir}", "-lascendcl", f"-Wl,-rpath,{libdir}", "-o", str(binary)],
+                   check=True)
+    done = _run(binary, ACL_MEM_LEAK_REPORT="1")
+    lines = _ok(done)
+    assert "acl_mem: 3 allocation(s) never freed:" in done.stderr, done.stderr
+    reserved, handle = (int(_value(lines, key), 16) for key in ("reserved", "handle"))
+    held = re.findall(r"^  (\w+) (0x[0-9a-f]+) \((\d+) bytes, device (\w+)\)$", done.stderr,
+                      re.M)
+    assert [(api, int(address, 16), size, device) for api, address, size, device in held] == [
+        ("aclrtReserveMemAddress", reserved, str(2 << 20), "None"),
+        ("aclrtMallocPhysical", handle, str(2 << 20), "0"),
+        ("aclrtMapMem", reserved, str(2 << 20), "0")]
+
+
+_VMM_LEAK = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "acl/acl.h"
+int main(void)
+{
+    void *base = NULL;
+    aclrtDrvMemHandle handle = NULL;
+    aclrtPhysicalMemProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.memAttr = ACL_HBM_MEM_HUGE;
+    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    if (aclrtSetDevice(0) || aclrtReserveMemAddress(&base, 2 << 20, 0, NULL, 0)
+            || aclrtMallocPhysical(&handle, 2 << 20, &prop, 0)
+            || aclrtMapMem(base, 2 << 20, 0, handle, 0))
+        return 1;
+    printf("reserved %p%c", base, 10);
+    printf("handle %p%c", (void *)handle, 10);
+    return 0;
+}
+"""
 
 
 def test_cpp_owners_of_streams_and_memory(programs):

@@ -71,13 +71,14 @@ ACL_MEM_FAKE_API int acl_mem_fake_next_finding(char *kind, size_t kind_size, cha
 struct acl_mem_fake_leak {
     uint64_t address;
     uint64_t size; /* bytes asked for */
-    int32_t device; /* -1: pinned host memory */
-    char api[24];   /* "aclrtMalloc", "aclrtMallocHost", "acldvppMalloc", ... */
+    int32_t device; /* -1: pinned host memory, a reservation, host physical memory */
+    char api[24];   /* "aclrtMalloc", "aclrtMallocHost", "aclrtMapMem", ... */
     const void *caller;
 };
 
-/* The blocks still allocated (device blocks by device and address, then pinned host
- * blocks): fills at most `max` entries of `out` and returns how many there are.
+/* What is still held: device blocks by device and address, pinned host blocks, then
+ * virtual memory (aclrtReserveMemAddress, aclrtMallocPhysical not freed, aclrtMapMem;
+ * caller NULL): fills at most `max` entries of `out` and returns how many there are.
  * ACL_MEM_LEAK_REPORT=1 prints the same list on stderr when the program exits. */
 ACL_MEM_FAKE_API size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
 

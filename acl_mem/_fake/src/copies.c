@@ -24,7 +24,7 @@ static bool covered(struct am_device *device, struct am_node *first, uint64_t en
 struct am_located am_locate(uint64_t address, uint64_t count)
 {
     struct am_located found = {.where = AM_NOWHERE, .host = NULL, .device = -1,
-                               .block = NULL};
+                               .block = NULL, .mapping_start = 0};
     if (address >= AM_DEVICE_SPACE_BASE &&
         address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
         struct am_device *device = am_device_of(address);
@@ -41,8 +41,11 @@ struct am_located am_locate(uint64_t address, uint64_t count)
         found.block = (struct am_block *)block;
         return found;
     }
-    if (address >= 16 * AM_TiB && address < AM_DEVICE_SPACE_BASE)
-        return found; /* the virtual-memory window: no mapping yet */
+    if (address >= AM_VMM_BASE && address < AM_VMM_END) {
+        if (!am_vmm_find(address, count, &found))
+            found.where = AM_NOWHERE;
+        return found;
+    }
     struct am_node *pinned = am_tree_containing(am.pinned, address);
     if (pinned != NULL) {
         if (count > pinned->key + pinned->len - address)

@@ -54,6 +54,11 @@ enum {
 #define AM_DEVICE_SPACE_BASE (24 * AM_TiB)
 #define AM_DEVICE_SLOT AM_TiB
 #define AM_DVPP_WINDOW (16 * AM_GiB)
+/* Virtual-memory reservations come from [16 TiB, 24 TiB); the bytes of a mapped address
+ * are at its mirror, AM_MIRROR_OFFSET higher (docs/runtime-model.md §4.2). */
+#define AM_VMM_BASE (16 * AM_TiB)
+#define AM_VMM_END (24 * AM_TiB)
+#define AM_MIRROR_OFFSET (40 * AM_TiB)
 /* No user-space host address reaches this (x86-64 and AArch64, 5-level tables). */
 #define AM_USER_SPACE_END ((uint64_t)1 << 56)
 
@@ -122,6 +127,8 @@ AM_HIDDEN void am_space_init(struct am_space *space, uint64_t base, uint64_t siz
 AM_HIDDEN uint64_t am_space_take(struct am_space *space, uint64_t size, uint64_t alignment);
 /* false when the bookkeeping cannot get memory (the range is then lost, not reused). */
 AM_HIDDEN bool am_space_give(struct am_space *space, uint64_t start, uint64_t size);
+/* Take exactly [start, start + size) if it is free; false if not (or no memory). */
+AM_HIDDEN bool am_space_take_at(struct am_space *space, uint64_t start, uint64_t size);
 AM_HIDDEN void am_space_reset(struct am_space *space);
 
 /* ---- operating-system primitives (os.c) -------------------------------------------- */
@@ -182,6 +189,9 @@ struct am_device {
     int created;    /* live contexts made by aclrtCreateContext */
     uint64_t primary; /* the default context's handle, 0 when none */
     uint64_t normal_total, huge_total, normal_used, huge_used;
+    /* Of the used bytes, what physical memory (aclrtMallocPhysical) holds: it outlives
+     * the device's contexts. */
+    uint64_t normal_physical, huge_physical;
     struct am_region heap, dvpp;
     struct am_space heap_space, dvpp_space;
     struct am_node *blocks;
@@ -240,6 +250,13 @@ struct am_engine {
     uint64_t stream_sequence, event_sequence;
     struct am_node *events;      /* live events by handle */
     uint64_t queued_ops;         /* copies and memsets queued on any stream */
+    /* Virtual memory (vmm.c). */
+    bool vmm_ready, mirror_reserved;
+    struct am_space vmm_space;
+    struct am_node *reservations, *physicals;
+    uint64_t physical_sequence, mapping_serial;
+    int pool_fd[AM_MAX_DEVICES + 1]; /* memfds of physical memory; the last is the host's */
+    struct am_space pool_space[AM_MAX_DEVICES + 1];
 };
 
 AM_HIDDEN extern struct am_engine am;
@@ -347,6 +364,7 @@ struct am_located {
     unsigned char *host; /* where the bytes are in this process */
     int device;
     struct am_block *block; /* the (first) block holding it; NULL for pageable memory */
+    uint64_t mapping_start;  /* a virtual-memory mapping holding it: its address; else 0 */
 };
 
 AM_HIDDEN struct am_located am_locate(uint64_t address, uint64_t count);
@@ -378,6 +396,30 @@ AM_HIDDEN void am_streams_clear(void);
 /* A reset marker ran: the event forgets its record if that is still `record`. */
 AM_HIDDEN void am_event_forget_record(uint64_t handle, const struct am_marker *record);
 AM_HIDDEN void am_events_clear(void);
+
+/* ---- virtual memory (vmm.c) ------------------------------------------------------------ */
+/* [address, address + count) inside mappings end to end: *found says where. */
+AM_HIDDEN bool am_vmm_find(uint64_t address, uint64_t count, struct am_located *found);
+/* The mappings [address, address + count) covers: (address, serial) pairs, at most max. */
+AM_HIDDEN size_t am_vmm_targets(uint64_t address, uint64_t count, uint64_t (*out)[2],
+                                size_t max);
+/* Whether the mapping at `address` is still the one of `serial`. */
+AM_HIDDEN bool am_vmm_live(uint64_t address, uint64_t serial);
+/* The mapping holding address: its start, size, device (-1 host) and page size. */
+AM_HIDDEN bool am_vmm_range(uint64_t address, uint64_t *start, uint64_t *size, int *device,
+                            uint32_t *page);
+/* What the process holds of virtual memory, for leak reports. */
+struct am_held {
+    const char *api;
+    uint64_t address, size;
+    int device; /* -1: none or the host */
+    const void *caller;
+    bool vmm; /* virtual memory: no caller is kept */
+};
+/* Reservations, then physical handles not freed, then mappings. */
+AM_HIDDEN void am_vmm_each(void (*visit)(const struct am_held *, void *), void *context);
+/* Forget every reservation, handle and mapping (reset, forked child). */
+AM_HIDDEN void am_vmm_clear(void);
 
 /* ---- leaks (leaks.c) ------------------------------------------------------------------ */
 /* ACL_MEM_LEAK_REPORT: read when the library loads (so the report, registered then, runs

@@ -1,5 +1,5 @@
 /* Leaks: the blocks still allocated, each with the return address of the call that made
- * it. ACL_MEM_LEAK_REPORT=1 prints them when the program exits, in the format of the
+ * it, and the virtual memory still held (reservations, physical handles, mappings). ACL_MEM_LEAK_REPORT=1 prints them when the program exits, in the format of the
  * Python fake's report (the C caller as a "File ..., line 0, in symbol+0xoffset" line);
  * acl_mem_fake_leaks() lists them for a binding. */
 #define _GNU_SOURCE
@@ -47,37 +47,54 @@ bool am_leak_report_wanted(void)
     return wanted == 1;
 }
 
-/* Each live block, device blocks by device and address, then pinned host blocks. */
-static void each_block(void (*visit)(const struct am_block *, void *), void *context)
+struct visiting {
+    void (*visit)(const struct am_held *, void *);
+    void *context;
+};
+
+static void visit_block(const struct am_block *block, struct visiting *visiting)
 {
+    struct am_held held = {am_api_name(block->api), block->node.key, block->requested,
+                           block->device, block->caller, false};
+    visiting->visit(&held, visiting->context);
+}
+
+/* Everything held: device blocks by device and address, pinned host blocks, then
+ * virtual memory (reservations, physical handles not freed, mappings). */
+static void each_held(void (*visit)(const struct am_held *, void *), void *context)
+{
+    struct visiting visiting = {visit, context};
     for (int d = 0; d < am.device_count; d++)
         for (struct am_node *node = am_tree_after(am.devices[d].blocks, 0); node != NULL;
              node = am_tree_after(am.devices[d].blocks, node->key))
-            visit((const struct am_block *)node, context);
+            visit_block((const struct am_block *)node, &visiting);
     for (struct am_node *node = am_tree_after(am.pinned, 0); node != NULL;
          node = am_tree_after(am.pinned, node->key))
-        visit((const struct am_block *)node, context);
+        visit_block((const struct am_block *)node, &visiting);
+    am_vmm_each(visit, context);
 }
 
-static void count_block(const struct am_block *block, void *context)
+static void count_held(const struct am_held *held, void *context)
 {
-    (void)block;
+    (void)held;
     ++*(size_t *)context;
 }
 
-static void print_block(const struct am_block *block, void *context)
+static void print_held(const struct am_held *held, void *context)
 {
     (void)context;
     char device[16];
-    if (block->device >= 0)
-        snprintf(device, sizeof device, "%d", (int)block->device);
+    if (held->device >= 0)
+        snprintf(device, sizeof device, "%d", held->device);
     else
         snprintf(device, sizeof device, "None");
-    fprintf(stderr, "  %s %#llx (%llu bytes, device %s)\n", am_api_name(block->api),
-            (unsigned long long)block->node.key, (unsigned long long)block->requested, device);
+    fprintf(stderr, "  %s %#llx (%llu bytes, device %s)\n", held->api,
+            (unsigned long long)held->address, (unsigned long long)held->size, device);
+    if (held->vmm)
+        return;
     Dl_info where;
     /* The return address is just past the call: look the call itself up. */
-    const char *caller = (const char *)block->caller;
+    const char *caller = (const char *)held->caller;
     if (caller == NULL || dladdr(caller - 1, &where) == 0 || where.dli_fname == NULL) {
         fprintf(stderr, "  (caller unknown)\n");
         return;
@@ -99,10 +116,10 @@ static void report_at_exit(void)
         return;
     }
     size_t count = 0;
-    each_block(count_block, &count);
+    each_held(count_held, &count);
     if (count != 0) {
         fprintf(stderr, "acl_mem: %zu allocation(s) never freed:\n", count);
-        each_block(print_block, NULL);
+        each_held(print_held, NULL);
     }
     am_unlock();
 }
@@ -122,17 +139,17 @@ struct filling {
     size_t max, count;
 };
 
-static void fill_block(const struct am_block *block, void *context)
+static void fill_held(const struct am_held *held, void *context)
 {
     struct filling *filling = context;
     if (filling->count < filling->max) {
         struct acl_mem_fake_leak *leak = &filling->out[filling->count];
         memset(leak, 0, sizeof *leak);
-        leak->address = block->node.key;
-        leak->size = block->requested;
-        leak->device = block->device;
-        leak->caller = block->caller;
-        snprintf(leak->api, sizeof leak->api, "%s", am_api_name(block->api));
+        leak->address = held->address;
+        leak->size = held->size;
+        leak->device = held->device;
+        leak->caller = held->caller;
+        snprintf(leak->api, sizeof leak->api, "%s", held->api);
     }
     filling->count++;
 }
@@ -141,7 +158,7 @@ size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max)
 {
     struct filling filling = {.out = out, .max = out == NULL ? 0 : max, .count = 0};
     am_lock();
-    each_block(fill_block, &filling);
+    each_held(fill_held, &filling);
     am_unlock();
     return filling.count;
 }

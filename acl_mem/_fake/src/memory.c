@@ -521,14 +521,23 @@ aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
     if (pbase == NULL && psize == NULL)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemGetAddressRange",
                                    "pbase and psize are both NULL"));
+    uint64_t start = 0, extent = 0;
+    int mapped_device = 0;
+    uint32_t page = 0;
     struct am_block *block = block_at((uintptr_t)ptr);
-    if (block == NULL)
+    if (am_vmm_range((uintptr_t)ptr, &start, &extent, &mapped_device, &page)) {
+        (void)mapped_device;
+    } else if (block != NULL) {
+        start = block->node.key;
+        extent = block->node.len;
+    } else {
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtMemGetAddressRange", "%p is in "
                                    "no live allocation", ptr));
+    }
     if (pbase != NULL)
-        *pbase = (void *)(uintptr_t)block->node.key;
+        *pbase = (void *)(uintptr_t)start;
     if (psize != NULL)
-        *psize = (size_t)block->node.len;
+        *psize = (size_t)extent;
     return unlock_with(AM_SUCCESS);
 }
 
@@ -539,8 +548,20 @@ aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attribut
     if (address == 0 || attributes == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtPointerGetAttributes",
                                    "ptr or attributes is NULL"));
-    /* The virtual-memory window: nothing is mapped there yet (reservations come later). */
-    if (address >= 16 * AM_TiB && address < AM_DEVICE_SPACE_BASE)
+    uint64_t start = 0, extent = 0;
+    int mapped_device = 0;
+    uint32_t page = 0;
+    if (am_vmm_range(address, &start, &extent, &mapped_device, &page)) {
+        struct am_device *current = am_current_device();
+        memset(attributes, 0, sizeof *attributes);
+        attributes->location.type = mapped_device >= 0 ? ACL_MEM_LOCATION_TYPE_DEVICE
+                                                       : ACL_MEM_LOCATION_TYPE_HOST;
+        attributes->location.id = mapped_device >= 0 ? (uint32_t)mapped_device
+            : am.cann->host_location_id_zero || current == NULL ? 0 : (uint32_t)current->id;
+        attributes->pageSize = page;
+        return unlock_with(AM_SUCCESS);
+    }
+    if (address >= AM_VMM_BASE && address < AM_VMM_END)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtPointerGetAttributes",
                                    "%p is in no mapping", ptr));
     struct am_block *block = block_at(address);

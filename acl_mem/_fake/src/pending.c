@@ -21,70 +21,6 @@ unsigned long acl_mem_fake_pending_hits(const char **last)
     return atomic_load(&hits);
 }
 
-aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)alignment;
-    (void)expectPtr;
-    (void)flags;
-    return pending("aclrtReserveMemAddress");
-}
-
-aclError aclrtReleaseMemAddress(void *virPtr)
-{
-    (void)virPtr;
-    return pending("aclrtReleaseMemAddress");
-}
-
-aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags)
-{
-    (void)handle;
-    (void)size;
-    (void)prop;
-    (void)flags;
-    return pending("aclrtMallocPhysical");
-}
-
-aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
-{
-    (void)handle;
-    return pending("aclrtFreePhysical");
-}
-
-aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags)
-{
-    (void)virPtr;
-    (void)size;
-    (void)offset;
-    (void)handle;
-    (void)flags;
-    return pending("aclrtMapMem");
-}
-
-aclError aclrtUnmapMem(void *virPtr)
-{
-    (void)virPtr;
-    return pending("aclrtUnmapMem");
-}
-
-aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop, aclrtMemGranularityOptions option, size_t *granularity)
-{
-    (void)prop;
-    (void)option;
-    (void)granularity;
-    return pending("aclrtMemGetAllocationGranularity");
-}
-
-aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count)
-{
-    (void)virPtr;
-    (void)size;
-    (void)desc;
-    (void)count;
-    return pending("aclrtMemSetAccess");
-}
-
 aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType, uint64_t flags, uint64_t *shareableHandle)
 {
     (void)handle;
@@ -108,18 +44,4 @@ aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid,
     (void)pid;
     (void)pidNum;
     return pending("aclrtMemSetPidToShareableHandle");
-}
-
-aclError aclrtMemRetainAllocationHandle(void* virPtr, aclrtDrvMemHandle *handle)
-{
-    (void)virPtr;
-    (void)handle;
-    return pending("aclrtMemRetainAllocationHandle");
-}
-
-aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle, aclrtPhysicalMemProp* prop)
-{
-    (void)handle;
-    (void)prop;
-    return pending("aclrtMemGetAllocationPropertiesFromHandle");
 }

@@ -228,7 +228,8 @@ static void free_block(struct am_node *node)
 void am_release_device_memory(struct am_device *device)
 {
     am_tree_clear(&device->blocks, free_block);
-    device->normal_used = device->huge_used = 0;
+    device->normal_used = device->normal_physical;
+    device->huge_used = device->huge_physical;
     am_space_reset(&device->heap_space);
     am_space_reset(&device->dvpp_space);
     discard_region(&device->heap);
@@ -302,6 +303,7 @@ static void release_everything(void)
     am_events_clear();
     am_hazards_clear();
     am_proven_clear();
+    am_vmm_clear();
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
         am_tree_clear(&device->blocks, free_block);
@@ -382,6 +384,7 @@ static void after_fork_in_child(void)
         am_context_at(i)->alive = false;
     am_streams_clear();
     am_events_clear();
+    am_vmm_clear(); /* the parent's mappings must not write into its shared memory */
     am_tree_clear(&am.pinned, free_block);
     __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
 }
@@ -396,6 +399,7 @@ static void initialise(void)
     layout_devices();
     __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
     am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);
+    am.mirror_reserved = am_os_reserve(AM_VMM_BASE + AM_MIRROR_OFFSET, AM_VMM_END - AM_VMM_BASE);
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 

@@ -134,8 +134,21 @@ bool am_stream_handle_valid(uint64_t handle)
 
 /* ---- queued work ----------------------------------------------------------------------- */
 
+static bool target_live(const struct am_target *target)
+{
+    if (target->start >= AM_VMM_BASE && target->start < AM_VMM_END)
+        return am_vmm_live(target->start, target->serial);
+    struct am_device *device = am_device_of(target->start);
+    struct am_node *node = device != NULL ? am_tree_find(device->blocks, target->start)
+                                          : am_tree_find(am.pinned, target->start);
+    return node != NULL && ((struct am_block *)node)->serial == target->serial;
+}
+
+/* The block a target names, if it is a block and still the same one. */
 static struct am_block *live_block(const struct am_target *target)
 {
+    if (target->start >= AM_VMM_BASE && target->start < AM_VMM_END)
+        return NULL;
     struct am_device *device = am_device_of(target->start);
     struct am_node *node = device != NULL ? am_tree_find(device->blocks, target->start)
                                           : am_tree_find(am.pinned, target->start);
@@ -181,7 +194,7 @@ static void describe(const struct am_work *work, char *out, size_t size)
 static void run(const struct am_work *work)
 {
     for (uint32_t i = 0; i < work->target_count; i++) {
-        if (live_block(&work->targets[i]) == NULL) {
+        if (!target_live(&work->targets[i])) {
             char what[128];
             describe(work, what, sizeof what);
             am_hazard("queued-work-on-freed-memory", "a queued %s ran after its memory was "
@@ -324,11 +337,13 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
                      const char *what)
 {
     struct am_located where = am_locate(start, size);
-    if (where.block == NULL)
+    if (where.block == NULL && where.mapping_start == 0)
         return;
-    /* Only blocks some queued work names: the common case costs this test. */
-    bool named = false;
-    if (where.where == AM_ON_DEVICE) {
+    /* Only blocks some queued work names: the common case costs this test (mappings are
+     * not counted: any queued work makes them scan). */
+    bool named = where.block == NULL;
+    if (named) {
+    } else if (where.where == AM_ON_DEVICE) {
         struct am_device *device = &am.devices[where.device];
         for (struct am_node *node = &where.block->node; node != NULL && node->key < start + size;
              node = am_tree_after(device->blocks, node->key)) {
@@ -548,10 +563,18 @@ static struct am_work *work_for(const struct am_located *target, const struct am
                                 uint64_t dst, uint64_t src, uint64_t count)
 {
     struct am_block *named[2] = {target->block, source != NULL ? source->block : NULL};
+    bool mapped[2] = {target->mapping_start != 0, source != NULL && source->mapping_start != 0};
     struct am_target found[2 * 8];
     uint32_t total = 0;
     uint64_t starts[2] = {dst, src};
     for (int side = 0; side < 2; side++) {
+        if (mapped[side]) {
+            uint64_t pairs[8][2];
+            size_t count_found = am_vmm_targets(starts[side], count, pairs, 8);
+            for (size_t i = 0; i < count_found; i++)
+                found[total++] = (struct am_target){pairs[i][0], pairs[i][1]};
+            continue;
+        }
         struct am_block *block = named[side];
         if (block == NULL)
             continue;

@@ -260,3 +260,30 @@ bool am_space_give(struct am_space *space, uint64_t start, uint64_t size)
     }
     return true;
 }
+
+bool am_space_take_at(struct am_space *space, uint64_t start, uint64_t size)
+{
+    struct am_node *node = am_tree_floor(space->free, start);
+    if (node == NULL || start - node->key > node->len || node->len - (start - node->key) < size)
+        return false;
+    uint64_t head = start - node->key;
+    uint64_t tail = node->len - head - size;
+    struct am_node *rest = NULL;
+    if (tail != 0) {
+        rest = calloc(1, sizeof *rest);
+        if (rest == NULL)
+            return false;
+        rest->key = start + size;
+        rest->len = tail;
+    }
+    am_tree_remove(&space->free, node->key);
+    if (head != 0) {
+        node->len = head;
+        am_tree_insert(&space->free, node);
+    } else {
+        free(node);
+    }
+    if (rest != NULL)
+        am_tree_insert(&space->free, rest);
+    return true;
+}

@@ -1533,14 +1533,17 @@ class Child:
         return self.stderr.read()
 
     def close(self) -> None:
+        # End of input first: a child still waiting for a message (the parent failed
+        # half-way) ends at once instead of after the timeout.
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
         if self.proc.poll() is None:
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
 
 
 def digest(data: bytes) -> str:
