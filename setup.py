@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -29,22 +30,45 @@ SOURCE = Path("acl_mem") / "_fake" / "src"
 EXTRA = shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", ""))
 
 
-def _library(soname: str, sources: tuple[str, ...], *, engine: bool) -> Extension:
+def _library(soname: str, sources: tuple[str, ...], *, engine: bool,
+             release: str | None = None) -> Extension:
+    # A release build lives in lib64/<release>/: its name's part is the directory with
+    # dots and dashes made underscores (BuildLibraries.get_ext_filename maps it back).
+    where = "" if release is None else release.replace("-", "_").replace(".", "_") + "."
+    defines = [] if release is None else list(recipe.RELEASE_BUILDS[release])
     return Extension(
-        f"acl_mem._fake.lib64.{soname.removesuffix('.so')}",
+        f"acl_mem._fake.lib64.{where}{soname.removesuffix('.so')}",
         sources=[str(SOURCE / name) for name in sources],
         depends=[os.path.normpath(str(SOURCE / name)) for name in recipe.HEADERS],
-        extra_compile_args=[*recipe.CFLAGS, *EXTRA],
+        extra_compile_args=[*recipe.CFLAGS, *defines, *EXTRA],
         extra_link_args=[*recipe.link_flags(soname, EXTRA, engine=engine), *EXTRA],
         libraries=[] if engine else ["ascendcl"],
     )
+
+
+#: The module-name part of each release build's directory, and the directory.
+_RELEASES = {name.replace("-", "_").replace(".", "_"): name for name in recipe.RELEASE_BUILDS}
 
 
 class BuildLibraries(build_ext):
     """Plain shared libraries named as the runtime's, not Python extension modules."""
 
     def get_ext_filename(self, fullname: str) -> str:
-        return os.path.join(*fullname.split(".")) + ".so"
+        parts = [_RELEASES.get(part, part) for part in fullname.split(".")]
+        return os.path.join(*parts) + ".so"
+
+    def _release_path(self, path: str) -> str:
+        for part, name in _RELEASES.items():
+            path = path.replace(os.sep + part + os.sep, os.sep + name + os.sep)
+        return path
+
+    def get_ext_fullpath(self, ext_name: str) -> str:
+        # setuptools joins the package path itself: map the release directory there too.
+        return self._release_path(super().get_ext_fullpath(ext_name))
+
+    def _get_inplace_equivalent(self, build_py: Any, ext: Extension) -> tuple[str, str]:
+        inplace, regular = super()._get_inplace_equivalent(build_py, ext)
+        return self._release_path(inplace), self._release_path(regular)
 
     def get_export_symbols(self, ext: Extension) -> list[str]:
         return []  # no PyInit_ function: these are not Python modules
@@ -67,9 +91,18 @@ class BuildLibraries(build_ext):
     def build_extension(self, ext: Extension) -> None:
         if ext.libraries == ["ascendcl"]:
             # The DVPP libraries link against the engine just built beside them.
-            engine = self.get_ext_fullpath("acl_mem._fake.lib64.libascendcl")
+            engine = self.get_ext_fullpath(ext.name.rsplit(".", 1)[0] + ".libascendcl")
             ext.library_dirs = [os.path.dirname(engine)]
-        super().build_extension(ext)
+        # Each release build compiles the same sources with other flags: its objects go
+        # to a directory of their own.
+        release = ext.name.split(".")[-2]
+        saved = self.build_temp
+        if release in _RELEASES:
+            self.build_temp = os.path.join(saved, _RELEASES[release])
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = saved
 
 
 try:  # setuptools >= 70.1 has it; older ones take it from the wheel package
@@ -89,8 +122,12 @@ class PlatformWheel(bdist_wheel):
 
 setup(
     ext_modules=[
-        _library("libascendcl.so", recipe.ENGINE, engine=True),
-        *[_library(name, files, engine=False) for name, files in recipe.SIDE_LIBRARIES.items()],
+        *[library
+          for release in (None, *recipe.RELEASE_BUILDS)
+          for library in (
+              _library("libascendcl.so", recipe.ENGINE, engine=True, release=release),
+              *[_library(name, files, engine=False, release=release)
+                for name, files in recipe.SIDE_LIBRARIES.items()])],
     ],
     cmdclass={"build_ext": BuildLibraries, "bdist_wheel": PlatformWheel},
 )

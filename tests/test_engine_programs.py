@@ -14,11 +14,13 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from acl_mem._fake.library import library_dir
+from acl_mem._fake.library import RELEASE_DIRS, library_dir
+from acl_mem._fake.versions import DEFAULT_CANN
 
 ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
@@ -35,7 +37,9 @@ def _compiler(cxx: bool) -> str | None:
 
 @pytest.fixture(scope="module")
 def libdir() -> Path:
-    return library_dir()
+    # The newest release's library whatever ACL_MEM_FAKE_CANN says: the programs run
+    # without acl_mem's variables, and some call what CANN 8.5.0's library lacks.
+    return library_dir(DEFAULT_CANN)
 
 
 @pytest.fixture(scope="module")
@@ -242,11 +246,10 @@ def test_a_mapping_at_a_fixed_address_of_the_window(programs):
     assert _ok(_run(programs["asan_vmm"]))[-1] == "ok"
 
 
-def test_the_leak_report_lists_virtual_memory_still_held(programs, tmp_path):
+def test_the_leak_report_lists_virtual_memory_still_held(programs, libdir, tmp_path):
     source = tmp_path / "vmm_leak.c"
     source.write_text(_VMM_LEAK)
     binary = tmp_path / "vmm_leak"
-    libdir = library_dir()
     headers = os.environ.get("ACL_MEM_HEADERS_DIR") or str(C_DIR)
     compiler = _compiler(False)
     assert compiler is not None
@@ -288,6 +291,35 @@ int main(void)
     return 0;
 }
 """
+
+
+_RELEASE_PROBE = """
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+major, minor, patch = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
+print(lib.aclrtGetVersion(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch)),
+      major.value, minor.value, patch.value)
+print(hasattr(lib, "aclrtMemGetAddressRange"), hasattr(lib, "aclrtPointerGetAttributes"))
+"""
+
+
+@pytest.mark.parametrize("cann", sorted(RELEASE_DIRS))
+def test_a_release_library_exports_what_that_release_does(libdir, cann):
+    """CANN 8.5.0's library (lib64/cann-8.5.0) has no aclrtMemGetAddressRange, plays 8.5.0
+    by default and refuses to play another release."""
+    path = libdir / RELEASE_DIRS[cann] / "libascendcl.so"
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ACL_MEM_", "LD_PRELOAD"))}
+    done = subprocess.run([sys.executable, "-c", _RELEASE_PROBE, str(path)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    version, symbols = done.stdout.splitlines()
+    assert version == "0 1 16 0"  # 8.5.0's aclrtGetVersion
+    assert symbols == "False True"
+    newer = subprocess.run([sys.executable, "-c", _RELEASE_PROBE, str(path)],
+                           env={**env, "ACL_MEM_FAKE_CANN": "9.1.0"}, capture_output=True,
+                           text=True, timeout=60)
+    assert newer.stdout.split()[0] == "507000" and "cann-8.5.0" in newer.stderr
 
 
 def test_cpp_owners_of_streams_and_memory(programs):

@@ -24,6 +24,10 @@ ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "
           "copies.c", "streams.c", "events.c", "hazards.c", "leaks.c", "vmm.c", "pending.c")
 SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",)}
 HEADERS = ("engine.h", "acl_api.h", "../include/acl_mem_fake.h")
+#: Releases whose libraries export less than the default build (CANN 8.5.0 has no
+#: aclrtMemGetAddressRange): each is built again into a directory of its own under the
+#: default one, playing only that release.
+RELEASE_BUILDS = {"cann-8.5.0": ("-DAM_ONLY_CANN_8_5_0",)}
 #: Warnings are errors; only the ACL functions and the control API are exported.
 CFLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread")
 
@@ -41,10 +45,18 @@ def link_flags(soname: str, extra: list[str], *, engine: bool) -> list[str]:
 
 
 def build(out: Path, extra: list[str], cc: str | None = None) -> Path:
-    """The three libraries in ``out`` (made if needed), compiled with ``extra`` flags."""
+    """The three libraries in ``out`` (made if needed), compiled with ``extra`` flags, and
+    each release build of RELEASE_BUILDS in its directory under ``out``."""
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler: install gcc or clang, or set CC")
+    _build_one(out, extra, compiler)
+    for directory, defines in RELEASE_BUILDS.items():
+        _build_one(out / directory, [*defines, *extra], compiler)
+    return out
+
+
+def _build_one(out: Path, extra: list[str], compiler: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     common = [compiler, *CFLAGS, "-fPIC", "-O2", "-g", *extra, "-shared"]
     steps = [("libascendcl.so", ENGINE, True),
@@ -55,7 +67,6 @@ def build(out: Path, extra: list[str], cc: str | None = None) -> Path:
         if not engine:
             command += [f"-L{out}", "-lascendcl"]
         subprocess.run(command, check=True)
-    return out
 
 
 def main() -> int:

@@ -17,7 +17,8 @@ import cffi
 from .. import _env
 from ..errors import BackendError, SettingError
 
-__all__ = ["LIBRARY_DIR", "EngineDescription", "EngineLeak", "EngineLibrary", "library_dir"]
+__all__ = ["LIBRARY_DIR", "RELEASE_DIRS", "EngineDescription", "EngineLeak", "EngineLibrary",
+           "library_dir"]
 
 #: Where installing acl_mem builds the three libraries (lib64/, as in a CANN toolkit).
 LIBRARY_DIR = Path(__file__).resolve().parent / "lib64"
@@ -53,24 +54,35 @@ size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
 """
 
 
-def library_dir() -> Path:
-    """The directory holding acl_mem's libascendcl.so: ACL_MEM_FAKE_LIBRARY_DIR (another
-    build of the same sources, e.g. with sanitizers: ``python -m
-    acl_mem._fake.engine_build``) or the one installed with acl_mem. BackendError when it
-    has no libascendcl.so."""
+#: Releases with a library of their own under lib64/ (CANN 8.5.0 lacks a function the
+#: newer libraries export, so one library cannot play both): acl_mem/_fake/engine_build.py.
+RELEASE_DIRS = {"8.5.0": "cann-8.5.0"}
+
+
+def library_dir(cann: str | None = None) -> Path:
+    """The directory holding acl_mem's libascendcl.so for CANN release ``cann`` (default:
+    ``ACL_MEM_FAKE_CANN``, else the newest): ACL_MEM_FAKE_LIBRARY_DIR (another build of the
+    same sources, e.g. with sanitizers: ``python -m acl_mem._fake.engine_build``) or the
+    one installed with acl_mem, or the release's own directory in it (``cann-8.5.0``).
+    BackendError when it has no libascendcl.so."""
     chosen = _env.secure_path("ACL_MEM_FAKE_LIBRARY_DIR")
     if chosen is not None:
         directory = Path(chosen)
         if not directory.is_absolute():
             raise SettingError("ACL_MEM_FAKE_LIBRARY_DIR", chosen, "an absolute path")
-        if not (directory / "libascendcl.so").is_file():
-            raise BackendError(f"ACL_MEM_FAKE_LIBRARY_DIR={chosen} has no libascendcl.so")
-        return directory
-    if not (LIBRARY_DIR / "libascendcl.so").is_file():
-        raise BackendError(
-            f"acl_mem's fake libascendcl.so is not in {LIBRARY_DIR}: it is built when acl_mem "
-            "is installed (a C compiler is needed then); reinstall acl_mem")
-    return LIBRARY_DIR
+        where = f"ACL_MEM_FAKE_LIBRARY_DIR={chosen}"
+    else:
+        directory = LIBRARY_DIR
+        where = f"{LIBRARY_DIR} (built when acl_mem is installed, with a C compiler; " \
+                "reinstall acl_mem)"
+    release = cann if cann is not None else _env.raw("ACL_MEM_FAKE_CANN")
+    own = RELEASE_DIRS.get(release or "")
+    if own is not None:
+        directory = directory / own
+        where += f", {own}/"
+    if not (directory / "libascendcl.so").is_file():
+        raise BackendError(f"acl_mem's fake libascendcl.so is not in {where}")
+    return directory
 
 
 @dataclass(frozen=True)

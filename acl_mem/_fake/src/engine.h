@@ -87,6 +87,14 @@ struct am_release {
         physical_rejects_managed, host_location_id_zero, contexts_checked;
 };
 
+/* The release a build plays when ACL_MEM_FAKE_CANN does not say: the newest, or the one
+ * a release build (AM_ONLY_CANN_8_5_0, lib64/cann-8.5.0) exists for. */
+#ifdef AM_ONLY_CANN_8_5_0
+#define AM_DEFAULT_RELEASE "8.5.0"
+#else
+#define AM_DEFAULT_RELEASE "9.1.0"
+#endif
+
 AM_HIDDEN const struct am_profile *am_profile_named(const char *name);
 AM_HIDDEN const struct am_release *am_release_named(const char *name);
 AM_HIDDEN extern const struct am_profile am_profiles[];

@@ -512,9 +512,15 @@ static struct am_block *block_at(uint64_t address)
     return (struct am_block *)am_tree_containing(am.pinned, address);
 }
 
+#ifndef AM_ONLY_CANN_8_5_0 /* CANN 8.5.0's runtime has no such function */
 aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
 {
     ENTER("aclrtMemGetAddressRange");
+    if (!am.cann->has_address_range)
+        return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, "aclrtMemGetAddressRange", "CANN %s "
+                                   "has no aclrtMemGetAddressRange; a program linked against "
+                                   "its library would not link (the fake's CANN 8.5.0 library "
+                                   "is in lib64/cann-8.5.0)", am.cann->name));
     if (ptr == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMemGetAddressRange",
                                    "ptr is NULL"));
@@ -540,6 +546,7 @@ aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
         *psize = (size_t)extent;
     return unlock_with(AM_SUCCESS);
 }
+#endif
 
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
 {

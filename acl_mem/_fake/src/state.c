@@ -116,14 +116,23 @@ static void read_settings(void)
     am.cann = configured_release;
     if (am.cann == NULL) {
         const char *name = setting("ACL_MEM_FAKE_CANN", buffer, sizeof buffer);
-        am.cann = name == NULL ? &am_releases[am_release_count - 1] : am_release_named(name);
+        am.cann = name == NULL ? am_release_named(AM_DEFAULT_RELEASE) : am_release_named(name);
         if (am.cann == NULL) {
             if (am.setting_error[0] == '\0')
                 snprintf(am.setting_error, sizeof am.setting_error,
                          "ACL_MEM_FAKE_CANN=%s is not a CANN release the fake plays "
                          "(8.5.0, 9.0.1, 9.1.0)", name);
-            am.cann = &am_releases[am_release_count - 1];
+            am.cann = am_release_named(AM_DEFAULT_RELEASE);
         }
+#ifdef AM_ONLY_CANN_8_5_0
+        if (strcmp(am.cann->name, AM_DEFAULT_RELEASE) != 0) {
+            if (am.setting_error[0] == '\0')
+                snprintf(am.setting_error, sizeof am.setting_error,
+                         "ACL_MEM_FAKE_CANN=%s: this is the fake's CANN 8.5.0 library "
+                         "(lib64/cann-8.5.0); later releases are the library in lib64", name);
+            am.cann = am_release_named(AM_DEFAULT_RELEASE);
+        }
+#endif
     }
     am_hazards_read_setting();
     (void)am_leak_report_wanted(); /* only to refuse a value that is not yes or no */
@@ -516,6 +525,10 @@ int acl_mem_fake_configure(const char *profile, const char *cann, int device_cou
         return AM_INVALID_PARAM;
     if (cann != NULL && (chosen_release = am_release_named(cann)) == NULL)
         return AM_INVALID_PARAM;
+#ifdef AM_ONLY_CANN_8_5_0
+    if (chosen_release != NULL && strcmp(chosen_release->name, AM_DEFAULT_RELEASE) != 0)
+        return AM_INVALID_PARAM; /* this library is CANN 8.5.0's only */
+#endif
     if (device_count < 0 || device_count > AM_MAX_DEVICES)
         return AM_INVALID_PARAM;
     if (capacity > AM_DEVICE_SLOT / 2 - 2 * AM_DVPP_WINDOW)
