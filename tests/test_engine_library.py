@@ -147,6 +147,33 @@ def test_leaks_list_every_live_block_with_its_caller(engine, native):
     assert engine.leaks() == []
 
 
+def test_an_injected_fault_fails_the_nth_call_once(engine, native):
+    assert native.aclrtSetDevice(0) == 0
+    engine.inject_fault("aclrtMalloc", nth=2, code=207001)
+    rc, first = native.aclrtMalloc(64, 0)
+    assert rc == 0
+    assert native.aclrtMalloc(64, 0)[0] == 207001
+    assert native.aclrtGetLastError(0) == 207001
+    rc, third = native.aclrtMalloc(64, 0)
+    assert rc == 0  # once only
+    # Argument checks come first: a refused call does not count.
+    engine.inject_fault("aclrtMallocHost", code=507899)
+    assert native.aclrtMallocHost(0)[0] == 100000
+    assert native.aclrtMallocHost(64)[0] == 507899
+    engine.inject_fault("aclrtMallocCached")
+    engine.reset()  # forgets the plan
+    assert native.aclrtSetDevice(0) == 0
+    assert native.aclrtMallocCached(64, 0)[0] == 0
+
+
+@pytest.mark.parametrize(("call", "nth", "code"), [("aclrtFree", 1, 207001),
+                                                   ("aclrtMalloc", 0, 207001),
+                                                   ("aclrtMalloc", 1, 0)])
+def test_an_impossible_fault_is_refused(engine, call, nth, code):
+    with pytest.raises(ValueError):
+        engine.inject_fault(call, nth, code)
+
+
 def test_an_unknown_hazard_mode_is_refused(engine):
     with pytest.raises(ValueError):
         engine.set_hazards("loud")

@@ -51,6 +51,7 @@ struct acl_mem_fake_leak {
     const void *caller;
 };
 size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
+int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code);
 """
 
 
@@ -185,6 +186,13 @@ class EngineLibrary:
         while self.lib.acl_mem_fake_next_finding(kind, 64, text, 512) == 1:
             found.append((self._text(kind), self._text(text)))
         return found
+
+    def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
+        """Make the ``nth`` next call of ``call`` that passes its argument checks fail with
+        ``code``, once. ValueError for a call that cannot fail so, nth < 1 or code 0."""
+        if not 1 <= nth < 1 << 32 or not -(1 << 31) <= code < 1 << 31 or \
+                self.lib.acl_mem_fake_inject_fault(call.encode(), nth, code) != 0:
+            raise ValueError(f"inject_fault refused call={call!r}, nth={nth!r}, code={code!r}")
 
     def leaks(self) -> list[EngineLeak]:
         """The blocks still allocated, device blocks first (by device, address), then

@@ -82,6 +82,13 @@ struct acl_mem_fake_leak {
  * ACL_MEM_LEAK_REPORT=1 prints the same list on stderr when the program exits. */
 ACL_MEM_FAKE_API size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
 
+/* Make the `nth` next call of `call` that passes its argument checks fail with `code`,
+ * once, as the driver would (out of memory: 207001). `call` is one of aclrtMalloc,
+ * aclrtMallocAlign32, aclrtMallocCached, aclrtMallocHost, aclrtReserveMemAddress,
+ * aclrtMallocPhysical, aclrtMapMem; a new plan for a call replaces its old one; reset()
+ * forgets every plan. 100000 for another call, nth 0 or code 0. */
+ACL_MEM_FAKE_API int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code);
+
 /* How many calls so far hit a function the C engine does not model yet (they fail with
  * 207000), and in *last (when not NULL) the name of the latest. Goes once every
  * function is modelled. */

@@ -258,6 +258,14 @@ struct am_engine {
     uint64_t stream_sequence, event_sequence;
     struct am_node *events;      /* live events by handle */
     uint64_t queued_ops;         /* copies and memsets queued on any stream */
+    /* Planned failures (acl_mem_fake_inject_fault): while any is planned the fast paths
+     * stay off, so a plan is counted down under the engine lock only. */
+    struct {
+        char call[32];
+        uint32_t nth;
+        aclError code;
+    } faults[8];
+    int fault_count;
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     struct am_space vmm_space;
@@ -319,6 +327,9 @@ static inline aclError unlock_with(aclError code)
     am_unlock();
     return code;
 }
+
+/* The code a planned failure of `call` returns now, or 0 (with the engine lock). */
+AM_HIDDEN aclError am_fault(const char *call);
 
 /* Record a failed call for aclrtGetLastError and aclGetRecentErrMsg; returns code. */
 AM_HIDDEN aclError am_fail(aclError code, const char *call, const char *format, ...)

@@ -181,6 +181,9 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
     if (device == NULL)
         return (am_fail(AM_CONTEXT_NULL, MALLOC_CALL, "this thread has no current "
                                    "context: call aclrtSetDevice first"));
+    aclError fault = am.fault_count == 0 ? AM_SUCCESS : am_fault(am_api_name(api));
+    if (fault != AM_SUCCESS)
+        return am_fail(fault, MALLOC_CALL, "a failure planned by acl_mem_fake_inject_fault");
     if (giant(chosen) && !am.profile->giant_pages)
         return (am_fail(AM_FEATURE_NOT_SUPPORT, MALLOC_CALL, "1 GiB pages (policy %u) "
                                    "do not exist on %s", policy, am.profile->soc_name));
@@ -368,6 +371,10 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
     if (am_current_device() == NULL)
         return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMallocHost", "this thread has no "
                                    "current context: call aclrtSetDevice first"));
+    aclError fault = am_fault("aclrtMallocHost");
+    if (fault != AM_SUCCESS)
+        return unlock_with(am_fail(fault, "aclrtMallocHost", "a failure planned by "
+                                   "acl_mem_fake_inject_fault"));
     uint64_t padded = ((uint64_t)size + 31) / 32 * 32;
     uint64_t extent = (padded + AM_HOST_PAGE - 1) / AM_HOST_PAGE * AM_HOST_PAGE;
     struct am_block *block = calloc(1, sizeof *block);

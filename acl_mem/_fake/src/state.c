@@ -306,8 +306,23 @@ struct am_device *am_current_device(void)
 
 /* ---- the engine ---------------------------------------------------------------------- */
 
+aclError am_fault(const char *call)
+{
+    for (int i = 0; i < am.fault_count; i++) {
+        if (strcmp(am.faults[i].call, call) != 0)
+            continue;
+        if (--am.faults[i].nth > 0)
+            return AM_SUCCESS;
+        aclError code = am.faults[i].code;
+        am.faults[i] = am.faults[--am.fault_count];
+        return code;
+    }
+    return AM_SUCCESS;
+}
+
 static void release_everything(void)
 {
+    am.fault_count = 0;
     am_streams_clear();
     am_events_clear();
     am_hazards_clear();
@@ -482,7 +497,7 @@ bool am_fast_lock(int first, int second)
         pthread_mutex_lock(&am.devices[second].lock);
     /* Stable now: these change only under the engine lock, which holds our devices. */
     if (first < am.device_count && second < am.device_count && am.queued_ops == 0 &&
-        am.setting_error[0] == '\0')
+        am.setting_error[0] == '\0' && am.fault_count == 0)
         return true;
     am_fast_unlock(first, second);
     return false;
@@ -564,4 +579,28 @@ const char *acl_mem_fake_setting_error(void)
 {
     am_ready();
     return am.setting_error[0] ? am.setting_error : NULL;
+}
+
+int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code)
+{
+    static const char *const injectable[] = {
+        "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtMallocHost",
+        "aclrtReserveMemAddress", "aclrtMallocPhysical", "aclrtMapMem",
+    };
+    bool known = false;
+    for (size_t i = 0; call != NULL && i < sizeof injectable / sizeof injectable[0]; i++)
+        known = known || strcmp(call, injectable[i]) == 0;
+    if (!known || nth == 0 || code == 0)
+        return AM_INVALID_PARAM;
+    am_lock();
+    int slot = 0;
+    while (slot < am.fault_count && strcmp(am.faults[slot].call, call) != 0)
+        slot++;
+    if (slot == am.fault_count)
+        am.fault_count++;
+    snprintf(am.faults[slot].call, sizeof am.faults[slot].call, "%s", call);
+    am.faults[slot].nth = nth;
+    am.faults[slot].code = code;
+    am_unlock();
+    return 0;
 }

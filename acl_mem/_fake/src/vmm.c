@@ -386,6 +386,9 @@ aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, vo
                                    "reservation may hold (128 GiB)", size));
     uint64_t span = ((uint64_t)size + AM_HUGE_PAGE - 1) / AM_HUGE_PAGE * AM_HUGE_PAGE;
     uint64_t wanted = (uintptr_t)expectPtr, base = 0;
+    aclError fault = am_fault(call);
+    if (fault != AM_SUCCESS)
+        return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
     if (!window_ready())
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "out of host memory"));
     if (wanted != 0) {
@@ -465,6 +468,9 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
     if (location != LOCATION_HOST && location != LOCATION_DEVICE)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "location type %u",
                                    location));
+    aclError fault = am_fault(call);
+    if (fault != AM_SUCCESS)
+        return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
     uint32_t kind = page_kind((uint32_t)prop->memAttr);
     if (kind == AM_GIANT_PAGE && !am.profile->giant_pages)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "1 GiB pages do not exist "
@@ -592,6 +598,9 @@ aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle
     if (reservation->bound && reservation->bound_device != physical->device)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "the reservation holds memory "
                                    "of another device already"));
+    aclError fault = am_fault(call);
+    if (fault != AM_SUCCESS)
+        return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
     struct am_mapping *mapping = calloc(1, sizeof *mapping);
     int fd = pool_fd(physical->device);
     void *want = (void *)(uintptr_t)(va + AM_MIRROR_OFFSET);
