@@ -172,6 +172,28 @@ def test_an_impossible_fault_is_refused(engine, call, nth, code):
         engine.inject_fault(call, nth, code)
 
 
+def test_the_checker_finds_damaged_canaries_on_demand(engine, native):
+    engine.set_hazards("count", queue=True)
+    engine.set_check(True)
+    try:
+        assert native.aclrtSetDevice(0) == 0
+        rc, ptr = native.aclrtMalloc(100, 0)
+        assert rc == 0
+        assert engine.check() == 0
+        # A device-to-device copy past the 100 bytes asked for: reported at once.
+        rc, other = native.aclrtMalloc(4096, 0)
+        assert native.aclrtMemcpy(ptr, 128, other, 128, 3) == 0
+        assert [kind for kind, _ in engine.findings()] == ["boundary-crossed"]
+        assert engine.check() == 1
+        found = engine.findings()
+        assert [kind for kind, _ in found] == ["canary-overwritten"]
+        assert f"{ptr:#x} (100 bytes requested)" in found[0][1]
+        assert "offsets 100..127" in found[0][1]
+    finally:
+        engine.set_check(None)
+        engine.set_hazards(None)
+
+
 def test_an_unknown_hazard_mode_is_refused(engine):
     with pytest.raises(ValueError):
         engine.set_hazards("loud")

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
-            "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c"]
+            "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
+            "overwrite.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -320,6 +321,25 @@ def test_a_release_library_exports_what_that_release_does(libdir, cann):
                            env={**env, "ACL_MEM_FAKE_CANN": "9.1.0"}, capture_output=True,
                            text=True, timeout=60)
     assert newer.stdout.split()[0] == "507000" and "cann-8.5.0" in newer.stderr
+
+
+def test_the_checker_catches_an_overwrite_from_c(programs):
+    """A copy past the requested bytes succeeds (it lands in the runtime's padding, as on
+    hardware); with ACL_MEM_CHECK=1 the copy and the damaged canaries at the free are
+    reported, naming the C function that allocated the block."""
+    checked = _run(programs["overwrite"], ACL_MEM_CHECK="1")
+    lines = _ok(checked)
+    assert _value(lines, "aclrtMemcpy") == "0" and _value(lines, "aclrtFree") == "0"
+    kinds = re.findall(r"^acl_mem: memory check ([a-z-]+):", checked.stderr, re.M)
+    assert kinds == ["boundary-crossed", "canary-overwritten"], checked.stderr
+    assert "offsets 100..127" in checked.stderr
+    binary = re.escape(str(programs["overwrite"]))
+    assert re.search(rf'File "{binary}", line 0, in fill_past_the_end\+0x', checked.stderr)
+    plain = _run(programs["overwrite"])
+    assert _ok(plain) == lines and "memory check" not in plain.stderr
+    raised = _run(programs["overwrite"], ACL_MEM_CHECK="yes", ACL_MEM_HAZARDS="raise")
+    assert [_value(_ok(raised), call) for call in ("aclrtMemcpy", "aclrtFree")] == [
+        "507000", "507000"]
 
 
 def test_cpp_owners_of_streams_and_memory(programs):

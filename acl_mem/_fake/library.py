@@ -52,6 +52,8 @@ struct acl_mem_fake_leak {
 };
 size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
 int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code);
+int acl_mem_fake_set_check(int on);
+unsigned long acl_mem_fake_check(void);
 """
 
 
@@ -186,6 +188,14 @@ class EngineLibrary:
         while self.lib.acl_mem_fake_next_finding(kind, 64, text, 512) == 1:
             found.append((self._text(kind), self._text(text)))
         return found
+
+    def set_check(self, on: bool | None) -> None:
+        """The memory checker on or off; None: as ACL_MEM_CHECK says."""
+        self.lib.acl_mem_fake_set_check(-1 if on is None else int(on))
+
+    def check(self) -> int:
+        """Verify every live block's canaries now; how many damaged ones were found."""
+        return int(self.lib.acl_mem_fake_check())
 
     def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
         """Make the ``nth`` next call of ``call`` that passes its argument checks fail with

@@ -53,7 +53,8 @@ ACL_MEM_FAKE_API const char *acl_mem_fake_setting_error(void);
  * reports them itself), whatever the mode. */
 ACL_MEM_FAKE_API int acl_mem_fake_set_hazards(const char *mode, int queue_findings);
 
-/* Hazards of `kind` counted since the last reset, or of every kind for NULL. */
+/* Hazards and checker findings of `kind` counted since the last reset, or of every kind
+ * for NULL. */
 ACL_MEM_FAKE_API unsigned long acl_mem_fake_hazard_count(const char *kind);
 
 /* Findings queued and not yet taken (a dropped count counts one): a binding reads this
@@ -88,6 +89,16 @@ ACL_MEM_FAKE_API size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t
  * aclrtMallocPhysical, aclrtMapMem; a new plan for a call replaces its old one; reset()
  * forgets every plan. 100000 for another call, nth 0 or code 0. */
 ACL_MEM_FAKE_API int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code);
+
+/* The memory checker: 1 on, 0 off, -1 back to ACL_MEM_CHECK. With it on, blocks get
+ * canaries after their requested bytes (verified at free, at synchronisations and by
+ * acl_mem_fake_check) and poison at allocation, and copies or memsets running past a
+ * block's requested size are reported ("boundary-crossed"); findings are reported as
+ * hazards are (acl_mem_fake_set_hazards), and counted by acl_mem_fake_hazard_count. */
+ACL_MEM_FAKE_API int acl_mem_fake_set_check(int on);
+
+/* Verify every live block's canaries now: how many damaged ones were found. */
+ACL_MEM_FAKE_API unsigned long acl_mem_fake_check(void);
 
 /* How many calls so far hit a function the C engine does not model yet (they fail with
  * 207000), and in *last (when not NULL) the name of the latest. Goes once every

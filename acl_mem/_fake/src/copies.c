@@ -205,6 +205,10 @@ static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t
         am_check_queued((uintptr_t)src, count, true, "access-before-synchronize",
                         "aclrtMemcpy reads");
     }
+    if (am.check) {
+        am_check_bounds((uintptr_t)dst, count, "aclrtMemcpy write");
+        am_check_bounds((uintptr_t)src, count, "aclrtMemcpy read");
+    }
     if (!am_copy_now(&target, &source, count))
         return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory "
                                    "%p + %zu bytes is not mapped %s", target.where ==
@@ -275,6 +279,8 @@ static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size
     if (am.queued_ops != 0)
         am_check_queued((uintptr_t)devPtr, count, false, "access-before-synchronize",
                         "aclrtMemset writes");
+    if (am.check)
+        am_check_bounds((uintptr_t)devPtr, count, "aclrtMemset");
     memset(target.host, value & 0xFF, count);
     return (am_hazard_result(AM_SUCCESS, "aclrtMemset"));
 }

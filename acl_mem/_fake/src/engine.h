@@ -173,6 +173,7 @@ struct am_block {
     uint64_t serial;  /* unique for the process: queued work names a block by it */
     uint32_t queued;  /* queued operations naming this block */
     const void *caller; /* the return address of the allocating call (leak reports) */
+    bool checked; /* made while the checker was on: canaries to verify */
     uint32_t page_size;
     uint8_t api;
     int8_t device; /* -1: pinned host memory */
@@ -266,6 +267,7 @@ struct am_engine {
         aclError code;
     } faults[8];
     int fault_count;
+    bool check; /* the memory checker (ACL_MEM_CHECK): fast paths stay off while on */
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     struct am_space vmm_space;
@@ -454,6 +456,25 @@ AM_HIDDEN void am_hazard(const char *kind, const char *format, ...)
  * call. */
 AM_HIDDEN aclError am_hazard_result(aclError code, const char *call);
 AM_HIDDEN void am_hazards_read_setting(void);
+/* Findings of `kind` (every kind for NULL) since the last reset (with the lock). */
+AM_HIDDEN unsigned long am_count_of(const char *kind);
+/* A finding of the memory checker: reported as hazards are (the same mode and queue). */
+AM_HIDDEN void am_check_report(const char *kind, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- the memory checker (checker.c) --------------------------------------------------- */
+/* ACL_MEM_CHECK (yes/no): read with the settings; acl_mem_fake_set_check changes it. */
+AM_HIDDEN void am_check_read_setting(void);
+/* A block was allocated / is being freed (checker on): canaries and poison. */
+AM_HIDDEN void am_check_allocated(struct am_block *block, unsigned char *host);
+AM_HIDDEN void am_check_freeing(const struct am_block *block, const unsigned char *host,
+                                const char *when);
+/* A copy or memset of [address, address + count) (checker on): past a block's end? */
+AM_HIDDEN void am_check_bounds(uint64_t address, uint64_t count, const char *what);
+/* Every live block's canaries now (synchronisations, acl_mem_fake_check). */
+AM_HIDDEN void am_check_all(const char *when);
+/* "  File \"object\", line 0, in symbol+0xoffset" for a return address. */
+AM_HIDDEN void am_describe_caller(const void *caller, char *out, size_t size);
 AM_HIDDEN void am_hazards_clear(void);
 
 /* Config file (config_file.c): the code aclInit's reading of `path` gives, and the

@@ -22,13 +22,15 @@ static const char *const kinds[] = {
     "free-while-queued", "access-before-synchronize", "queued-work-on-freed-memory",
     "destroy-with-pending-work", "reset-with-pending-work",
     "destroy-context-with-pending-work",
+    /* the memory checker's (checker.c) */
+    "canary-overwritten", "boundary-crossed", "use-after-free",
 };
 #define KIND_COUNT (sizeof kinds / sizeof kinds[0])
 #define QUEUE_SIZE 64
 
 struct finding {
     char kind[40];
-    char text[400];
+    char text[1024];
 };
 
 static enum mode mode = WARN;
@@ -48,7 +50,7 @@ static void publish(void)
 }
 
 static _Thread_local bool raised;
-static _Thread_local char raised_text[440];
+static _Thread_local char raised_text[1100];
 
 static bool mode_named(const char *name, enum mode *out)
 {
@@ -93,16 +95,13 @@ void am_hazards_clear(void)
     __atomic_store_n(&acl_mem_fake_findings_waiting, 0, __ATOMIC_RELEASE);
 }
 
-void am_hazard(const char *kind, const char *format, ...)
+static void report(const char *what, const char *kind, const char *format, va_list args)
 {
     for (size_t i = 0; i < KIND_COUNT; i++)
         if (strcmp(kinds[i], kind) == 0)
             counts[i]++;
-    char text[400];
-    va_list args;
-    va_start(args, format);
+    char text[1024];
     vsnprintf(text, sizeof text, format, args);
-    va_end(args);
     if (queue_for_binding) {
         if (queue_length == QUEUE_SIZE) {
             queue_dropped++;
@@ -118,11 +117,27 @@ void am_hazard(const char *kind, const char *format, ...)
     }
     if (mode == COUNT)
         return;
-    fprintf(stderr, "acl_mem: hazard %s: %s\n", kind, text);
+    fprintf(stderr, "acl_mem: %s %s: %s\n", what, kind, text);
     if (mode == RAISE && !raised) {
         raised = true;
         snprintf(raised_text, sizeof raised_text, "%s: %s", kind, text);
     }
+}
+
+void am_hazard(const char *kind, const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    report("hazard", kind, format, args);
+    va_end(args);
+}
+
+void am_check_report(const char *kind, const char *format, ...)
+{
+    va_list args;
+    va_start(args, format);
+    report("memory check", kind, format, args);
+    va_end(args);
 }
 
 aclError am_hazard_result(aclError code, const char *call)
@@ -132,8 +147,8 @@ aclError am_hazard_result(aclError code, const char *call)
     raised = false;
     if (code != AM_SUCCESS)
         return code;
-    return am_fail(AM_RT_INTERNAL_ERROR, call, "done, but a hazard was found (hazards=raise): "
-                   "%s", raised_text);
+    return am_fail(AM_RT_INTERNAL_ERROR, call, "done, but a hazard or memory-check finding "
+                   "was reported (hazards=raise): %s", raised_text);
 }
 
 /* ---- the control API -------------------------------------------------------------------- */
@@ -154,13 +169,19 @@ int acl_mem_fake_set_hazards(const char *mode_name, int queue_findings)
     return 0;
 }
 
-unsigned long acl_mem_fake_hazard_count(const char *kind)
+unsigned long am_count_of(const char *kind)
 {
     unsigned long total = 0;
-    am_lock();
     for (size_t i = 0; i < KIND_COUNT; i++)
         if (kind == NULL || strcmp(kinds[i], kind) == 0)
             total += counts[i];
+    return total;
+}
+
+unsigned long acl_mem_fake_hazard_count(const char *kind)
+{
+    am_lock();
+    unsigned long total = am_count_of(kind);
     am_unlock();
     return total;
 }

@@ -47,6 +47,22 @@ bool am_leak_report_wanted(void)
     return wanted == 1;
 }
 
+void am_describe_caller(const void *caller_address, char *out, size_t size)
+{
+    Dl_info where;
+    /* The return address is just past the call: look the call itself up. */
+    const char *caller = (const char *)caller_address;
+    if (caller == NULL || dladdr(caller - 1, &where) == 0 || where.dli_fname == NULL)
+        snprintf(out, size, "  (caller unknown)");
+    else if (where.dli_sname != NULL)
+        snprintf(out, size, "  File \"%s\", line 0, in %s+%#lx", where.dli_fname,
+                 where.dli_sname, (unsigned long)(caller - (const char *)where.dli_saddr));
+    else
+        snprintf(out, size, "  File \"%s\", line 0, in +%#lx (no exported symbol here: a "
+                 "static function, or a program linked without -rdynamic)", where.dli_fname,
+                 (unsigned long)(caller - (const char *)where.dli_fbase));
+}
+
 struct visiting {
     void (*visit)(const struct am_held *, void *);
     void *context;
@@ -92,20 +108,9 @@ static void print_held(const struct am_held *held, void *context)
             (unsigned long long)held->address, (unsigned long long)held->size, device);
     if (held->vmm)
         return;
-    Dl_info where;
-    /* The return address is just past the call: look the call itself up. */
-    const char *caller = (const char *)held->caller;
-    if (caller == NULL || dladdr(caller - 1, &where) == 0 || where.dli_fname == NULL) {
-        fprintf(stderr, "  (caller unknown)\n");
-        return;
-    }
-    if (where.dli_sname != NULL)
-        fprintf(stderr, "  File \"%s\", line 0, in %s+%#lx\n", where.dli_fname,
-                where.dli_sname, (unsigned long)(caller - (const char *)where.dli_saddr));
-    else
-        fprintf(stderr, "  File \"%s\", line 0, in +%#lx (no exported symbol here: a static "
-                "function, or a program linked without -rdynamic)\n", where.dli_fname,
-                (unsigned long)(caller - (const char *)where.dli_fbase));
+    char where[512];
+    am_describe_caller(held->caller, where, sizeof where);
+    fprintf(stderr, "%s\n", where);
 }
 
 static void report_at_exit(void)

@@ -197,6 +197,8 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
     int count = page_kinds(padded, chosen, kinds);
     struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size,
                                                caller);
+    if (block != NULL && am.check)
+        am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
         return (am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
                                    "%llu bytes (size %zu after padding and page rounding) "
@@ -273,6 +275,8 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
                                    "aclrtMalloc, aclrtMallocAlign32 or aclrtMallocCached"));
     if (block->queued != 0)
         freed_while_queued(block);
+    if (am.check)
+        am_check_freeing(block, am_host_of(device, address), "free");
     am_block_release(device, block);
     return (am_hazard_result(AM_SUCCESS, name));
 }
@@ -321,6 +325,8 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size, const void 
     uint32_t kinds[1] = {AM_HUGE_PAGE};
     struct am_block *block = am_block_allocate(device, api, padded, kinds, 1, true, size,
                                                caller);
+    if (block != NULL && am.check)
+        am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
                                    "%llu bytes of DVPP memory", device->id,
@@ -395,6 +401,8 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
     block->serial = ++am.block_serial;
     /* An address of a quarantined block cannot come back while it is mapped. */
     am_tree_insert(&am.pinned, &block->node);
+    if (am.check)
+        am_check_allocated(block, mapped);
     *hostPtr = mapped;
     return unlock_with(AM_SUCCESS);
 }
@@ -446,6 +454,8 @@ aclError aclrtFreeHost(void *hostPtr)
                                    "of live memory from aclrtMallocHost", hostPtr));
     if (((struct am_block *)node)->queued != 0)
         freed_while_queued((struct am_block *)node);
+    if (am.check)
+        am_check_freeing((struct am_block *)node, hostPtr, "free");
     uint64_t extent = node->len;
     am_tree_remove(&am.pinned, address);
     free(node);

@@ -135,6 +135,7 @@ static void read_settings(void)
 #endif
     }
     am_hazards_read_setting();
+    am_check_read_setting();
     (void)am_leak_report_wanted(); /* only to refuse a value that is not yes or no */
     am.device_count = configured_devices ? configured_devices : am.profile->device_count;
     am.capacity = configured_capacity ? configured_capacity : am.profile->capacity;
@@ -497,7 +498,7 @@ bool am_fast_lock(int first, int second)
         pthread_mutex_lock(&am.devices[second].lock);
     /* Stable now: these change only under the engine lock, which holds our devices. */
     if (first < am.device_count && second < am.device_count && am.queued_ops == 0 &&
-        am.setting_error[0] == '\0' && am.fault_count == 0)
+        am.setting_error[0] == '\0' && am.fault_count == 0 && !am.check)
         return true;
     am_fast_unlock(first, second);
     return false;

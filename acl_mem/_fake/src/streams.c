@@ -203,6 +203,12 @@ static void run(const struct am_work *work)
             return;
         }
     }
+    if (am.check) {
+        am_check_bounds(work->dst, work->count, work->kind == WORK_COPY
+                        ? "queued aclrtMemcpyAsync write" : "queued aclrtMemsetAsync");
+        if (work->kind == WORK_COPY)
+            am_check_bounds(work->src, work->count, "queued aclrtMemcpyAsync read");
+    }
     if (work->kind == WORK_COPY)
         memmove(work->dst_host, work->src_host, work->count);
     else
@@ -500,6 +506,8 @@ aclError aclrtSynchronizeStream(aclrtStream stream)
         return unlock_with(am_fail(code, "aclrtSynchronizeStream", "stream %p: %s", stream,
                                    why));
     drain(found, NULL);
+    if (am.check)
+        am_check_all("synchronize");
     return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtSynchronizeStream"));
 }
 
@@ -520,6 +528,8 @@ aclError aclrtSynchronizeDevice(void)
         if (stream->context == current)
             drain(stream, NULL);
     }
+    if (am.check)
+        am_check_all("synchronize");
     return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtSynchronizeDevice"));
 }
 
