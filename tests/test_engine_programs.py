@@ -27,7 +27,7 @@ C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
             "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
-            "overwrite.c"]
+            "overwrite.c", "engine_edges.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -340,6 +340,20 @@ def test_the_checker_catches_an_overwrite_from_c(programs):
     raised = _run(programs["overwrite"], ACL_MEM_CHECK="yes", ACL_MEM_HAZARDS="raise")
     assert [_value(_ok(raised), call) for call in ("aclrtMemcpy", "aclrtFree")] == [
         "507000", "507000"]
+
+
+def test_a_sent_sigsegv_still_kills_once_the_fault_guard_is_installed(programs):
+    """The library's handler takes only faults of its own guarded copies; raise(SIGSEGV)
+    goes to the disposition that was there (default: the process dies)."""
+    done = _run(programs["engine_edges"], "raise")
+    assert done.returncode != 0 and "still alive" not in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("edge", ["chain", "fd0", "wrap"])
+def test_edges_found_by_review(programs, edge):
+    """A chain of 3000 cross-stream waits synchronised on a 256 KiB thread stack; physical
+    memory when a memfd is descriptor 0; host ranges wrapping the address space."""
+    assert _ok(_run(programs["engine_edges"], edge))[-1] == "done"
 
 
 def test_cpp_owners_of_streams_and_memory(programs):

@@ -55,7 +55,8 @@ struct am_located am_locate(uint64_t address, uint64_t count)
         found.block = (struct am_block *)pinned;
         return found;
     }
-    if (address < AM_HOST_PAGE || count > AM_USER_SPACE_END - address)
+    if (address < AM_HOST_PAGE || address >= AM_USER_SPACE_END ||
+        count > AM_USER_SPACE_END - address)
         return found;
     /* Freed pinned memory kept mapped a while: the runtime no longer knows it. */
     if (am_tree_containing(am.pinned_freed, address) != NULL ||
@@ -91,6 +92,8 @@ static uint64_t page_down(uint64_t address)
 static bool is_proven(const unsigned char *host, uint64_t count, bool write)
 {
     uint64_t start = (uintptr_t)host, end = start + count;
+    if (end < start)
+        return false;
     for (unsigned i = 0; i < PROVEN_SLOTS; i++)
         if (proven[i].start <= start && end <= proven[i].end && proven[i].end != 0 &&
             (!write || proven[i].writable))
@@ -112,12 +115,14 @@ static void prove(const unsigned char *host, uint64_t count, bool write)
 
 static void forget_proven(const unsigned char *host, uint64_t count)
 {
-    uint64_t start = (uintptr_t)host, end = start + count;
+    uint64_t start = (uintptr_t)host, end = start + count < start ? UINT64_MAX : start + count;
     for (unsigned i = 0; i < PROVEN_SLOTS; i++)
         if (proven[i].start < end && start < proven[i].end)
             proven[i].start = proven[i].end = 0;
 }
 
+/* The calling thread's only (the others keep theirs: harmless, the guard stands behind
+ * every entry). */
 void am_proven_clear(void)
 {
     memset(proven, 0, sizeof proven);

@@ -273,7 +273,8 @@ struct am_engine {
     struct am_space vmm_space;
     struct am_node *reservations, *physicals;
     uint64_t physical_sequence, mapping_serial;
-    int pool_fd[AM_MAX_DEVICES + 1]; /* memfds of physical memory; the last is the host's */
+    /* memfds of physical memory (descriptor + 1; 0: none); the last is the host's */
+    int pool_fd[AM_MAX_DEVICES + 1];
     struct am_space pool_space[AM_MAX_DEVICES + 1];
 };
 

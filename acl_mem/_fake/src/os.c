@@ -189,24 +189,71 @@ bool am_os_checked_set(void *dst, int value, uint64_t count)
 #endif
 
 static struct sigaction previous_segv, previous_bus;
+/* Guarded copies running in any thread. The handler looks at its thread's guard state
+ * only while this is not 0: a library loaded by dlopen has its thread-local storage
+ * allocated at the first touch in a thread (malloc, not for a signal handler), and a
+ * thread that never called the library must not touch it when it faults. */
+static int active_guards;
 static _Thread_local volatile sig_atomic_t guarding;
 static _Thread_local sigjmp_buf guard_exit;
+/* The ranges the guarded copy touches: (start, length) of its destination and source. */
+static _Thread_local uintptr_t guard_ranges[2][2];
+
+/* A fault of the guarded copy: raised by the kernel (not sent by kill or raise) at an
+ * address the copy touches. Anything else is not ours to swallow. */
+static bool guarded_fault(const siginfo_t *info)
+{
+    if (__atomic_load_n(&active_guards, __ATOMIC_ACQUIRE) == 0 || info == NULL ||
+        info->si_code <= 0 || !guarding)
+        return false;
+    uintptr_t at = (uintptr_t)info->si_addr;
+    for (int i = 0; i < 2; i++)
+        if (at - guard_ranges[i][0] < guard_ranges[i][1])
+            return true;
+    return false;
+}
+
+/* What the handler before ours would have done with the signal, as the kernel would have
+ * run it: with its mask (the signal itself blocked unless SA_NODEFER) and SA_RESETHAND. */
+static void pass_on(int signal_number, siginfo_t *info, void *context)
+{
+    const struct sigaction *before = signal_number == SIGBUS ? &previous_bus : &previous_segv;
+    bool sent = info == NULL || info->si_code <= 0;
+    if (before->sa_handler == SIG_DFL || before->sa_handler == SIG_IGN) {
+        if (before->sa_handler == SIG_IGN && sent)
+            return; /* an ignored signal someone sent */
+        /* Back to the disposition that was there: a fault happens again on return, a
+         * sent signal is sent again (blocked until this handler returns). */
+        sigaction(signal_number, before, NULL);
+        if (sent)
+            raise(signal_number);
+        return;
+    }
+    sigset_t mask = before->sa_mask, saved;
+    if (!(before->sa_flags & SA_NODEFER))
+        sigaddset(&mask, signal_number);
+    pthread_sigmask(SIG_BLOCK, &mask, &saved);
+    if (before->sa_flags & SA_RESETHAND) {
+        struct sigaction reset;
+        memset(&reset, 0, sizeof reset);
+        reset.sa_handler = SIG_DFL;
+        sigemptyset(&reset.sa_mask);
+        sigaction(signal_number, &reset, NULL);
+    }
+    if (before->sa_flags & SA_SIGINFO)
+        before->sa_sigaction(signal_number, info, context);
+    else
+        before->sa_handler(signal_number);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+}
 
 static void on_fault(int signal_number, siginfo_t *info, void *context)
 {
-    if (guarding) {
+    if (guarded_fault(info)) {
         guarding = 0;
         siglongjmp(guard_exit, 1);
     }
-    const struct sigaction *before = signal_number == SIGBUS ? &previous_bus : &previous_segv;
-    if ((before->sa_flags & SA_SIGINFO) && before->sa_sigaction != NULL) {
-        before->sa_sigaction(signal_number, info, context);
-    } else if (before->sa_handler != SIG_DFL && before->sa_handler != SIG_IGN) {
-        before->sa_handler(signal_number);
-    } else {
-        /* The fault happens again on return, under the disposition that was there. */
-        sigaction(signal_number, before, NULL);
-    }
+    pass_on(signal_number, info, context);
 }
 
 /* 1 when the fault handler is installed, 0 when it cannot be (or must not be). */
@@ -221,7 +268,8 @@ static void install_guard(void)
     memset(&ours, 0, sizeof ours);
     ours.sa_sigaction = on_fault;
     /* SA_NODEFER: the jump out of the handler leaves the signal unblocked without a
-     * sigprocmask call per copy. */
+     * sigprocmask call per copy (pass_on blocks it for a handler that wants it blocked).
+     * SA_ONSTACK: a program's stack-overflow handler gets the alternate stack it set up. */
     ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&ours.sa_mask);
     if (sigaction(SIGSEGV, &ours, &previous_segv) != 0)
@@ -244,20 +292,35 @@ bool am_os_guard_ready(void)
  * simple. */
 __attribute__((noinline)) bool am_os_guarded_copy(void *dst, const void *src, uint64_t count)
 {
-    if (sigsetjmp(guard_exit, 0) != 0)
+    guard_ranges[0][0] = (uintptr_t)dst;
+    guard_ranges[0][1] = count;
+    guard_ranges[1][0] = (uintptr_t)src;
+    guard_ranges[1][1] = count;
+    __atomic_add_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
+    if (sigsetjmp(guard_exit, 0) != 0) {
+        __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
         return false;
+    }
     guarding = 1;
     memmove(dst, src, count);
     guarding = 0;
+    __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
     return true;
 }
 
 __attribute__((noinline)) bool am_os_guarded_set(void *dst, int value, uint64_t count)
 {
-    if (sigsetjmp(guard_exit, 0) != 0)
+    guard_ranges[0][0] = (uintptr_t)dst;
+    guard_ranges[0][1] = count;
+    guard_ranges[1][0] = guard_ranges[1][1] = 0;
+    __atomic_add_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
+    if (sigsetjmp(guard_exit, 0) != 0) {
+        __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
         return false;
+    }
     guarding = 1;
     memset(dst, value, count);
     guarding = 0;
+    __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
     return true;
 }

@@ -172,8 +172,10 @@ aclError aclrtGetRunMode(aclrtRunMode *runMode)
 
 const char *aclrtGetSocName(void)
 {
-    am_ready();
-    return am.profile->soc_name;
+    am_lock(); /* configure may change the profile meanwhile */
+    const char *name = am.profile->soc_name; /* static: stays valid after the unlock */
+    am_unlock();
+    return name;
 }
 
 /* ---- contexts (§3.3) ---------------------------------------------------------------- */

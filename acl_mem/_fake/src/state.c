@@ -340,6 +340,10 @@ static void release_everything(void)
         am_context_at(i)->alive = false;
     __atomic_store_n(&am.context_count, 0, __ATOMIC_RELEASE);
     am_tree_clear(&am.pinned, free_block);
+    /* Freed pinned memory kept mapped for stale views goes with the old process's state
+     * (live pinned blocks stay mapped: views of them may still be used). */
+    for (int i = 0; i < am.quarantine_count; i++)
+        am_os_unmap((void *)(uintptr_t)am.quarantine[i][0], am.quarantine[i][1]);
     am_tree_clear(&am.pinned_freed, free_block);
     am.quarantine_count = 0;
 }
@@ -578,8 +582,12 @@ int acl_mem_fake_describe(struct acl_mem_fake_description *out)
 
 const char *acl_mem_fake_setting_error(void)
 {
-    am_ready();
-    return am.setting_error[0] ? am.setting_error : NULL;
+    /* A copy for the calling thread: configure may rewrite the engine's meanwhile. */
+    static _Thread_local char copy[sizeof am.setting_error];
+    am_lock();
+    memcpy(copy, am.setting_error, sizeof copy);
+    am_unlock();
+    return copy[0] ? copy : NULL;
 }
 
 int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code)

@@ -225,28 +225,67 @@ static void pop(struct am_stream *stream)
 
 /* Run the stream's queued work in order, all of it or up to `until`. A wait runs the
  * other stream's work up to the record point first; waits only name record points
- * queued before them, so this always ends. */
+ * queued before them, so this always ends. Iterative, with the streams being run kept
+ * in a list of its own: a chain of waits across many streams must not exhaust the C
+ * stack. */
+struct pending_drain {
+    struct am_stream *stream;
+    const struct am_marker *until;
+};
+
 static void drain(struct am_stream *stream, const struct am_marker *until)
 {
-    while (stream->head != NULL) {
-        struct am_work *work = stream->head;
-        pop(stream);
-        if (work->kind == WORK_MARK) {
-            struct am_marker *marker = work->marker;
-            free(work);
-            if (marker->waits_for != NULL)
-                am_reach(marker->waits_for);
-            finish(marker);
-            bool done = marker == until;
-            am_marker_put(marker);
-            if (done)
-                return;
+    struct pending_drain first = {stream, until}, *frames = &first;
+    size_t depth = 1, capacity = 1;
+    while (depth > 0) {
+        struct pending_drain *frame = &frames[depth - 1];
+        struct am_work *work = frame->stream->head;
+        if (work == NULL) {
+            /* The stream ended without reaching `until`: nothing waits for it for ever. */
+            if (frame->until != NULL)
+                finish((struct am_marker *)frame->until);
+            depth--;
             continue;
         }
+        if (work->kind == WORK_MARK) {
+            struct am_marker *marker = work->marker;
+            struct am_marker *waited = marker->waits_for;
+            if (waited != NULL && !waited->ran && waited->stream != NULL) {
+                /* Run the recording stream up to the record first. */
+                if (depth == capacity) {
+                    size_t grown = capacity * 2;
+                    struct pending_drain *more = malloc(grown * sizeof *more);
+                    if (more == NULL) {
+                        finish(waited); /* out of memory: the wait gives up waiting */
+                        continue;
+                    }
+                    memcpy(more, frames, depth * sizeof *more);
+                    if (frames != &first)
+                        free(frames);
+                    frames = more;
+                    capacity = grown;
+                }
+                frames[depth++] = (struct pending_drain){waited->stream, waited};
+                continue;
+            }
+            if (waited != NULL)
+                finish(waited);
+            pop(frame->stream);
+            free(work);
+            finish(marker);
+            bool done = marker == frame->until;
+            am_marker_put(marker);
+            if (done)
+                depth--;
+            continue;
+        }
+        pop(frame->stream);
         unindex(work);
         run(work);
         free(work);
     }
+    if (frames != &first)
+        free(frames);
 }
 
 void am_reach(struct am_marker *marker)
@@ -569,40 +608,59 @@ static int corrected_kind(enum am_where src, enum am_where dst, int kind)
     return accepted & (1u << kind) ? kind : -1;
 }
 
+/* The allocations one side of queued work covers: every block or mapping of the range,
+ * written into `out` from `taken` on when `out` is not NULL; returns the new count. */
+static size_t name_side(const struct am_located *where, uint64_t start, uint64_t count,
+                        struct am_target *out, size_t taken)
+{
+    uint64_t end = start + count;
+    if (where->mapping_start != 0) {
+        uint64_t pair[1][2];
+        for (uint64_t at = where->mapping_start; at < end;) {
+            if (am_vmm_targets(at, 1, pair, 1) != 1)
+                break;
+            if (out != NULL)
+                out[taken] = (struct am_target){pair[0][0], pair[0][1]};
+            taken++;
+            uint64_t next = 0, size = 0;
+            int device = 0;
+            uint32_t page = 0;
+            if (!am_vmm_range(at, &next, &size, &device, &page))
+                break;
+            at = next + size;
+        }
+        return taken;
+    }
+    struct am_block *block = where->block;
+    if (block == NULL)
+        return taken;
+    struct am_device *device = block->device >= 0 ? &am.devices[block->device] : NULL;
+    for (struct am_node *node = &block->node; node != NULL && node->key < end;
+         node = device != NULL ? am_tree_find(device->blocks, node->key + node->len) : NULL) {
+        if (out != NULL)
+            out[taken] = (struct am_target){node->key, ((struct am_block *)node)->serial};
+        taken++;
+    }
+    return taken;
+}
+
+/* Queued work naming every allocation it touches (each is checked when it runs: work
+ * on memory freed or unmapped since is skipped, never run into what lives there now). */
 static struct am_work *work_for(const struct am_located *target, const struct am_located *source,
                                 uint64_t dst, uint64_t src, uint64_t count)
 {
-    struct am_block *named[2] = {target->block, source != NULL ? source->block : NULL};
-    bool mapped[2] = {target->mapping_start != 0, source != NULL && source->mapping_start != 0};
-    struct am_target found[2 * 8];
-    uint32_t total = 0;
-    uint64_t starts[2] = {dst, src};
-    for (int side = 0; side < 2; side++) {
-        if (mapped[side]) {
-            uint64_t pairs[8][2];
-            size_t count_found = am_vmm_targets(starts[side], count, pairs, 8);
-            for (size_t i = 0; i < count_found; i++)
-                found[total++] = (struct am_target){pairs[i][0], pairs[i][1]};
-            continue;
-        }
-        struct am_block *block = named[side];
-        if (block == NULL)
-            continue;
-        /* A range over back-to-back blocks names each of them (at most 8 are kept: the
-         * rest are checked through the first). */
-        uint64_t end = starts[side] + count;
-        struct am_device *device = block->device >= 0 ? &am.devices[block->device] : NULL;
-        for (struct am_node *node = &block->node; node != NULL && node->key < end && total <
-             sizeof found / sizeof found[0]; node = device != NULL ?
-             am_tree_find(device->blocks, node->key + node->len) : NULL) {
-            found[total++] = (struct am_target){node->key, ((struct am_block *)node)->serial};
-        }
-    }
+    size_t total = name_side(target, dst, count, NULL, 0);
+    if (source != NULL)
+        total = name_side(source, src, count, NULL, total);
+    if (total > UINT32_MAX)
+        return NULL;
     struct am_work *work = calloc(1, sizeof *work + total * sizeof work->targets[0]);
     if (work == NULL)
         return NULL;
-    work->target_count = total;
-    memcpy(work->targets, found, total * sizeof found[0]);
+    size_t named = name_side(target, dst, count, work->targets, 0);
+    if (source != NULL)
+        named = name_side(source, src, count, work->targets, named);
+    work->target_count = (uint32_t)named;
     return work;
 }
 

@@ -6,9 +6,16 @@
 
 static uint32_t next_priority(void)
 {
-    /* xorshift32; the sequence only balances the tree, so a race between threads (each
-     * under its own lock in later stages) costs nothing. */
-    static _Thread_local uint32_t state = 2463534242u;
+    /* xorshift32 per thread, each thread seeded apart: threads that each insert a few
+     * nodes must not all draw the same priorities (the treap would become a list). */
+    static _Thread_local uint32_t state;
+    static uint32_t threads;
+    if (state == 0) {
+        uint32_t n = __atomic_add_fetch(&threads, 1, __ATOMIC_RELAXED);
+        state = (n * 2654435761u) ^ (uint32_t)(uintptr_t)&state ^ 2463534242u;
+        if (state == 0)
+            state = 2463534242u;
+    }
     state ^= state << 13;
     state ^= state >> 17;
     state ^= state << 5;

@@ -122,8 +122,8 @@ static bool window_ready(void)
 static int pool_fd(int device)
 {
     int slot = device < 0 ? HOST_POOL : device;
-    if (am.pool_fd[slot] > 0)
-        return am.pool_fd[slot];
+    if (am.pool_fd[slot] != 0)
+        return am.pool_fd[slot] - 1;
     uint64_t size = device < 0 ? HOST_POOL_SIZE : am.capacity;
     char name[32];
     snprintf(name, sizeof name, "acl_mem_fake_%s%d", device < 0 ? "host" : "dev",
@@ -140,7 +140,7 @@ static int pool_fd(int device)
         close(fd);
         return -1;
     }
-    am.pool_fd[slot] = fd;
+    am.pool_fd[slot] = fd + 1; /* 0 is "none": descriptor 0 is a descriptor too */
     return fd;
 }
 
@@ -290,8 +290,8 @@ static void unmap_mirror(uint64_t va, uint64_t size)
 static void release_physical(struct am_physical *physical)
 {
     int slot = physical->device < 0 ? HOST_POOL : physical->device;
-    if (am.pool_fd[slot] > 0) {
-        fallocate(am.pool_fd[slot], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+    if (am.pool_fd[slot] != 0) {
+        fallocate(am.pool_fd[slot] - 1, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)physical->offset, (off_t)physical->size);
         am_space_give(&am.pool_space[slot], physical->offset, physical->size);
     }
@@ -339,8 +339,8 @@ void am_vmm_clear(void)
     am_tree_clear(&am.reservations, free_reservation);
     am_tree_clear(&am.physicals, free_physical);
     for (int slot = 0; slot <= HOST_POOL; slot++) {
-        if (am.pool_fd[slot] > 0) {
-            close(am.pool_fd[slot]);
+        if (am.pool_fd[slot] != 0) {
+            close(am.pool_fd[slot] - 1);
             am_tree_clear(&am.pool_space[slot].free, free_physical);
         }
         am.pool_fd[slot] = 0;
