@@ -288,39 +288,36 @@ bool am_os_guard_ready(void)
     return guard_installed == 1;
 }
 
-/* The copy and the set run with `guarding` set; noinline keeps the jump target's frame
- * simple. */
-__attribute__((noinline)) bool am_os_guarded_copy(void *dst, const void *src, uint64_t count)
+/* A copy (src not NULL) or a set of count bytes with `guarding` set; noinline keeps the
+ * jump target's frame simple. */
+__attribute__((noinline)) static bool guarded(void *dst, const void *src, int value,
+                                              uint64_t count)
 {
     guard_ranges[0][0] = (uintptr_t)dst;
     guard_ranges[0][1] = count;
     guard_ranges[1][0] = (uintptr_t)src;
-    guard_ranges[1][1] = count;
+    guard_ranges[1][1] = src != NULL ? count : 0;
     __atomic_add_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
     if (sigsetjmp(guard_exit, 0) != 0) {
         __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
         return false;
     }
     guarding = 1;
-    memmove(dst, src, count);
+    if (src != NULL)
+        memmove(dst, src, count);
+    else
+        memset(dst, value, count);
     guarding = 0;
     __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
     return true;
 }
 
-__attribute__((noinline)) bool am_os_guarded_set(void *dst, int value, uint64_t count)
+bool am_os_guarded_copy(void *dst, const void *src, uint64_t count)
 {
-    guard_ranges[0][0] = (uintptr_t)dst;
-    guard_ranges[0][1] = count;
-    guard_ranges[1][0] = guard_ranges[1][1] = 0;
-    __atomic_add_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
-    if (sigsetjmp(guard_exit, 0) != 0) {
-        __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
-        return false;
-    }
-    guarding = 1;
-    memset(dst, value, count);
-    guarding = 0;
-    __atomic_sub_fetch(&active_guards, 1, __ATOMIC_ACQ_REL);
-    return true;
+    return guarded(dst, src, 0, count);
+}
+
+bool am_os_guarded_set(void *dst, int value, uint64_t count)
+{
+    return guarded(dst, NULL, value, count);
 }

@@ -204,12 +204,10 @@ static struct am_node *first_fit(struct am_node *node, uint64_t size, uint64_t a
     return first_fit(node->right, size, alignment);
 }
 
-uint64_t am_space_take(struct am_space *space, uint64_t size, uint64_t alignment)
+/* Take [start, start + size) out of the free range `node` holding it; false (nothing
+ * changed) when the bookkeeping cannot get memory. */
+static bool carve(struct am_space *space, struct am_node *node, uint64_t start, uint64_t size)
 {
-    struct am_node *node = first_fit(space->free, size, alignment);
-    if (node == NULL)
-        return 0;
-    uint64_t start = aligned_start(node, alignment);
     uint64_t head = start - node->key;
     uint64_t tail = node->len - head - size;
     struct am_node *rest = NULL;
@@ -217,21 +215,29 @@ uint64_t am_space_take(struct am_space *space, uint64_t size, uint64_t alignment
         /* Allocated before anything changes: on failure the tree is as it was. */
         rest = calloc(1, sizeof *rest);
         if (rest == NULL)
-            return 0;
+            return false;
         rest->key = start + size;
         rest->len = tail;
     }
+    am_tree_remove(&space->free, node->key);
     if (head != 0) {
-        am_tree_remove(&space->free, node->key);
         node->len = head;
         am_tree_insert(&space->free, node);
     } else {
-        am_tree_remove(&space->free, node->key);
         free(node);
     }
     if (rest != NULL)
         am_tree_insert(&space->free, rest);
-    return start;
+    return true;
+}
+
+uint64_t am_space_take(struct am_space *space, uint64_t size, uint64_t alignment)
+{
+    struct am_node *node = first_fit(space->free, size, alignment);
+    if (node == NULL)
+        return 0;
+    uint64_t start = aligned_start(node, alignment);
+    return carve(space, node, start, size) ? start : 0;
 }
 
 bool am_space_give(struct am_space *space, uint64_t start, uint64_t size)
@@ -273,24 +279,5 @@ bool am_space_take_at(struct am_space *space, uint64_t start, uint64_t size)
     struct am_node *node = am_tree_floor(space->free, start);
     if (node == NULL || start - node->key > node->len || node->len - (start - node->key) < size)
         return false;
-    uint64_t head = start - node->key;
-    uint64_t tail = node->len - head - size;
-    struct am_node *rest = NULL;
-    if (tail != 0) {
-        rest = calloc(1, sizeof *rest);
-        if (rest == NULL)
-            return false;
-        rest->key = start + size;
-        rest->len = tail;
-    }
-    am_tree_remove(&space->free, node->key);
-    if (head != 0) {
-        node->len = head;
-        am_tree_insert(&space->free, node);
-    } else {
-        free(node);
-    }
-    if (rest != NULL)
-        am_tree_insert(&space->free, rest);
-    return true;
+    return carve(space, node, start, size);
 }
