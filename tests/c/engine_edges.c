@@ -7,7 +7,10 @@
  *           followed without the C stack growing with the chain;
  *   fd0     with standard input closed, a memfd may be descriptor 0: two physical
  *           handles still hold two different memories;
- *   wrap    host ranges that wrap around the end of the address space are refused.
+ *   wrap    host ranges that wrap around the end of the address space are refused;
+ *   contexts  4.3 million contexts made and destroyed one after another (more than the
+ *           slots there are: an ended context's slot serves again), and a destroyed
+ *           context's handle never names the context made in its slot after it.
  * Output: "ok <step>" lines, then "done". */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -124,6 +127,31 @@ static int wrapping_ranges(void)
     return 0;
 }
 
+static int many_contexts(void)
+{
+    aclrtContext first = NULL, next = NULL, current = NULL;
+    /* The device stays open meanwhile: its memory is not given back at every destroy. */
+    ACL_CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
+    ACL_CHECK("first", aclrtCreateContext(&first, 0), ACL_SUCCESS);
+    ACL_CHECK("destroy first", aclrtDestroyContext(first), ACL_SUCCESS);
+    ACL_CHECK("next", aclrtCreateContext(&next, 0), ACL_SUCCESS);
+    EXPECT("a new handle", next != first);
+    ACL_CHECK("the old handle is dead", aclrtDestroyContext(first), 107002);
+    ACL_CHECK("the new one is current", aclrtGetCurrentContext(&current), ACL_SUCCESS);
+    EXPECT("current is the new one", current == next);
+    ACL_CHECK("destroy next", aclrtDestroyContext(next), ACL_SUCCESS);
+    for (long i = 0; i < 4300000; i++) {
+        aclrtContext context = NULL;
+        if (aclrtCreateContext(&context, 0) != ACL_SUCCESS ||
+            aclrtDestroyContext(context) != ACL_SUCCESS) {
+            printf("FAIL pair %ld: %s\n", i, aclGetRecentErrMsg());
+            return 1;
+        }
+    }
+    printf("ok 4300000 pairs\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
@@ -131,6 +159,7 @@ int main(int argc, char **argv)
                  : strcmp(what, "chain") == 0 ? chain_of_waits()
                  : strcmp(what, "fd0") == 0 ? descriptor_zero()
                  : strcmp(what, "wrap") == 0 ? wrapping_ranges()
+                 : strcmp(what, "contexts") == 0 ? many_contexts()
                  : (printf("FAIL unknown edge '%s'\n", what), 1);
     if (failed)
         return 1;

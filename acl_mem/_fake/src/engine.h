@@ -213,6 +213,10 @@ struct am_stream;
 
 struct am_context {
     int32_t device; /* read without the lock by the fast paths: __atomic loads */
+    /* Bumped each time the slot is given to a context (it is in the handle): a handle
+     * of a context that ended never names the slot's next context. __atomic loads. */
+    uint32_t generation;
+    uint32_t next_free; /* the next free slot + 1 while this one is free; 0 otherwise */
     bool alive, primary;
     uint32_t streams;               /* created streams alive */
     struct am_stream *default_stream; /* made on first use */
@@ -246,7 +250,8 @@ struct am_engine {
     /* Contexts by sequence number (index 0 unused), in chunks that never move or go: the
      * fast paths read a thread's context before they know which lock to take. */
     struct am_context *context_chunks[AM_CONTEXT_CHUNKS];
-    size_t context_count; /* __atomic: read by the fast paths */
+    size_t context_count; /* slots ever used; __atomic: read by the fast paths */
+    size_t context_free;  /* the first free slot + 1 (slots of ended contexts), 0: none */
     int locked_devices;   /* device locks the holder of the engine lock took */
     struct am_node *pinned;
     struct am_node *pinned_freed;
@@ -310,8 +315,9 @@ AM_HIDDEN void am_fast_unlock(int first, int second);
 /* The device of the calling thread's current context, read without a lock (-1: none);
  * am_fast_lock then checks it still holds. */
 AM_HIDDEN int am_fast_current_device(void);
-/* The context of `sequence` (0 < sequence < count), or NULL. */
+/* The context in slot `sequence` (0 < sequence < count), or NULL; and its handle. */
 AM_HIDDEN struct am_context *am_context_at(size_t sequence);
+AM_HIDDEN uint64_t am_context_handle(size_t sequence);
 /* The engine, initialised; for calls that do not take the lock. */
 AM_HIDDEN void am_ready(void);
 

@@ -51,7 +51,7 @@ static void release_device(struct am_device *device)
     for (size_t i = 1; i < am.context_count; i++) {
         struct am_context *context = am_context_at(i);
         if (context->alive && context->device == device->id)
-            am_end_context(AM_CONTEXT_BASE + i * AM_CONTEXT_STEP);
+            am_end_context(am_context_handle(i));
     }
     am_release_device_memory(device);
 }

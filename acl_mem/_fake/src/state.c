@@ -257,35 +257,64 @@ struct am_context *am_context_at(size_t sequence)
     return chunk == NULL ? NULL : &chunk[sequence % AM_CONTEXT_CHUNK];
 }
 
+/* A handle is BASE + (generation << SLOT_BITS | slot) * STEP. */
+#define SLOT_BITS 22
+#define GENERATION_LIMIT ((uint32_t)1 << 16)
+
+uint64_t am_context_handle(size_t sequence)
+{
+    struct am_context *context = am_context_at(sequence);
+    uint64_t generation = context == NULL ? 0
+        : __atomic_load_n(&context->generation, __ATOMIC_RELAXED);
+    return AM_CONTEXT_BASE + (generation << SLOT_BITS | sequence) * AM_CONTEXT_STEP;
+}
+
 struct am_context *am_context_of(uint64_t handle)
 {
     if (handle <= AM_CONTEXT_BASE || (handle - AM_CONTEXT_BASE) % AM_CONTEXT_STEP != 0)
         return NULL;
-    uint64_t sequence = (handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP;
-    return sequence < (uint64_t)AM_CONTEXT_CHUNK * AM_CONTEXT_CHUNKS
-               ? am_context_at((size_t)sequence) : NULL;
+    uint64_t field = (handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP;
+    uint64_t sequence = field & (((uint64_t)1 << SLOT_BITS) - 1), generation = field >> SLOT_BITS;
+    if (generation >= GENERATION_LIMIT)
+        return NULL;
+    struct am_context *context = am_context_at((size_t)sequence);
+    if (context == NULL || __atomic_load_n(&context->generation, __ATOMIC_RELAXED) != generation)
+        return NULL;
+    return context;
 }
 
 uint64_t am_context_new(int device, bool primary)
 {
-    size_t sequence = am.context_count == 0 ? 1 : am.context_count; /* 0 is no context */
-    size_t index = sequence / AM_CONTEXT_CHUNK;
-    if (index >= AM_CONTEXT_CHUNKS)
-        return 0;
-    if (am.context_chunks[index] == NULL) {
-        struct am_context *chunk = calloc(AM_CONTEXT_CHUNK, sizeof *chunk);
-        if (chunk == NULL)
+    size_t sequence;
+    if (am.context_free != 0) {
+        sequence = am.context_free - 1; /* a slot an ended context left */
+    } else {
+        sequence = am.context_count == 0 ? 1 : am.context_count; /* 0 is no context */
+        size_t index = sequence / AM_CONTEXT_CHUNK;
+        if (index >= AM_CONTEXT_CHUNKS)
             return 0;
-        __atomic_store_n(&am.context_chunks[index], chunk, __ATOMIC_RELEASE);
+        if (am.context_chunks[index] == NULL) {
+            struct am_context *chunk = calloc(AM_CONTEXT_CHUNK, sizeof *chunk);
+            if (chunk == NULL)
+                return 0;
+            __atomic_store_n(&am.context_chunks[index], chunk, __ATOMIC_RELEASE);
+        }
     }
-    struct am_context *context = &am.context_chunks[index][sequence % AM_CONTEXT_CHUNK];
+    struct am_context *context =
+        &am.context_chunks[sequence / AM_CONTEXT_CHUNK][sequence % AM_CONTEXT_CHUNK];
+    if (am.context_free != 0)
+        am.context_free = context->next_free;
+    context->next_free = 0;
     context->alive = true;
     context->primary = primary;
     context->streams = 0;
     context->default_stream = NULL;
     __atomic_store_n(&context->device, device, __ATOMIC_RELAXED);
-    __atomic_store_n(&am.context_count, sequence + 1, __ATOMIC_RELEASE);
-    return AM_CONTEXT_BASE + sequence * AM_CONTEXT_STEP;
+    __atomic_store_n(&context->generation, (context->generation + 1) % GENERATION_LIMIT,
+                     __ATOMIC_RELAXED);
+    if (sequence >= am.context_count)
+        __atomic_store_n(&am.context_count, sequence + 1, __ATOMIC_RELEASE);
+    return am_context_handle(sequence);
 }
 
 void am_end_context(uint64_t handle)
@@ -294,6 +323,11 @@ void am_end_context(uint64_t handle)
     if (context != NULL && context->alive) {
         context->alive = false;
         am_context_ended(handle);
+        /* The slot serves the next context; this handle never names it (generation). */
+        size_t sequence = (size_t)(((handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP) &
+                                   (((uint64_t)1 << SLOT_BITS) - 1));
+        context->next_free = (uint32_t)am.context_free;
+        am.context_free = sequence + 1;
     }
 }
 
@@ -339,6 +373,7 @@ static void release_everything(void)
     for (size_t i = 1; i < am.context_count; i++)
         am_context_at(i)->alive = false;
     __atomic_store_n(&am.context_count, 0, __ATOMIC_RELEASE);
+    am.context_free = 0;
     am_tree_clear(&am.pinned, free_block);
     /* Freed pinned memory kept mapped for stale views goes with the old process's state
      * (live pinned blocks stay mapped: views of them may still be used). */
