@@ -349,11 +349,12 @@ def test_a_sent_sigsegv_still_kills_once_the_fault_guard_is_installed(programs):
     assert done.returncode != 0 and "still alive" not in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("edge", ["chain", "fd0", "wrap", "contexts"])
+@pytest.mark.parametrize("edge", ["chain", "fd0", "wrap", "contexts", "resethand"])
 def test_edges_found_by_review(programs, edge):
     """A chain of 3000 cross-stream waits synchronised on a 256 KiB thread stack; physical
     memory when a memfd is descriptor 0; host ranges wrapping the address space; more
-    contexts made and destroyed than there are slots, and stale handles stay dead."""
+    contexts made and destroyed than there are slots, and stale handles stay dead; the
+    guard after a program's SA_RESETHAND handler took a signal."""
     assert _ok(_run(programs["engine_edges"], edge))[-1] == "done"
 
 

@@ -10,7 +10,10 @@
  *   wrap    host ranges that wrap around the end of the address space are refused;
  *   contexts  4.3 million contexts made and destroyed one after another (more than the
  *           slots there are: an ended context's slot serves again), and a destroyed
- *           context's handle never names the context made in its slot after it.
+ *           context's handle never names the context made in its slot after it, also
+ *           past 65 536 reuses of one slot;
+ *   resethand  a program's SA_RESETHAND handler takes a raise(SIGSEGV); the library's
+ *           guard still turns a later copy from protected memory into 107000.
  * Output: "ok <step>" lines, then "done". */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -19,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "acl/acl.h"
 #include "steps.h"
@@ -129,7 +133,7 @@ static int wrapping_ranges(void)
 
 static int many_contexts(void)
 {
-    aclrtContext first = NULL, next = NULL, current = NULL;
+    aclrtContext first = NULL, next = NULL, current = NULL, stale = NULL;
     /* The device stays open meanwhile: its memory is not given back at every destroy. */
     ACL_CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
     ACL_CHECK("first", aclrtCreateContext(&first, 0), ACL_SUCCESS);
@@ -140,15 +144,52 @@ static int many_contexts(void)
     ACL_CHECK("the new one is current", aclrtGetCurrentContext(&current), ACL_SUCCESS);
     EXPECT("current is the new one", current == next);
     ACL_CHECK("destroy next", aclrtDestroyContext(next), ACL_SUCCESS);
+    ACL_CHECK("stale", aclrtCreateContext(&stale, 0), ACL_SUCCESS);
+    ACL_CHECK("destroy stale", aclrtDestroyContext(stale), ACL_SUCCESS);
     for (long i = 0; i < 4300000; i++) {
         aclrtContext context = NULL;
-        if (aclrtCreateContext(&context, 0) != ACL_SUCCESS ||
+        if (aclrtCreateContext(&context, 0) != ACL_SUCCESS || context == stale ||
             aclrtDestroyContext(context) != ACL_SUCCESS) {
-            printf("FAIL pair %ld: %s\n", i, aclGetRecentErrMsg());
+            printf("FAIL pair %ld: %s\n", i, context == stale ? "a destroyed handle came "
+                   "back" : aclGetRecentErrMsg());
             return 1;
         }
     }
     printf("ok 4300000 pairs\n");
+    return 0;
+}
+
+static volatile sig_atomic_t handled;
+
+static void reset_handler(int signal_number, siginfo_t *info, void *context)
+{
+    (void)signal_number;
+    (void)info;
+    (void)context;
+    handled++;
+}
+
+static int reset_hand_then_guard(void)
+{
+    static char host[4096] __attribute__((aligned(4096)));
+    void *dev = NULL;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = reset_handler;
+    action.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    EXPECT("program handler", sigaction(SIGSEGV, &action, NULL) == 0);
+    ACL_CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
+    ACL_CHECK("malloc", aclrtMalloc(&dev, sizeof host, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+    for (int i = 0; i < 2; i++) /* proven, then guarded */
+        ACL_CHECK("h2d", aclrtMemcpy(dev, sizeof host, host, sizeof host,
+                                     ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+    raise(SIGSEGV);
+    EXPECT("the program's handler ran once", handled == 1);
+    EXPECT("protect", mprotect(host, sizeof host, PROT_NONE) == 0);
+    ACL_CHECK("from protected memory", aclrtMemcpy(dev, sizeof host, host, sizeof host,
+                                                   ACL_MEMCPY_HOST_TO_DEVICE), 107000);
+    EXPECT("unprotect", mprotect(host, sizeof host, PROT_READ | PROT_WRITE) == 0);
     return 0;
 }
 
@@ -160,6 +201,7 @@ int main(int argc, char **argv)
                  : strcmp(what, "fd0") == 0 ? descriptor_zero()
                  : strcmp(what, "wrap") == 0 ? wrapping_ranges()
                  : strcmp(what, "contexts") == 0 ? many_contexts()
+                 : strcmp(what, "resethand") == 0 ? reset_hand_then_guard()
                  : (printf("FAIL unknown edge '%s'\n", what), 1);
     if (failed)
         return 1;

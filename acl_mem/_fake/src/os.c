@@ -223,7 +223,7 @@ static void pass_on(int signal_number, siginfo_t *info, void *context)
         if (before->sa_handler == SIG_IGN && sent)
             return; /* an ignored signal someone sent */
         /* Back to the disposition that was there: a fault happens again on return, a
-         * sent signal is sent again (blocked until this handler returns). */
+         * sent signal is sent again (at once: this handler does not block it). */
         sigaction(signal_number, before, NULL);
         if (sent)
             raise(signal_number);
@@ -233,17 +233,20 @@ static void pass_on(int signal_number, siginfo_t *info, void *context)
     if (!(before->sa_flags & SA_NODEFER))
         sigaddset(&mask, signal_number);
     pthread_sigmask(SIG_BLOCK, &mask, &saved);
+    /* SA_RESETHAND: the kernel would have put the default back for the next signal. Done
+     * to the saved disposition, not the installed one: the guard stays. Copied first,
+     * as the saved one changes. */
+    struct sigaction handler = *before;
     if (before->sa_flags & SA_RESETHAND) {
-        struct sigaction reset;
-        memset(&reset, 0, sizeof reset);
-        reset.sa_handler = SIG_DFL;
-        sigemptyset(&reset.sa_mask);
-        sigaction(signal_number, &reset, NULL);
+        struct sigaction *saved_one = signal_number == SIGBUS ? &previous_bus : &previous_segv;
+        memset(saved_one, 0, sizeof *saved_one);
+        saved_one->sa_handler = SIG_DFL;
+        sigemptyset(&saved_one->sa_mask);
     }
-    if (before->sa_flags & SA_SIGINFO)
-        before->sa_sigaction(signal_number, info, context);
+    if (handler.sa_flags & SA_SIGINFO)
+        handler.sa_sigaction(signal_number, info, context);
     else
-        before->sa_handler(signal_number);
+        handler.sa_handler(signal_number);
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 

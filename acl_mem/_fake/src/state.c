@@ -283,38 +283,58 @@ struct am_context *am_context_of(uint64_t handle)
     return context;
 }
 
+/* A slot whose generation reached the last value is retired, never given again: a
+ * handle of its last context must not come back as another context's. */
+static bool retired(const struct am_context *context)
+{
+    return context->generation == GENERATION_LIMIT - 1;
+}
+
 uint64_t am_context_new(int device, bool primary)
 {
     size_t sequence;
+    struct am_context *context;
     if (am.context_free != 0) {
         sequence = am.context_free - 1; /* a slot an ended context left */
+        context = &am.context_chunks[sequence / AM_CONTEXT_CHUNK][sequence % AM_CONTEXT_CHUNK];
+        am.context_free = context->next_free;
     } else {
         sequence = am.context_count == 0 ? 1 : am.context_count; /* 0 is no context */
-        size_t index = sequence / AM_CONTEXT_CHUNK;
-        if (index >= AM_CONTEXT_CHUNKS)
-            return 0;
-        if (am.context_chunks[index] == NULL) {
-            struct am_context *chunk = calloc(AM_CONTEXT_CHUNK, sizeof *chunk);
-            if (chunk == NULL)
+        for (;;) {
+            size_t index = sequence / AM_CONTEXT_CHUNK;
+            if (index >= AM_CONTEXT_CHUNKS)
                 return 0;
-            __atomic_store_n(&am.context_chunks[index], chunk, __ATOMIC_RELEASE);
+            if (am.context_chunks[index] == NULL) {
+                struct am_context *chunk = calloc(AM_CONTEXT_CHUNK, sizeof *chunk);
+                if (chunk == NULL)
+                    return 0;
+                __atomic_store_n(&am.context_chunks[index], chunk, __ATOMIC_RELEASE);
+            }
+            context = &am.context_chunks[index][sequence % AM_CONTEXT_CHUNK];
+            if (!retired(context))
+                break;
+            sequence++; /* used up before a reset: skip it */
         }
     }
-    struct am_context *context =
-        &am.context_chunks[sequence / AM_CONTEXT_CHUNK][sequence % AM_CONTEXT_CHUNK];
-    if (am.context_free != 0)
-        am.context_free = context->next_free;
     context->next_free = 0;
     context->alive = true;
     context->primary = primary;
     context->streams = 0;
     context->default_stream = NULL;
     __atomic_store_n(&context->device, device, __ATOMIC_RELAXED);
-    __atomic_store_n(&context->generation, (context->generation + 1) % GENERATION_LIMIT,
-                     __ATOMIC_RELAXED);
+    __atomic_store_n(&context->generation, context->generation + 1, __ATOMIC_RELAXED);
     if (sequence >= am.context_count)
         __atomic_store_n(&am.context_count, sequence + 1, __ATOMIC_RELEASE);
     return am_context_handle(sequence);
+}
+
+/* An ended context's slot goes on the free list, unless it is retired. */
+static void free_slot(struct am_context *context, size_t sequence)
+{
+    if (retired(context))
+        return;
+    context->next_free = (uint32_t)am.context_free;
+    am.context_free = sequence + 1;
 }
 
 void am_end_context(uint64_t handle)
@@ -324,10 +344,8 @@ void am_end_context(uint64_t handle)
         context->alive = false;
         am_context_ended(handle);
         /* The slot serves the next context; this handle never names it (generation). */
-        size_t sequence = (size_t)(((handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP) &
-                                   (((uint64_t)1 << SLOT_BITS) - 1));
-        context->next_free = (uint32_t)am.context_free;
-        am.context_free = sequence + 1;
+        free_slot(context, (size_t)(((handle - AM_CONTEXT_BASE) / AM_CONTEXT_STEP) &
+                                    (((uint64_t)1 << SLOT_BITS) - 1)));
     }
 }
 
@@ -444,8 +462,13 @@ static void after_fork_in_child(void)
         if (i < am.device_count)
             am_release_device_memory(&am.devices[i]);
     }
-    for (size_t i = 1; i < am.context_count; i++)
-        am_context_at(i)->alive = false;
+    for (size_t i = 1; i < am.context_count; i++) {
+        struct am_context *context = am_context_at(i);
+        if (context->alive) {
+            context->alive = false;
+            free_slot(context, i);
+        }
+    }
     am_streams_clear();
     am_events_clear();
     am_vmm_clear(); /* the parent's mappings must not write into its shared memory */
