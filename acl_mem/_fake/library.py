@@ -7,6 +7,7 @@ control functions (reset, configure, describe, hazards) are bound here.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,39 +23,16 @@ __all__ = ["LIBRARY_DIR", "RELEASE_DIRS", "EngineDescription", "EngineLeak", "En
 
 #: Where installing acl_mem builds the three libraries (lib64/, as in a CANN toolkit).
 LIBRARY_DIR = Path(__file__).resolve().parent / "lib64"
-_CONTROL = """
-struct acl_mem_fake_description {
-    char profile[32];
-    char soc_name[32];
-    char cann[16];
-    char setting_error[256];
-    int32_t device_count;
-    uint64_t capacity;
-    int32_t address_space_reserved;
-};
-int acl_mem_fake_reset(void);
-int acl_mem_fake_configure(const char *profile, const char *cann, int device_count,
-                           uint64_t capacity);
-int acl_mem_fake_describe(struct acl_mem_fake_description *out);
-const char *acl_mem_fake_setting_error(void);
-const char *aclGetRecentErrMsg(void);
-unsigned long acl_mem_fake_pending_hits(const char **last);
-int acl_mem_fake_set_hazards(const char *mode, int queue_findings);
-unsigned long acl_mem_fake_hazard_count(const char *kind);
-extern unsigned long acl_mem_fake_findings_waiting;
-int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text, size_t text_size);
-struct acl_mem_fake_leak {
-    uint64_t address;
-    uint64_t size;
-    int32_t device;
-    char api[24];
-    const void *caller;
-};
-size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
-int acl_mem_fake_inject_fault(const char *call, uint32_t nth, int32_t code);
-int acl_mem_fake_set_check(int on);
-unsigned long acl_mem_fake_check(void);
-"""
+#: The control API's declarations: its header, read as cffi reads a cdef (the
+#: preprocessor lines and the C++ guard dropped), plus the ACL call the tests ask for texts.
+HEADER = Path(__file__).resolve().parent / "include" / "acl_mem_fake.h"
+
+
+def control_cdef() -> str:
+    text = re.sub(r"#ifdef __cplusplus.*?#endif", "", HEADER.read_text(), flags=re.S)
+    text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return text.replace("ACL_MEM_FAKE_API ", "") + "\nconst char *aclGetRecentErrMsg(void);\n"
+
 
 
 #: Releases with a library of their own under lib64/ (CANN 8.5.0 lacks a function the
@@ -120,7 +98,7 @@ class EngineLibrary:
 
     def __init__(self) -> None:
         self.ffi = cffi.FFI()
-        self.ffi.cdef(_CONTROL)
+        self.ffi.cdef(control_cdef())
         self.path = str(library_dir() / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
 
