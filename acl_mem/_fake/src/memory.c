@@ -387,6 +387,8 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
     unsigned char *mapped = extent < padded ? NULL : am_os_map(extent, false);
     if (block == NULL || mapped == NULL) {
         free(block);
+        if (mapped != NULL)
+            am_os_unmap(mapped, extent); /* the bookkeeping failed: nothing is kept */
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, "aclrtMallocHost", "the host "
                                    "refused %zu bytes", size));
     }
