@@ -108,28 +108,16 @@ def _pending_hits() -> int:
     return EngineLibrary.get().pending_hits()[0]
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_setup(item: pytest.Item) -> Any:
+def _pending_aware(item: pytest.Item) -> Any:
     """On the engine leg, a check that fails after calling a function the C engine does
     not model yet (207000, counted by the engine) is skipped with that function's name;
-    any other failure stays a failure."""
+    any other failure stays a failure. The same for its setup, call and teardown."""
     before = _pending_hits() if _ENGINE_LEG else 0
     outcome = yield
     if _ENGINE_LEG:
         _skip_pending(item, outcome, before)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Any:
-    before = _pending_hits() if _ENGINE_LEG else 0
-    outcome = yield
-    if _ENGINE_LEG:
-        _skip_pending(item, outcome, before)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Any:
-    before = _pending_hits() if _ENGINE_LEG else 0
-    outcome = yield
-    if _ENGINE_LEG:
-        _skip_pending(item, outcome, before)
+pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_pending_aware)
+pytest_runtest_call = pytest_runtest_setup
+pytest_runtest_teardown = pytest_runtest_setup
