@@ -86,38 +86,3 @@ else:
     set_native_provider(StandInProvider())
 
 
-def _skip_pending(item: pytest.Item, outcome: Any, before: int) -> None:
-    from acl_mem._fake.library import EngineLibrary
-
-    hits, name = EngineLibrary.get().pending_hits()
-    if outcome.excinfo is not None and (hits > before or item.stash.get(_CUT_SHORT, "")):
-        # What the check cleans up after itself may fail too once it was cut short.
-        name = item.stash.get(_CUT_SHORT, "") or name
-        item.stash[_CUT_SHORT] = name
-        outcome.force_exception(pytest.skip.Exception(
-            f"the C engine does not model {name} yet (a later stage of its move to C)",
-            _use_item_location=True))
-
-
-_CUT_SHORT = pytest.StashKey[str]()
-
-
-def _pending_hits() -> int:
-    from acl_mem._fake.library import EngineLibrary
-
-    return EngineLibrary.get().pending_hits()[0]
-
-
-def _pending_aware(item: pytest.Item) -> Any:
-    """On the engine leg, a check that fails after calling a function the C engine does
-    not model yet (207000, counted by the engine) is skipped with that function's name;
-    any other failure stays a failure. The same for its setup, call and teardown."""
-    before = _pending_hits() if _ENGINE_LEG else 0
-    outcome = yield
-    if _ENGINE_LEG:
-        _skip_pending(item, outcome, before)
-
-
-pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_pending_aware)
-pytest_runtest_call = pytest_runtest_setup
-pytest_runtest_teardown = pytest_runtest_setup

@@ -22,7 +22,7 @@ SOURCE = Path(__file__).resolve().parent / "src"
 #: The engine (libascendcl.so); libacl_dvpp.so and libacl_dvpp_mpi.so forward to it.
 ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
           "copies.c", "streams.c", "events.c", "hazards.c", "checker.c", "leaks.c", "vmm.c",
-          "pending.c")
+          "share_dir.c", "share_record.c", "share_registry.c")
 SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",)}
 HEADERS = ("engine.h", "acl_api.h", "../include/acl_mem_fake.h")
 #: Releases whose libraries export less than the default build (CANN 8.5.0 has no

@@ -136,13 +136,6 @@ class EngineLibrary:
             address_space_reserved=bool(out.address_space_reserved),
             setting_error=text(out.setting_error))
 
-    def pending_hits(self) -> tuple[int, str]:
-        """Calls so far of functions the C engine does not model yet, and the latest's
-        name ("" when none)."""
-        last = self.ffi.new("const char **")
-        hits = int(self.lib.acl_mem_fake_pending_hits(last))
-        return hits, "" if last[0] == self.ffi.NULL else self._text(last[0])
-
     def set_hazards(self, mode: str | None, *, queue: bool = False) -> None:
         """Report hazards as ``mode`` ("warn", "raise", "count"; None: ACL_MEM_HAZARDS),
         or queue them for :meth:`findings` when ``queue``. ValueError for another mode."""

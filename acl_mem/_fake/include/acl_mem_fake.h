@@ -100,10 +100,13 @@ ACL_MEM_FAKE_API int acl_mem_fake_set_check(int on);
 /* Verify every live block's canaries now: how many damaged ones were found. */
 ACL_MEM_FAKE_API unsigned long acl_mem_fake_check(void);
 
-/* How many calls so far hit a function the C engine does not model yet (they fail with
- * 207000), and in *last (when not NULL) the name of the latest. Goes once every
- * function is modelled. */
-ACL_MEM_FAKE_API unsigned long acl_mem_fake_pending_hits(const char **last);
+/* Where the default share directories are looked for (docs/fidelity.md row 52): the
+ * world-writable parent ("/dev/shm"), the parent of the users' runtime directories
+ * ("/run/user") and the home directory (from the password database); NULL restores each
+ * default. For tests and sandboxes; ACL_MEM_FAKE_SHARE_DIR, when set, wins over all three.
+ * 100000 for a path that is not absolute or too long. */
+ACL_MEM_FAKE_API int acl_mem_fake_share_places(const char *shm, const char *run_user,
+                                               const char *home);
 
 #ifdef __cplusplus
 }

@@ -446,8 +446,9 @@ struct am_held {
 };
 /* Reservations, then physical handles not freed, then mappings. */
 AM_HIDDEN void am_vmm_each(void (*visit)(const struct am_held *, void *), void *context);
-/* Forget every reservation, handle and mapping (reset, forked child). */
-AM_HIDDEN void am_vmm_clear(void);
+/* Forget all virtual memory; a reset lets go of what was shared, a forked child
+ * (`in_child`) only of its descriptors: the records are the parent's. */
+AM_HIDDEN void am_vmm_clear(bool in_child);
 
 /* ---- leaks (leaks.c) ------------------------------------------------------------------ */
 /* ACL_MEM_LEAK_REPORT: read when the library loads (so the report, registered then, runs

@@ -380,7 +380,7 @@ static void release_everything(void)
     am_events_clear();
     am_hazards_clear();
     am_proven_clear();
-    am_vmm_clear();
+    am_vmm_clear(false);
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
         am_tree_clear(&device->blocks, free_block);
@@ -471,7 +471,7 @@ static void after_fork_in_child(void)
     }
     am_streams_clear();
     am_events_clear();
-    am_vmm_clear(); /* the parent's mappings must not write into its shared memory */
+    am_vmm_clear(true); /* the parent's mappings must not write into its shared memory */
     am_tree_clear(&am.pinned, free_block);
     __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
 }

@@ -1,5 +1,5 @@
 /* Virtual memory (docs/runtime-model.md §4): reservations, physical handles, mappings,
- * access and the handle queries. Sharing between processes is a later stage.
+ * access, the handle queries and sharing between processes (the registry: share*.c).
  *
  * Reservations come from the window [16 TiB, 24 TiB), which the host never maps.
  * Physical memory is a range of a per-location memfd (sparse: pages exist once written);
@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine.h"
+#include "share.h"
 
 #define MAX_RESERVATION (128 * AM_GiB)
 #define HOST_POOL_SIZE AM_TiB
@@ -36,7 +38,18 @@ struct am_physical {
     uint32_t kind; /* the page pool: normal, huge or giant */
     uint32_t mappings;
     bool freed;
+    uint64_t exported;      /* its shareable handle, 0 if none */
+    uint64_t imported_from; /* the shareable handle it was imported from, 0 if none */
+    int import_fd;          /* for an import: its descriptor of the exporter's memfd */
+    struct am_physical *next_shared; /* in still_shared */
 };
+
+/* Exported memory its exporter freed while another process still held it: out of the
+ * handle tree, its pool range still taken until the last holder lets go. */
+static struct am_physical *still_shared;
+#define MAX_PIDS 65535
+/* Fresh shareable numbers an export tries before giving up (docs/fidelity.md row 55). */
+#define SHAREABLE_TRIES 16
 
 struct am_mapping {
     struct am_node node; /* key: the address, len: the size */
@@ -251,8 +264,9 @@ static void visit_physical(struct am_node *node, void *context)
     struct am_physical *physical = (struct am_physical *)node;
     if (physical->freed)
         return;
-    struct am_held held = {"aclrtMallocPhysical", node->key, physical->size, physical->device,
-                           NULL, true};
+    struct am_held held = {physical->imported_from != 0 ? "aclrtMemImportFromShareableHandle"
+                                                        : "aclrtMallocPhysical",
+                           node->key, physical->size, physical->device, NULL, true};
     each->visit(&held, each->context);
 }
 
@@ -287,7 +301,7 @@ static void unmap_mirror(uint64_t va, uint64_t size)
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
-static void release_physical(struct am_physical *physical)
+static void return_to_pools(struct am_physical *physical)
 {
     int slot = physical->device < 0 ? HOST_POOL : physical->device;
     if (am.pool_fd[slot] != 0) {
@@ -304,8 +318,40 @@ static void release_physical(struct am_physical *physical)
         *used = *used >= physical->size ? *used - physical->size : 0;
         *held = *held >= physical->size ? *held - physical->size : 0;
     }
+}
+
+static void release_physical(struct am_physical *physical)
+{
     am_tree_remove(&am.physicals, physical->node.key);
+    if (physical->imported_from != 0) {
+        am_share_release(physical->imported_from, physical->import_fd, physical->offset,
+                         physical->size);
+        close(physical->import_fd);
+    } else if (physical->exported != 0 && !am_share_release_owner(physical->exported)) {
+        /* Another process still holds it: the range stays taken until the last holder
+         * lets go (docs/runtime-model.md §4.3); reap_shared() asks again. */
+        physical->next_shared = still_shared;
+        still_shared = physical;
+        return;
+    } else {
+        return_to_pools(physical);
+    }
     free(physical);
+}
+
+/* Give back exported memory whose importers have freed it or died meanwhile. */
+static void reap_shared(void)
+{
+    for (struct am_physical **link = &still_shared; *link != NULL;) {
+        struct am_physical *physical = *link;
+        if (!am_share_release_owner(physical->exported)) {
+            link = &physical->next_shared;
+            continue;
+        }
+        *link = physical->next_shared;
+        return_to_pools(physical); /* a killed importer never punched its pages out */
+        free(physical);
+    }
 }
 
 /* The last unmap of freed memory releases it. */
@@ -329,24 +375,52 @@ static void free_reservation(struct am_node *node)
     free(reservation);
 }
 
-static void free_physical(struct am_node *node)
+static void free_node(struct am_node *node)
 {
     free(node);
 }
 
-void am_vmm_clear(void)
+/* A forked child: the parent's records are the parent's; only our descriptors go. */
+static void free_forgotten(struct am_node *node)
+{
+    struct am_physical *physical = (struct am_physical *)node;
+    if (physical->imported_from != 0)
+        close(physical->import_fd);
+    free(node);
+}
+
+/* A reset: this process lets go of what it shared, as if it had freed it. */
+static void let_go(struct am_node *node)
+{
+    struct am_physical *physical = (struct am_physical *)node;
+    if (physical->imported_from != 0)
+        am_share_release(physical->imported_from, physical->import_fd, physical->offset,
+                         physical->size);
+    else if (physical->exported != 0)
+        am_share_release_owner(physical->exported);
+    free_forgotten(node);
+}
+
+void am_vmm_clear(bool in_child)
 {
     am_tree_clear(&am.reservations, free_reservation);
-    am_tree_clear(&am.physicals, free_physical);
+    am_tree_clear(&am.physicals, in_child ? free_forgotten : let_go);
+    while (still_shared != NULL) {
+        struct am_physical *physical = still_shared;
+        still_shared = physical->next_shared;
+        if (!in_child)
+            am_share_release_owner(physical->exported);
+        free(physical);
+    }
     for (int slot = 0; slot <= HOST_POOL; slot++) {
         if (am.pool_fd[slot] != 0) {
             close(am.pool_fd[slot] - 1);
-            am_tree_clear(&am.pool_space[slot].free, free_physical);
+            am_tree_clear(&am.pool_space[slot].free, free_node);
         }
         am.pool_fd[slot] = 0;
     }
     if (am.vmm_ready)
-        am_tree_clear(&am.vmm_space.free, free_physical);
+        am_tree_clear(&am.vmm_space.free, free_node);
     am.vmm_ready = false;
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
@@ -471,6 +545,8 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
     aclError fault = am_fault(call);
     if (fault != AM_SUCCESS)
         return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
+    if (still_shared != NULL)
+        reap_shared();
     uint32_t kind = page_kind((uint32_t)prop->memAttr);
     if (kind == AM_GIANT_PAGE && !am.profile->giant_pages)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "1 GiB pages do not exist "
@@ -602,7 +678,7 @@ aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle
     if (fault != AM_SUCCESS)
         return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
     struct am_mapping *mapping = calloc(1, sizeof *mapping);
-    int fd = pool_fd(physical->device);
+    int fd = physical->imported_from != 0 ? physical->import_fd : pool_fd(physical->device);
     void *want = (void *)(uintptr_t)(va + AM_MIRROR_OFFSET);
     if (mapping == NULL || fd < 0 || !am.mirror_reserved ||
         mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
@@ -707,5 +783,104 @@ aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
         return unlock_with(am_fail(AM_INVALID_PARAM, call, "this release describes device "
                                    "HBM memory only"));
     *prop = physical->prop;
+    return unlock_with(AM_SUCCESS);
+}
+
+/* ---- sharing between processes (§4.6) --------------------------------------------------------- */
+
+aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
+                                         uint64_t flags, uint64_t *shareableHandle)
+{
+    static const char *const call = "aclrtMemExportToShareableHandle";
+    ENTER(call);
+    if (handle == NULL || handleType != 0 || shareableHandle == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "handle or shareableHandle is NULL, "
+                                   "or handleType %d is not 0", (int)handleType));
+    if (flags > 1)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "flags %llu is not 0 or 1 "
+                                   "(DISABLE_PID_VALIDATION)", (unsigned long long)flags));
+    struct am_physical *physical = physical_of((uintptr_t)handle);
+    if (physical == NULL || physical->freed || physical->exported != 0 ||
+        physical->imported_from != 0 || physical->device < 0)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "handle %p is not live device "
+                                   "memory of aclrtMallocPhysical that was not exported yet",
+                                   handle));
+    int fd = pool_fd(physical->device);
+    struct stat info;
+    if (fd < 0 || fstat(fd, &info) != 0)
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "the memory cannot be shared"));
+    struct am_record record = {
+        .owner = am_self_identity(), .fd = (uint64_t)fd, .dev = (uint64_t)info.st_dev,
+        .ino = (uint64_t)info.st_ino, .offset = physical->offset, .size = physical->size,
+        .device = (uint64_t)physical->device, .flags = flags,
+        .mem_attr = (uint64_t)physical->prop.memAttr};
+    struct am_why why;
+    for (int i = 0; i < SHAREABLE_TRIES; i++) {
+        uint64_t shareable = am_new_shareable();
+        bool taken = false;
+        aclError code = am_share_publish(shareable, &record, &taken, &why);
+        if (code != AM_SUCCESS)
+            return unlock_with(am_fail(code, call, "%s", why.text));
+        if (!taken) {
+            physical->exported = shareable;
+            *shareableHandle = shareable;
+            return unlock_with(AM_SUCCESS);
+        }
+    }
+    return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "%d fresh shareable numbers were "
+                               "all taken in the share directory", SHAREABLE_TRIES));
+}
+
+aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum)
+{
+    static const char *const call = "aclrtMemSetPidToShareableHandle";
+    ENTER(call);
+    if (pid == NULL || pidNum == 0)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "pid is NULL or pidNum is 0"));
+    if (pidNum > MAX_PIDS)
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "pidNum %zu is more than %d",
+                                   pidNum, MAX_PIDS));
+    struct am_why why;
+    aclError code = am_share_allow(shareableHandle, pid, pidNum, &why);
+    return unlock_with(code == AM_SUCCESS ? code : am_fail(code, call, "%s", why.text));
+}
+
+aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
+                                           aclrtDrvMemHandle *handle)
+{
+    static const char *const call = "aclrtMemImportFromShareableHandle";
+    ENTER(call);
+    if (handle == NULL)
+        return unlock_with(am_fail(AM_INVALID_PARAM, call, "handle is NULL"));
+    if (deviceId < 0 || !valid_device((uint32_t)deviceId))
+        return unlock_with(am_fail(AM_INVALID_DEVICEID, call, "device %d does not exist (%d "
+                                   "devices)", (int)deviceId, am.device_count));
+    struct am_physical *physical = calloc(1, sizeof *physical);
+    if (physical == NULL)
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "out of host memory"));
+    struct am_record record = {0};
+    struct am_why why;
+    int fd = -1;
+    aclError code = am_share_acquire(shareableHandle, &fd, &record, &why);
+    if (code != AM_SUCCESS) {
+        free(physical);
+        return unlock_with(am_fail(code, call, "%s", why.text));
+    }
+    am.physical_sequence++;
+    physical->node.key = PHYSICAL_BASE + am.physical_sequence * AM_HANDLE_STEP;
+    physical->size = record.size;
+    physical->offset = record.offset;
+    physical->prop.handleType = 0;
+    physical->prop.allocationType = 0;
+    physical->prop.memAttr = (aclrtMemAttr)record.mem_attr;
+    physical->prop.location.type = (aclrtMemLocationType)LOCATION_DEVICE;
+    physical->prop.location.id = (uint32_t)deviceId;
+    physical->device = deviceId;
+    physical->kind = page_kind((uint32_t)record.mem_attr);
+    physical->imported_from = shareableHandle;
+    physical->import_fd = fd;
+    am_record_free(&record);
+    am_tree_insert(&am.physicals, &physical->node);
+    *handle = (aclrtDrvMemHandle)(uintptr_t)physical->node.key;
     return unlock_with(AM_SUCCESS);
 }
