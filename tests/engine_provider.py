@@ -24,6 +24,8 @@ _os.environ["LD_LIBRARY_PATH"] = _os.pathsep.join(
 
 class EngineProvider:
     subprocess_prelude = SUBPROCESS_PRELUDE
+    #: Checks marked fake_library run here: this library is acl_mem's own.
+    is_fake_library = True
 
     def __init__(self) -> None:
         self._loaded: tuple[Backend | None, str] | None = None

@@ -24,10 +24,11 @@ from helpers import clean_env
 from injection import in_files, is_unsignalled
 
 import acl_mem
-from acl_mem import raw
+from acl_mem import _backend, raw
 from acl_mem._fake import FakeBackend
 from acl_mem._fake.share_record import MAGIC
 from acl_mem._fake.vmm_share import LOCK_NAME, record_name
+from acl_mem.conformance.providers import native_provider
 from acl_mem.enums import MemAttr, MemLocationType
 from acl_mem.errors import AclError
 
@@ -93,7 +94,7 @@ def share_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def handles(fake: FakeBackend) -> Iterator[list[int]]:
+def handles(backend: Any) -> Iterator[list[int]]:
     """Physical handles of the check, freed at its end whatever happened."""
     made: list[int] = []
     try:
@@ -113,10 +114,10 @@ def physical(handles: list[int]) -> int:
 # -- other processes -------------------------------------------------------------------------------
 
 CHILD = """
-import sys
+import os, sys
 import acl_mem
 from acl_mem import raw
-acl_mem.use_backend("fake")
+acl_mem.use_backend(os.environ["ACL_MEM_TEST_SHARE_BACKEND"])
 def code(fn, *args):
     try:
         return fn(*args)
@@ -139,11 +140,22 @@ sys.stdin.readline()
 """
 
 
+def child_command(script: str, *args: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a python process running ``script`` (which starts
+    with CHILD) on the backend of this check: the Python fake, or the native binding
+    over acl_mem's library."""
+    native = not isinstance(_backend._active, FakeBackend)
+    prelude = native_provider().subprocess_prelude if native else ""
+    env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ.get("ACL_MEM_FAKE_SHARE_DIR"),
+                    ACL_MEM_TEST_SHARE_BACKEND="native" if native else "fake")
+    return [sys.executable, "-c", prelude + textwrap.dedent(script), *args], env
+
+
 @contextlib.contextmanager
 def child(script: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
     """A python process running ``script``; yields it and the number it printed first."""
-    env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ.get("ACL_MEM_FAKE_SHARE_DIR"))
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args],
+    command, env = child_command(script, *args)
+    proc = subprocess.Popen(command,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:

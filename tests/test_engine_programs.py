@@ -27,7 +27,7 @@ C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
             "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
-            "overwrite.c", "engine_edges.c"]
+            "overwrite.c", "engine_edges.c", "share_ipc.c"]
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -302,6 +302,18 @@ print(lib.aclrtGetVersion(ctypes.byref(major), ctypes.byref(minor), ctypes.byref
       major.value, minor.value, patch.value)
 print(hasattr(lib, "aclrtMemGetAddressRange"), hasattr(lib, "aclrtPointerGetAttributes"))
 """
+
+
+def test_two_processes_share_device_memory(programs, tmp_path):
+    """A exports with pid validation and allows B's pid (aclrtDeviceGetBareTgid); B
+    imports, maps and writes; A reads the bytes back. An export B is not allowed is
+    refused with 107000, and every record goes with its handle."""
+    share = tmp_path / "share"
+    lines = _ok(_run(programs["share_ipc"], ACL_MEM_FAKE_SHARE_DIR=str(share)))
+    assert _value(lines, "refused") == "107000"
+    assert "read back ok" in lines and "B done" in lines
+    assert [p.name for p in share.iterdir()] == [".acl_mem_fake.lock"]
+    assert (share.stat().st_mode & 0o777) == 0o700
 
 
 @pytest.mark.parametrize("cann", sorted(RELEASE_DIRS))

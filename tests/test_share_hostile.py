@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import clean_env
 from share_support import (
     CHILD,
     FAKE_ONLY,
     LOCK_NAME,
     MAGIC,
     child,
+    child_command,
     handles,
     huge_free,
     no_tmpfile,
@@ -37,9 +37,10 @@ from share_support import (
 )
 
 from acl_mem import raw
+from acl_mem._fake import FakeBackend
 from acl_mem._fake import share_dir as share_dir_module
+from acl_mem._fake.library import EngineLibrary
 from acl_mem._fake.share_record import Allowed
-from acl_mem._fake.vmm_share import new_shareable
 from acl_mem.errors import InternalError, RtParamInvalidError
 
 __all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
@@ -85,9 +86,9 @@ def snapshot(directory: Path, names: list[str]) -> dict[str, object]:
 # -- files the registry did not write ----------------------------------------------------------
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 def test_files_of_the_user_in_the_share_directory_are_never_removed(
-        fake, dev, share_dir, handles, tmp_path):
+        backend, dev, share_dir, handles, tmp_path):
     """ACL_MEM_FAKE_SHARE_DIR at a directory of the user's own: every export, whitelist,
     import and free (each sweeps what dead processes left) leaves the user's files as
     they were, even those named like the fake's records and temporary files."""
@@ -124,8 +125,8 @@ def test_files_of_the_user_in_the_share_directory_are_never_removed(
     assert snapshot(share_dir, names) == before
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_a_users_file_at_a_records_name_is_left_alone(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_a_users_file_at_a_records_name_is_left_alone(backend, dev, share_dir, handles):
     """A record replaced by a file the fake did not write: the handle cannot be used
     (107000), the exporter's free still gives the memory back, and the file stays."""
     before = huge_free()
@@ -140,15 +141,15 @@ def test_a_users_file_at_a_records_name_is_left_alone(fake, dev, share_dir, hand
     assert path.read_bytes() == b'{"pid": 1}'
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_names_taken_by_others_are_skipped_not_replaced(fake, dev, share_dir, handles,
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_names_taken_by_others_are_skipped_not_replaced(backend, dev, share_dir, handles,
                                                        tmp_path):
     """Fifos, symlinks and user files where this process's next records would go: the
     export takes other numbers, never blocks, and leaves them all as they were."""
     share_dir.mkdir(mode=0o700)
     victim = tmp_path / "victim"
     victim.write_bytes(b"precious")
-    upcoming = new_shareable()
+    upcoming = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     planted = []
     for n in range(1, 7):
         path = record_path(share_dir, upcoming + n)
@@ -177,8 +178,8 @@ def test_names_taken_by_others_are_skipped_not_replaced(fake, dev, share_dir, ha
     assert records(share_dir) == sorted(share_dir / name for name in planted)
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_a_huge_file_at_a_records_name_is_not_read_whole(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_a_huge_file_at_a_records_name_is_not_read_whole(backend, dev, share_dir, handles):
     """A record-named file of 1 GiB (sparse, starting like a record) is a damaged record:
     107000 without reading it all into memory."""
     share_dir.mkdir(mode=0o700)
@@ -211,9 +212,9 @@ def import_when_told(proc: subprocess.Popen[str]) -> int:
     return int(proc.stdout.readline())
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.parametrize("reused", [False, True])
-def test_whitelisted_pid_is_one_process(fake, dev, share_dir, handles, reused):
+def test_whitelisted_pid_is_one_process(backend, dev, share_dir, handles, reused):
     """A whitelist entry names the process running under the pid when it was added: a
     later process given the same pid (here: the entry's start time moved, as a reuse
     would see it) is refused with 107000, the process itself imports."""
@@ -239,8 +240,8 @@ def test_a_pid_whitelisted_before_its_process_starts_admits_only_later_processes
     assert not entry.admits((gone + 1, entry.start + 5))
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_whitelisting_the_same_pids_again_does_not_grow_the_record(fake, dev, share_dir,
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_whitelisting_the_same_pids_again_does_not_grow_the_record(backend, dev, share_dir,
                                                                   handles):
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0)
     pids = [dead_pid(), os.getppid()]
@@ -258,8 +259,8 @@ def _set_last_pid(pid: int) -> bool:
     return True
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_whitelisted_pid_reused_by_a_new_process_is_refused(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_whitelisted_pid_reused_by_a_new_process_is_refused(backend, dev, share_dir, handles):
     """The real thing: the whitelisted process ends and a new one gets its pid."""
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0)
     first = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
@@ -289,10 +290,10 @@ sys.stdin.readline()
 """
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_concurrent_exporters_each_get_a_whole_record(fake, dev, share_dir, handles):
-    env = clean_env(ACL_MEM_FAKE_SHARE_DIR=str(share_dir))
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(_MANY_EXPORTS), "8"],
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_concurrent_exporters_each_get_a_whole_record(backend, dev, share_dir, handles):
+    command, env = child_command(_MANY_EXPORTS, "8")
+    procs = [subprocess.Popen(command,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               env=env) for _ in range(3)]
     try:
@@ -323,7 +324,8 @@ def test_concurrent_exporters_each_get_a_whole_record(fake, dev, share_dir, hand
 
 
 @pytest.fixture
-def default_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Path]:
+def default_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                   backend: Any) -> Iterator[dict[str, Path]]:
     """The default candidates moved under tmp_path: (shm)/acl_mem_fake_<uid>,
     (run/user/<uid>)/acl_mem_fake, (home)/.cache/acl_mem/share."""
     monkeypatch.delenv("ACL_MEM_FAKE_SHARE_DIR", raising=False)
@@ -335,9 +337,16 @@ def default_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str,
     monkeypatch.setattr(share_dir_module, "_SHM", shm)
     monkeypatch.setattr(share_dir_module, "_RUN_USER", run)
     monkeypatch.setattr(share_dir_module, "_home", lambda uid: home)
-    return {"default": shm / f"acl_mem_fake_{os.geteuid()}",
-            "run": run / str(os.geteuid()) / "acl_mem_fake",
-            "home": home / ".cache" / "acl_mem" / "share"}
+    library = None if isinstance(backend, FakeBackend) else EngineLibrary.get()
+    if library is not None:
+        library.share_places(str(shm), str(run), str(home))
+    try:
+        yield {"default": shm / f"acl_mem_fake_{os.geteuid()}",
+               "run": run / str(os.geteuid()) / "acl_mem_fake",
+               "home": home / ".cache" / "acl_mem" / "share"}
+    finally:
+        if library is not None:
+            library.share_places(None, None, None)
 
 
 def squat(path: Path, how: str, tmp_path: Path) -> None:
@@ -358,26 +367,26 @@ def squat(path: Path, how: str, tmp_path: Path) -> None:
 _SQUATS = ["another user's directory", "a file", "a symlink", "open to others"]
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 @pytest.mark.parametrize("how", _SQUATS)
 def test_squatted_default_directory_falls_back_and_says_so_once(
-        fake, dev, handles, default_places, tmp_path, capsys, how):
+        backend, dev, handles, default_places, tmp_path, capfd, how):
     squat(default_places["default"], how, tmp_path)
-    capsys.readouterr()
+    capfd.readouterr()
     first = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     second = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     assert records(default_places["run"]) == sorted(
         record_path(default_places["run"], s) for s in (first, second))
-    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert len(capfd.readouterr().err.splitlines()) == 1
     if how == "a symlink":
         assert list((tmp_path / "trap").iterdir()) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 def test_fallback_without_a_runtime_directory_is_the_home_cache(
-        fake, dev, handles, default_places, tmp_path):
+        backend, dev, handles, default_places, tmp_path):
     squat(default_places["default"], "another user's directory", tmp_path)
     os.chown(default_places["run"].parent, 12345, 12345)  # not ours: not a candidate
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
@@ -422,8 +431,8 @@ def test_processes_of_one_user_meet_in_the_fallback(fake, dev, default_places, t
     assert default_places["run"].is_dir()
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_blank_share_dir_setting_means_the_default(fake, dev, handles, default_places,
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_blank_share_dir_setting_means_the_default(backend, dev, handles, default_places,
                                                   monkeypatch):
     monkeypatch.setenv("ACL_MEM_FAKE_SHARE_DIR", "  ")
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)

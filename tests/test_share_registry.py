@@ -47,9 +47,9 @@ __all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
 # -- 1. the directory is trusted only when it is the user's own ------------------------------------
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.parametrize("mode", [0o777, 0o755, 0o1777, 0o770])
-def test_share_directory_open_to_others_is_refused(fake, dev, share_dir, handles, mode):
+def test_share_directory_open_to_others_is_refused(backend, dev, share_dir, handles, mode):
     """A share directory someone else could write into (or read) is not used: every
     sharing call refuses with ACL_ERROR_RT_INTERNAL_ERROR and nothing is written."""
     share_dir.mkdir()
@@ -69,8 +69,8 @@ def test_share_directory_open_to_others_is_refused(fake, dev, share_dir, handles
     assert raw.aclrtMemExportToShareableHandle(handle, 0, 1) != 0
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_share_directory_that_is_a_symlink_is_refused(fake, dev, share_dir, handles,
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_share_directory_that_is_a_symlink_is_refused(backend, dev, share_dir, handles,
                                                       tmp_path):
     real = tmp_path / "elsewhere"
     real.mkdir(mode=0o700)
@@ -81,8 +81,8 @@ def test_share_directory_that_is_a_symlink_is_refused(fake, dev, share_dir, hand
     assert list(real.iterdir()) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_share_directory_that_is_a_file_is_refused(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_share_directory_that_is_a_file_is_refused(backend, dev, share_dir, handles):
     share_dir.write_bytes(b"not a directory")
     with pytest.raises(InternalError) as e:
         raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
@@ -90,9 +90,9 @@ def test_share_directory_that_is_a_file_is_refused(fake, dev, share_dir, handles
     assert share_dir.read_bytes() == b"not a directory"
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
-def test_share_directory_of_another_user_is_refused(fake, dev, share_dir, handles):
+def test_share_directory_of_another_user_is_refused(backend, dev, share_dir, handles):
     share_dir.mkdir(mode=0o700)
     os.chown(share_dir, 65534, 65534)
     with pytest.raises(InternalError) as e:
@@ -101,8 +101,8 @@ def test_share_directory_of_another_user_is_refused(fake, dev, share_dir, handle
     assert list(share_dir.iterdir()) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_share_directory_is_created_private(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_share_directory_is_created_private(backend, dev, share_dir, handles):
     old = os.umask(0)
     try:
         raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
@@ -111,8 +111,8 @@ def test_share_directory_is_created_private(fake, dev, share_dir, handles):
     assert share_dir.stat().st_mode & 0o7777 == 0o700
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_symlinks_at_record_names_are_not_followed(fake, dev, share_dir, handles,
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_symlinks_at_record_names_are_not_followed(backend, dev, share_dir, handles,
                                                    tmp_path):
     """A symlink planted where the next record goes is replaced, never written through."""
     victim = tmp_path / "victim"
@@ -128,8 +128,8 @@ def test_symlinks_at_record_names_are_not_followed(fake, dev, share_dir, handles
     assert victim.read_bytes() == b"precious"
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_symlinked_lock_file_is_refused(fake, dev, share_dir, handles, tmp_path):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_symlinked_lock_file_is_refused(backend, dev, share_dir, handles, tmp_path):
     share_dir.mkdir(mode=0o700)
     target = tmp_path / "lock-target"
     (share_dir / LOCK_NAME).symlink_to(target)
@@ -164,9 +164,9 @@ def damage(path: Path, how: str) -> None:
     path.write_bytes(MAGIC + data)
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.parametrize("how", sorted(_DAMAGE))
-def test_damaged_record_is_an_unusable_handle(fake, dev, share_dir, handles, how):
+def test_damaged_record_is_an_unusable_handle(backend, dev, share_dir, handles, how):
     """A record that does not parse is a handle nobody can use: 107000 from import and
     set-pid, and the exporter's free still gives its memory back."""
     before = huge_free()
@@ -183,8 +183,8 @@ def test_damaged_record_is_an_unusable_handle(fake, dev, share_dir, handles, how
     assert records(share_dir) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_record_that_cannot_be_read_is_an_unusable_handle(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_record_that_cannot_be_read_is_an_unusable_handle(backend, dev, share_dir, handles):
     """An OS error reading a record (here: it is a directory) is 107000, not OSError."""
     handle = physical(handles)
     shareable = raw.aclrtMemExportToShareableHandle(handle, 0, 1)
@@ -217,8 +217,8 @@ def test_permission_error_reading_a_record_is_an_unusable_handle(
     assert e.value.code == 107000
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_unknown_handle_is_107000(fake, dev, share_dir):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_unknown_handle_is_107000(backend, dev, share_dir):
     for shareable in (1, os.getpid() << 24 | 0xFFFFFF, 2**64 - 1):
         with pytest.raises(RtParamInvalidError) as e:
             raw.aclrtMemImportFromShareableHandle(shareable, 0)
@@ -228,8 +228,8 @@ def test_unknown_handle_is_107000(fake, dev, share_dir):
 # -- 2. processes that die -------------------------------------------------------------------------
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_killed_importer_lets_go_of_exported_memory(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_killed_importer_lets_go_of_exported_memory(backend, dev, share_dir, handles):
     """The exporter freed its handle while another process held the import; that
     process is SIGKILLed: the memory goes back to the exporter's pool and the record
     goes away."""
@@ -245,8 +245,8 @@ def test_killed_importer_lets_go_of_exported_memory(fake, dev, share_dir, handle
     assert records(share_dir) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_killed_importer_before_the_exporter_frees(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_killed_importer_before_the_exporter_frees(backend, dev, share_dir, handles):
     before = huge_free()
     shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     with child(IMPORTER, str(shareable)) as (proc, imported):
@@ -257,8 +257,8 @@ def test_killed_importer_before_the_exporter_frees(fake, dev, share_dir, handles
     assert records(share_dir) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_holder_whose_pid_was_reused_is_not_alive(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_holder_whose_pid_was_reused_is_not_alive(backend, dev, share_dir, handles):
     """A holder is a (pid, start time) pair: a live process with the holder's pid but
     another start time is not the holder."""
     before = huge_free()
@@ -273,8 +273,8 @@ def test_holder_whose_pid_was_reused_is_not_alive(fake, dev, share_dir, handles)
     assert records(share_dir) == []
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_record_of_a_killed_exporter_is_removed(fake, dev, share_dir, handles):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_record_of_a_killed_exporter_is_removed(backend, dev, share_dir, handles):
     with child(EXPORTER) as (proc, shareable):
         assert record_path(share_dir, shareable).exists()
         kill(proc)
@@ -285,8 +285,8 @@ def test_record_of_a_killed_exporter_is_removed(fake, dev, share_dir, handles):
     assert records(share_dir) == [record_path(share_dir, mine)]
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_import_from_a_live_exporter_is_counted(fake, dev, share_dir):
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_import_from_a_live_exporter_is_counted(backend, dev, share_dir):
     """Two imports of one export: each holds the memory until it is freed."""
     with child(EXPORTER) as (_, shareable):
         first = raw.aclrtMemImportFromShareableHandle(shareable, 0)

@@ -113,6 +113,17 @@ class EngineLibrary:
         """A new process's fake: no devices set, no memory, no aclInit; settings re-read."""
         self.lib.acl_mem_fake_reset()
 
+    def share_places(self, shm: str | None, run_user: str | None, home: str | None) -> None:
+        """Look for the default share directories under ``shm`` (instead of /dev/shm),
+        ``run_user`` (/run/user) and ``home`` (the password database's); None restores
+        each. ValueError for a path that is not absolute or too long."""
+        def text(path: str | None) -> Any:
+            return self.ffi.NULL if path is None else path.encode()
+
+        if self.lib.acl_mem_fake_share_places(text(shm), text(run_user), text(home)) != 0:
+            raise ValueError(f"acl_mem_fake_share_places refused {shm!r}, {run_user!r}, "
+                             f"{home!r}")
+
     def configure(self, profile: str | None = None, cann: str | None = None,
                   device_count: int = 0, capacity: int = 0) -> None:
         """Play ``profile`` and ``cann`` (None: the environment's or the default), then

@@ -63,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fake_only(reason): only the fake can show this; "
                             "the reason is required")
+    config.addinivalue_line("markers", "fake_library(reason): only acl_mem's fakes can show "
+                            "this: the Python fake, and the native backend when its library is "
+                            "acl_mem's own (not Huawei's); the reason is required")
     config.addinivalue_line("markers", "cann(*releases): the check's expectation holds on these "
                             "CANN releases only; elsewhere it is skipped (docs/runtime-model.md "
                             "§0.1)")
@@ -99,9 +102,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        marker = item.get_closest_marker("fake_only")
-        if marker is not None and not (marker.args and isinstance(marker.args[0], str)):
-            raise pytest.UsageError(f"{item.nodeid}: fake_only needs a reason string")
+        for name in ("fake_only", "fake_library"):
+            marker = item.get_closest_marker(name)
+            if marker is not None and not (marker.args and isinstance(marker.args[0], str)):
+                raise pytest.UsageError(f"{item.nodeid}: {name} needs a reason string")
 
 
 def _release_everything() -> None:
@@ -123,6 +127,9 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
     if request.param == "native":
         marker = request.node.get_closest_marker("fake_only")
         if marker is not None:
+            pytest.skip(f"fake only: {marker.args[0]}")
+        marker = request.node.get_closest_marker("fake_library")
+        if marker is not None and not getattr(provider, "is_fake_library", False):
             pytest.skip(f"fake only: {marker.args[0]}")
         native, source = provider.load()
         if native is None:

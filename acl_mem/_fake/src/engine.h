@@ -449,6 +449,9 @@ AM_HIDDEN void am_vmm_each(void (*visit)(const struct am_held *, void *), void *
 /* Forget all virtual memory; a reset lets go of what was shared, a forked child
  * (`in_child`) only of its descriptors: the records are the parent's. */
 AM_HIDDEN void am_vmm_clear(bool in_child);
+/* Give back exported memory no other process holds any more (its pools then count it
+ * free): before answering how much memory is free. */
+AM_HIDDEN void am_vmm_reap_shared(void);
 
 /* ---- leaks (leaks.c) ------------------------------------------------------------------ */
 /* ACL_MEM_LEAK_REPORT: read when the library loads (so the report, registered then, runs

@@ -499,6 +499,7 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr_value, size_t *free_bytes, size_t *to
         *free_bytes = *total = 0;
         return unlock_with(AM_SUCCESS);
     }
+    am_vmm_reap_shared();
     uint32_t kinds[2];
     int count = 1;
     if (attr == 0 || attr == 1) {

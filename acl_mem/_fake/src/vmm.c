@@ -342,6 +342,8 @@ static void release_physical(struct am_physical *physical)
 /* Give back exported memory whose importers have freed it or died meanwhile. */
 static void reap_shared(void)
 {
+    if (still_shared == NULL)
+        return;
     for (struct am_physical **link = &still_shared; *link != NULL;) {
         struct am_physical *physical = *link;
         if (!am_share_release_owner(physical->exported)) {
@@ -430,6 +432,11 @@ void am_vmm_clear(bool in_child)
                                  ? device->huge_physical : device->huge_used;
         device->normal_physical = device->huge_physical = 0;
     }
+}
+
+void am_vmm_reap_shared(void)
+{
+    reap_shared();
 }
 
 /* ---- reservations (§4.2) --------------------------------------------------------------------- */
@@ -545,8 +552,7 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
     aclError fault = am_fault(call);
     if (fault != AM_SUCCESS)
         return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
-    if (still_shared != NULL)
-        reap_shared();
+    reap_shared();
     uint32_t kind = page_kind((uint32_t)prop->memAttr);
     if (kind == AM_GIANT_PAGE && !am.profile->giant_pages)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "1 GiB pages do not exist "
