@@ -96,3 +96,24 @@ def test_a_saved_finding_runs_clean(driver: Path, tmp_path: Path, finding: Path)
     """Each input that once crashed or broke an invariant (tests/fuzz/crashes)."""
     summary = _passed(_run(driver, "-T", "60", str(finding), cwd=tmp_path), tmp_path)
     assert "(1 files, 0 random)" in summary, summary
+
+
+def test_the_share_record_reader_on_seeds_then_random_bytes(tmp_path: Path) -> None:
+    """tests/fuzz/record_fuzz.c: the record reader never crashes, accepts only what it
+    can write back the same, and says why it refuses (compiled with that file alone)."""
+    compiler = _compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    binary = tmp_path / "record"
+    done = subprocess.run(
+        [compiler, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+         *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / "record_fuzz.c"),
+         str(SOURCE / "src" / "share_record.c"), str(FUZZ / "driver.c"), "-o", str(binary)],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    seeds = [p for p in (FUZZ / "record_corpus").iterdir() if p.is_file()]
+    assert any(p.name == "valid.json" for p in seeds)
+    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "record_corpus"),
+                           cwd=tmp_path), tmp_path)
+    assert f"({len(seeds)} files, " in summary, summary

@@ -8,6 +8,7 @@
 # OUT/lib-ubsan with OUT/driver-ubsan, UBSan alone: the library compiles its fault guard
 # (memmove over host ranges a kernel copy proved, os.c) out under ASan, so only this
 # build fuzzes the guarded copies.
+# OUT/record-asan: the share record reader alone (tests/fuzz/record_fuzz.c), ASan+UBSan.
 # When clang can link -fsanitize=fuzzer: OUT/lib-fuzzer and OUT/engine_fuzz (libFuzzer,
 # ASan and UBSan), OUT/lib-fuzzer-ubsan and OUT/engine_fuzz-ubsan (libFuzzer, UBSan);
 # their libraries carry the coverage counters libFuzzer steers by.
@@ -40,6 +41,11 @@ build() { # NAME LIBDIR COMPILER FLAGS (for both)
     echo "built $out/$name"
 }
 build driver-asan lib-asan gcc "$sanitize" "$here/engine_fuzz.c" "$here/driver.c"
+# The share record reader alone (tests/fuzz/record_fuzz.c): no library needed.
+# shellcheck disable=SC2086 # $sanitize is several flags
+gcc "${cflags[@]}" $sanitize "${includes[@]}" "$here/record_fuzz.c" \
+    "$root/acl_mem/_fake/src/share_record.c" "$here/driver.c" -o "$out/record-asan"
+echo "built $out/record-asan"
 build driver-ubsan lib-ubsan gcc "$ubsan" "$here/engine_fuzz.c" "$here/driver.c"
 
 probe=$(mktemp -d)
