@@ -33,7 +33,7 @@ def native() -> NativeBackend:
     return load_native_backend(str(EngineLibrary.get().path.rsplit("/", 1)[0]))
 
 
-def test_the_generated_api_header_and_pending_calls_are_current():
+def test_the_generated_engine_sources_are_current():
     done = subprocess.run([sys.executable, str(ROOT / "stubs" / "gen_engine_api.py"),
                            "--check"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -9,10 +9,12 @@ else against the minimal acl/acl.h (tests/conftest.py). Skipped without a C comp
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +29,13 @@ C_DIR = ROOT / "tests" / "c"
 PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
             "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
-            "overwrite.c", "engine_edges.c", "share_ipc.c"]
+            "overwrite.c", "engine_edges.c", "share_ipc.c", "sample_memory.c", "unsupported.c",
+            "toolkit_libraries.c", "data_buffer.c", "teardown_errors.c", "init_defaults.c"]
+#: Programs linked with other libraries than libascendcl.so and libacl_dvpp.so.
+LIBRARIES = {"toolkit_libraries": ("-lascendcl", "-lmsprofiler", "-lacl_op_compiler",
+                                   "-lacl_cblas", "-lacl_tdt_channel", "-lacl_tdt_queue")}
+#: What an unsupported call returning aclError returns: ACL_ERROR_FEATURE_UNSUPPORTED.
+UNSUPPORTED = 200006
 
 
 def _compiler(cxx: bool) -> str | None:
@@ -62,7 +70,8 @@ def programs(libdir: Path, headers: Path, tmp_path_factory: pytest.TempPathFacto
                    "-pthread", "-rdynamic",
                    *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
                    f"-I{headers}", f"-I{C_DIR}", str(source), f"-L{libdir}",
-                   "-lascendcl", "-lacl_dvpp", f"-Wl,-rpath,{libdir}", "-o", str(binary)]
+                   *LIBRARIES.get(source.stem, ("-lascendcl", "-lacl_dvpp")),
+                   f"-Wl,-rpath,{libdir}", "-o", str(binary)]
         done = subprocess.run(command, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         built[source.stem] = binary
@@ -302,6 +311,108 @@ print(lib.aclrtGetVersion(ctypes.byref(major), ctypes.byref(minor), ctypes.byref
       major.value, minor.value, patch.value)
 print(hasattr(lib, "aclrtMemGetAddressRange"), hasattr(lib, "aclrtPointerGetAttributes"))
 """
+
+
+def _naming(stderr: str, word: str) -> int:
+    return sum(word in line for line in stderr.splitlines())
+
+
+def test_an_ascend_style_sample(programs):
+    """Init, device, stream, malloc, copies both ways, memset, mem info, bad input,
+    teardown; its one unsupported call says so once."""
+    done = _run(programs["sample_memory"])
+    assert _ok(done)[-1] == "done"
+    assert _naming(done.stderr, "aclmdlLoadFromFile") == 1
+
+
+def test_unsupported_calls_fail_loudly_once_per_function(programs):
+    """aclError -> 200006, pointer -> NULL, other values -> 0; one stderr line each."""
+    done = _run(programs["unsupported"])
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines.count(f"aclmdlLoadFromFile {UNSUPPORTED}") == 2
+    assert "aclmdlCreateDesc NULL" in lines and "aclGetTensorDescSize 0" in lines
+    for name in ("aclmdlLoadFromFile", "aclmdlCreateDesc", "aclGetTensorDescSize"):
+        assert _naming(done.stderr, name) == 1, done.stderr
+    assert len(done.stderr.splitlines()) == 3
+
+
+def test_the_abort_switch_aborts_on_the_first_unsupported_call(programs):
+    done = _run(programs["unsupported"], ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED="yes")
+    assert done.returncode == -signal.SIGABRT
+    assert done.stdout == ""
+    assert _naming(done.stderr, "aclmdlLoadFromFile") == 1
+
+
+def test_programs_linking_the_other_toolkit_libraries(programs):
+    """libmsprofiler.so and the companions exist: memory works, profiling and operator
+    compiling fail loudly."""
+    done = _run(programs["toolkit_libraries"])
+    assert done.returncode == 0, done.stderr
+    values = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    assert values["aclrtMalloc"] == "0" and values["aclrtFree"] == "0"
+    assert values["aclprofInit"] == values["aclopSetCompileFlag"] == str(UNSUPPORTED)
+    assert _naming(done.stderr, "aclprofInit") == 1
+    assert _naming(done.stderr, "aclopSetCompileFlag") == 1
+
+
+def test_data_buffers_and_type_sizes(programs):
+    lines = _ok(_run(programs["data_buffer"]))
+    assert "ok empty buffer" in lines and "ok big size truncated" in lines
+    assert _value(lines, "recent").startswith("aclDestroyDataBuffer")
+
+
+def test_force_reset_finalize_reference_and_tgid(programs):
+    done = _run(programs["teardown_errors"])
+    lines = _ok(done)
+    assert lines[-1] == "done"
+    assert _naming(done.stderr, "aclmdlCreateDesc is not supported") == 1
+
+
+def test_init_config_run_mode_and_default_stream(programs, tmp_path):
+    config = tmp_path / "acl.json"
+    config.write_text(json.dumps({"dump": {"dump_list": []}}))
+    from acl_mem._fake.profiles import DEFAULT_PROFILE, resolve_profile
+
+    for path in (str(config), ""):  # "": the acllite helpers' empty configuration
+        lines = _ok(_run(programs["init_defaults"], path))
+        assert int(_value(lines, "runMode")) == resolve_profile(DEFAULT_PROFILE).run_mode
+        assert _value(lines, "device") == "0"
+        assert "ok default stream round trip" in lines
+
+
+def test_a_program_linked_with_libacl_rt_alone(libdir, headers, tmp_path):
+    """libacl_rt.so exports the runtime's part of the surface under its own name (a
+    filter of libascendcl.so): a program linked with it alone links and runs on the one
+    engine."""
+    compiler = _compiler(False)
+    if compiler is None:
+        pytest.skip("no C compiler")
+    binary = tmp_path / "rt_only"
+    done = subprocess.run([compiler, "-std=c11", "-Wall", "-Werror",
+                           *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+                           f"-I{headers}", str(C_DIR / "last_error.c"), f"-L{libdir}",
+                           "-lacl_rt", f"-Wl,-rpath,{libdir}", "-o", str(binary)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    needed = subprocess.run(["readelf", "-d", str(binary)], capture_output=True, text=True)
+    assert "libacl_rt.so" in needed.stdout and "libascendcl.so" not in needed.stdout
+    assert "ok acl refusals are not kept" in _ok(_run(binary))
+
+
+def test_every_surface_function_is_exported_by_its_library(libdir):
+    """Each library exports its part of the surface (acl_mem/shim/surface.json;
+    libacl_rt.so the part acl_mem/shim/acl_rt_exports.txt names), and no other."""
+    from acl_mem.shim._csource import FRONT_LIBRARIES, library_functions, load_surface
+
+    every = {f["name"] for f in load_surface()["functions"]}
+    for number, soname in FRONT_LIBRARIES.items():
+        done = subprocess.run(["nm", "-D", "--defined-only", str(libdir / soname)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        exported = {line.split()[-1] for line in done.stdout.splitlines() if " T " in line}
+        mine = {f["name"] for f in library_functions(number)}
+        assert mine and exported & every == mine, (soname, sorted(mine ^ (exported & every)))
 
 
 def test_two_processes_share_device_memory(programs, tmp_path):

@@ -22,9 +22,19 @@ SOURCE = Path(__file__).resolve().parent / "src"
 #: The engine (libascendcl.so); libacl_dvpp.so and libacl_dvpp_mpi.so forward to it.
 ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
           "copies.c", "streams.c", "events.c", "hazards.c", "checker.c", "leaks.c", "vmm.c",
-          "share_dir.c", "share_record.c", "share_registry.c")
-SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",)}
-HEADERS = ("engine.h", "acl_api.h", "../include/acl_mem_fake.h")
+          "share_dir.c", "share_record.c", "share_registry.c", "host_side.c", "unsupported.c")
+#: Libraries beside it, which find it beside them ($ORIGIN): the DVPP calls' own two, the
+#: profiling library, libacl_rt.so (a filter of libascendcl.so: acl_rt.c) and the
+#: companions some programs also link, which hold nothing of their own (on an Atlas host
+#: their functions are operators, BLAS and tensor queues: libascendcl.so's unsupported ones).
+SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",),
+                  "libmsprofiler.so": ("msprofiler.c",), "libacl_rt.so": ("acl_rt.c",),
+                  **{name: ("companion.c",) for name in (
+                      "libacl_op_compiler.so", "libacl_cblas.so", "libacl_tdt_channel.so",
+                      "libacl_tdt_queue.so", "libacl_rt_impl.so")}}
+#: Link flags of one side library.
+SIDE_LINK = {"libacl_rt.so": ("-Wl,--filter=libascendcl.so",)}
+HEADERS = ("engine.h", "acl_api.h", "share.h", "unsupported.h", "../include/acl_mem_fake.h")
 #: Releases whose libraries export less than the default build (CANN 8.5.0 has no
 #: aclrtMemGetAddressRange): each is built again into a directory of its own under the
 #: default one, playing only that release.
@@ -41,12 +51,12 @@ def link_flags(soname: str, extra: list[str], *, engine: bool) -> list[str]:
     if engine:
         flags.append("-ldl")  # dladdr, for the leak report (in libc itself from glibc 2.34)
     else:
-        flags.append("-Wl,-rpath,$ORIGIN")
+        flags += ["-Wl,-rpath,$ORIGIN", *SIDE_LINK.get(soname, ())]
     return flags
 
 
 def build(out: Path, extra: list[str], cc: str | None = None) -> Path:
-    """The three libraries in ``out`` (made if needed), compiled with ``extra`` flags, and
+    """The libraries in ``out`` (made if needed), compiled with ``extra`` flags, and
     each release build of RELEASE_BUILDS in its directory under ``out``."""
     compiler = cc or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -72,7 +82,7 @@ def _build_one(out: Path, extra: list[str], compiler: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="build acl_mem's fake libascendcl")
-    parser.add_argument("out", type=Path, help="directory for the three libraries")
+    parser.add_argument("out", type=Path, help="directory for the libraries")
     parser.add_argument("--flags", default="", help="extra compiler and linker flags")
     args = parser.parse_args()
     try:

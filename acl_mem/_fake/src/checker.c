@@ -34,23 +34,9 @@ void am_check_read_setting(void)
     const char *value = secure_getenv("ACL_MEM_CHECK");
     if (value == NULL)
         return;
-    char word[8];
-    value += strspn(value, " \t\n");
-    size_t length = strcspn(value, " \t\n");
-    if (length == 0)
-        return;
-    bool known = length < sizeof word;
-    if (known) {
-        memcpy(word, value, length);
-        word[length] = '\0';
-        if (strcasecmp(word, "1") == 0 || strcasecmp(word, "true") == 0 ||
-            strcasecmp(word, "yes") == 0 || strcasecmp(word, "on") == 0)
-            am.check = true;
-        else
-            known = strcasecmp(word, "0") == 0 || strcasecmp(word, "false") == 0 ||
-                    strcasecmp(word, "no") == 0 || strcasecmp(word, "off") == 0;
-    }
-    if (!known && am.setting_error[0] == '\0')
+    int wanted = am_yes_or_no(value);
+    am.check = wanted == 1;
+    if (wanted < 0 && am.setting_error[0] == '\0')
         snprintf(am.setting_error, sizeof am.setting_error, "ACL_MEM_CHECK=%.40s is not one "
                  "of 1, true, yes, on, 0, false, no, off", value);
 }

@@ -239,6 +239,7 @@ static void fast_devices(const void *dst, const void *src, int *first, int *seco
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                      aclrtMemcpyKind kind)
 {
+    AM_ARGS(aclrtMemcpy);
     int first, second;
     fast_devices(dst, src, &first, &second);
     if (am_fast_lock(first, second)) {
@@ -292,6 +293,7 @@ static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size
 
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
+    AM_ARGS(aclrtMemset);
     int first, second;
     fast_devices(devPtr, NULL, &first, &second);
     if (am_fast_lock(first, second)) {

@@ -25,6 +25,7 @@ enum {
     AM_INVALID_FILE = 100003,
     AM_PARSE_FILE = 100006,
     AM_REPEAT_FINALIZE = 100037,
+    AM_FEATURE_UNSUPPORTED = 200006,
     AM_INTERNAL_ERROR = 500000,
     AM_RT_PARAM_INVALID = 107000,
     AM_INVALID_DEVICEID = 107001,
@@ -273,6 +274,7 @@ struct am_engine {
     } faults[8];
     int fault_count;
     bool check; /* the memory checker (ACL_MEM_CHECK): fast paths stay off while on */
+    bool abort_on_unsupported; /* ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED */
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     struct am_space vmm_space;
@@ -285,6 +287,18 @@ struct am_engine {
 
 AM_HIDDEN extern struct am_engine am;
 
+/* An exported call's arguments, as its failure message shows them (calls.h). */
+enum { AM_ARG_POINTER = 1, AM_ARG_HEX, AM_ARG_SIGNED, AM_ARG_UNSIGNED };
+#define AM_MAX_ARGS 6
+struct am_call {
+    const char *name;
+    unsigned char count;
+    struct {
+        const char *name;
+        unsigned char kind;
+    } args[AM_MAX_ARGS];
+};
+
 /* The calling thread's view: current contexts and last error. */
 struct am_thread {
     uint64_t generation;
@@ -294,9 +308,16 @@ struct am_thread {
     int last_error;
     bool has_message;
     char message[512];
+    const struct am_call *call; /* the exported call running, for its failure message */
+    uint64_t args[AM_MAX_ARGS];
 };
 
 AM_HIDDEN struct am_thread *am_thread(void);
+
+/* Record the arguments of the exported call now running in this thread (AM_ARGS). */
+AM_HIDDEN void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2,
+                       uint64_t a3, uint64_t a4, uint64_t a5);
+#include "calls.h"
 
 /* Take the engine lock (initialising the engine on first use): the whole engine, every
  * device's lock included. */
@@ -457,6 +478,8 @@ AM_HIDDEN void am_vmm_reap_shared(void);
 /* ACL_MEM_LEAK_REPORT: read when the library loads (so the report, registered then, runs
  * after every exit handler and C++ global destructor of the program). */
 AM_HIDDEN bool am_leak_report_wanted(void);
+/* A yes/no setting's text: 1 (1, true, yes, on), 0 (0, false, no, off, blank) or -1. */
+AM_HIDDEN int am_yes_or_no(const char *value);
 
 /* ---- hazards (hazards.c) ------------------------------------------------------------ */
 /* A race with queued work: counted, and said on stderr, queued for the binding, or

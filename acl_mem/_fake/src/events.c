@@ -91,6 +91,7 @@ static aclError create(aclrtEvent *event, uint32_t flags, bool new_mode, const c
 
 aclError aclrtCreateEvent(aclrtEvent *event)
 {
+    AM_ARGS(aclrtCreateEvent);
     ENTER("aclrtCreateEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateEvent", "event is NULL"));
@@ -99,6 +100,7 @@ aclError aclrtCreateEvent(aclrtEvent *event)
 
 aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
 {
+    AM_ARGS(aclrtCreateEventWithFlag);
     ENTER("aclrtCreateEventWithFlag");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateEventWithFlag",
@@ -113,6 +115,7 @@ aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag)
 
 aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
 {
+    AM_ARGS(aclrtCreateEventExWithFlag);
     ENTER("aclrtCreateEventExWithFlag");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateEventExWithFlag",
@@ -126,6 +129,7 @@ aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
 
 aclError aclrtDestroyEvent(aclrtEvent event)
 {
+    AM_ARGS(aclrtDestroyEvent);
     ENTER("aclrtDestroyEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtDestroyEvent", "event is NULL"));
@@ -177,6 +181,7 @@ static struct am_stream *event_on_stream(struct am_event **event_out, aclrtEvent
 
 aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
 {
+    AM_ARGS(aclrtRecordEvent);
     ENTER("aclrtRecordEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtRecordEvent", "event is NULL"));
@@ -199,6 +204,7 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream)
 
 aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 {
+    AM_ARGS(aclrtStreamWaitEvent);
     ENTER("aclrtStreamWaitEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtStreamWaitEvent",
@@ -234,6 +240,7 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
 
 aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream)
 {
+    AM_ARGS(aclrtResetEvent);
     ENTER("aclrtResetEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtResetEvent", "event is NULL"));
@@ -275,6 +282,7 @@ static struct am_event *known(aclrtEvent event, const char *call, aclError *code
 
 aclError aclrtSynchronizeEvent(aclrtEvent event)
 {
+    AM_ARGS(aclrtSynchronizeEvent);
     ENTER("aclrtSynchronizeEvent");
     if (event == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtSynchronizeEvent",
@@ -310,6 +318,7 @@ static bool poll_record(struct am_event *event)
 
 aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status)
 {
+    AM_ARGS(aclrtQueryEventStatus);
     ENTER("aclrtQueryEventStatus");
     if (event == NULL || status == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtQueryEventStatus",
@@ -329,6 +338,7 @@ aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *statu
 
 aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
 {
+    AM_ARGS(aclrtQueryEvent);
     ENTER("aclrtQueryEvent");
     if (event == NULL || status == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtQueryEvent",
@@ -348,6 +358,7 @@ aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status)
 
 aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent)
 {
+    AM_ARGS(aclrtEventElapsedTime);
     ENTER("aclrtEventElapsedTime");
     if (ms == NULL || startEvent == NULL || endEvent == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtEventElapsedTime",

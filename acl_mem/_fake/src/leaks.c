@@ -12,35 +12,12 @@
 #include "engine.h"
 #include "../include/acl_mem_fake.h"
 
-/* 1 yes, 0 no, -1 a value that is neither (a setting error). */
-static int yes_or_no(const char *value)
-{
-    static const char *const yes[] = {"1", "true", "yes", "on"};
-    static const char *const no[] = {"0", "false", "no", "off"};
-    char word[8];
-    value += strspn(value, " \t\n");
-    size_t length = strcspn(value, " \t\n");
-    if (length == 0)
-        return 0; /* blank: the default */
-    if (length >= sizeof word || value[length + strspn(value + length, " \t\n")] != '\0')
-        return -1;
-    memcpy(word, value, length);
-    word[length] = '\0';
-    for (int i = 0; i < 4; i++) {
-        if (strcasecmp(word, yes[i]) == 0)
-            return 1;
-        if (strcasecmp(word, no[i]) == 0)
-            return 0;
-    }
-    return -1;
-}
-
 bool am_leak_report_wanted(void)
 {
     const char *value = secure_getenv("ACL_MEM_LEAK_REPORT");
     if (value == NULL)
         return false;
-    int wanted = yes_or_no(value);
+    int wanted = am_yes_or_no(value);
     if (wanted < 0 && am.setting_error[0] == '\0')
         snprintf(am.setting_error, sizeof am.setting_error, "ACL_MEM_LEAK_REPORT=%.40s is not "
                  "one of 1, true, yes, on, 0, false, no, off", value);

@@ -229,16 +229,19 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
+    AM_ARGS(aclrtMalloc);
     return device_malloc(AM_API_MALLOC, devPtr, size, policy, __builtin_return_address(0));
 }
 
 aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
+    AM_ARGS(aclrtMallocAlign32);
     return device_malloc(AM_API_MALLOC_ALIGN32, devPtr, size, policy, __builtin_return_address(0));
 }
 
 aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
 {
+    AM_ARGS(aclrtMallocCached);
     return device_malloc(AM_API_MALLOC_CACHED, devPtr, size, policy, __builtin_return_address(0));
 }
 
@@ -296,6 +299,7 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 
 aclError aclrtFree(void *devPtr)
 {
+    AM_ARGS(aclrtFree);
     return device_free("aclrtFree", devPtr, false);
 }
 
@@ -340,11 +344,13 @@ __attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_malloc(void 
                                                                          size_t size,
                                                                          const void *caller)
 {
+    AM_ARGS(acldvppMalloc);
     return dvpp_malloc(AM_API_DVPP_MALLOC, devPtr, size, caller);
 }
 
 __attribute__((visibility("default"))) aclError acl_mem_engine_dvpp_free(void *devPtr)
 {
+    AM_ARGS(acldvppFree);
     return device_free("acldvppFree", devPtr, true);
 }
 
@@ -353,6 +359,7 @@ __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_malloc(uint32_
                                                                        uint64_t size,
                                                                        const void *caller)
 {
+    AM_ARGS(hi_mpi_dvpp_malloc);
     (void)dev_id; /* the runtime allocates on the current device whatever dev_id says */
     if (size > SIZE_MAX)
         return am_fail(AM_INVALID_PARAM, "hi_mpi_dvpp_malloc", "size does not fit a size_t");
@@ -361,6 +368,7 @@ __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_malloc(uint32_
 
 __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_free(void *dev_ptr)
 {
+    AM_ARGS(hi_mpi_dvpp_free);
     return device_free("hi_mpi_dvpp_free", dev_ptr, true);
 }
 
@@ -368,6 +376,7 @@ __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_free(void *dev
 
 aclError aclrtMallocHost(void **hostPtr, size_t size)
 {
+    AM_ARGS(aclrtMallocHost);
     ENTER("aclrtMallocHost");
     if (hostPtr == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMallocHost", "hostPtr is NULL"));
@@ -444,6 +453,7 @@ static void quarantine(uint64_t start, uint64_t extent)
 
 aclError aclrtFreeHost(void *hostPtr)
 {
+    AM_ARGS(aclrtFreeHost);
     char call[64];
 #define FREE_HOST_CALL (snprintf(call, sizeof call, "aclrtFreeHost(hostPtr=%p)", hostPtr), call)
     ENTER(FREE_HOST_CALL);
@@ -475,40 +485,41 @@ static bool in(int value, const int *set, size_t count)
     return false;
 }
 
-aclError aclrtGetMemInfo(aclrtMemAttr attr_value, size_t *free_bytes, size_t *total)
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
 {
+    AM_ARGS(aclrtGetMemInfo);
     static const int giant_attrs[] = {10, 11, 14, 17};
     static const int ddr_attrs[] = {0, 2, 3, 6, 7};
     static const int huge_attrs[] = {2, 4, 6, 8, 13, 16};
-    int attr = (int)attr_value;
+    int type = (int)attr;
     ENTER("aclrtGetMemInfo");
-    if (free_bytes == NULL || total == NULL)
+    if (free == NULL || total == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetMemInfo",
                                    "free or total is NULL"));
-    if ((uint32_t)attr > (uint32_t)am.cann->meminfo_max_attr)
+    if ((uint32_t)type > (uint32_t)am.cann->meminfo_max_attr)
         return unlock_with(am_fail(AM_INVALID_MEMORY_TYPE, "aclrtGetMemInfo", "attr %d is not "
-                                   "a memory type CANN %s knows", attr, am.cann->name));
+                                   "a memory type CANN %s knows", type, am.cann->name));
     struct am_device *device = am_current_device();
     if (device == NULL)
         return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetMemInfo", "this thread has no "
                                    "current context: call aclrtSetDevice first"));
-    if (in(attr, giant_attrs, 4) && !am.profile->giant_pages)
+    if (in(type, giant_attrs, 4) && !am.profile->giant_pages)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, "aclrtGetMemInfo", "1 GiB pages "
                                    "do not exist on %s", am.profile->soc_name));
-    if (in(attr, ddr_attrs, 5) && !am.profile->ddr) {
-        *free_bytes = *total = 0;
+    if (in(type, ddr_attrs, 5) && !am.profile->ddr) {
+        *free = *total = 0;
         return unlock_with(AM_SUCCESS);
     }
     am_vmm_reap_shared();
     uint32_t kinds[2];
     int count = 1;
-    if (attr == 0 || attr == 1) {
+    if (type == 0 || type == 1) {
         kinds[0] = AM_NORMAL_PAGE;
         kinds[1] = AM_HUGE_PAGE;
         count = 2;
-    } else if (in(attr, huge_attrs, 6)) {
+    } else if (in(type, huge_attrs, 6)) {
         kinds[0] = AM_HUGE_PAGE;
-    } else if (in(attr, giant_attrs, 4)) {
+    } else if (in(type, giant_attrs, 4)) {
         kinds[0] = AM_GIANT_PAGE;
     } else {
         kinds[0] = AM_NORMAL_PAGE;
@@ -518,7 +529,7 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr_value, size_t *free_bytes, size_t *to
         f += pool_free(device, kinds[i]);
         t += pool_total(device, kinds[i]);
     }
-    *free_bytes = (size_t)f;
+    *free = (size_t)f;
     *total = (size_t)t;
     return unlock_with(AM_SUCCESS);
 }
@@ -535,6 +546,7 @@ static struct am_block *block_at(uint64_t address)
 #ifndef AM_ONLY_CANN_8_5_0 /* CANN 8.5.0's runtime has no such function */
 aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
 {
+    AM_ARGS(aclrtMemGetAddressRange);
     ENTER("aclrtMemGetAddressRange");
     if (!am.cann->has_address_range)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, "aclrtMemGetAddressRange", "CANN %s "
@@ -570,6 +582,7 @@ aclError aclrtMemGetAddressRange(void *ptr, void **pbase, size_t *psize)
 
 aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attributes)
 {
+    AM_ARGS(aclrtPointerGetAttributes);
     ENTER("aclrtPointerGetAttributes");
     uint64_t address = (uintptr_t)ptr;
     if (address == 0 || attributes == NULL)

@@ -12,6 +12,7 @@
 
 aclError aclInit(const char *configPath)
 {
+    AM_ARGS(aclInit);
     ENTER("aclInit");
     if (am.init_count > 0) {
         am.init_count++;
@@ -43,6 +44,30 @@ aclError aclInit(const char *configPath)
     return unlock_with(AM_SUCCESS);
 }
 
+/* The aclInit reference count: a successful aclInit makes it 1, each repeated aclInit
+ * (100002) adds one; above 1 this takes one away, at 1 it is aclFinalize, at 0 100037.
+ * *refCount (if not NULL) gets the count afterwards. */
+aclError aclFinalizeReference(uint64_t *refCount)
+{
+    AM_ARGS(aclFinalizeReference);
+    ENTER("aclFinalizeReference");
+    aclError code = AM_SUCCESS;
+    if (am.init_count > 1) {
+        am.init_count--;
+    } else if (am.init_count == 0) {
+        code = am_fail(AM_REPEAT_FINALIZE, "aclFinalizeReference", "the aclInit reference "
+                       "count is 0: aclFinalize or aclFinalizeReference already ran, or "
+                       "aclInit never did");
+    } else {
+        am_unlock();
+        code = aclFinalize();
+        am_lock();
+    }
+    if (refCount != NULL)
+        *refCount = (uint64_t)am.init_count;
+    return unlock_with(code);
+}
+
 static void release_device(struct am_device *device)
 {
     device->references = 0;
@@ -58,6 +83,7 @@ static void release_device(struct am_device *device)
 
 aclError aclFinalize(void)
 {
+    AM_ARGS(aclFinalize);
     ENTER("aclFinalize");
     if (am.finalized)
         return unlock_with(am_fail(AM_REPEAT_FINALIZE, "aclFinalize",
@@ -78,6 +104,7 @@ static bool valid_device(int32_t id)
 
 aclError aclrtSetDevice(int32_t deviceId)
 {
+    AM_ARGS(aclrtSetDevice);
     ENTER("aclrtSetDevice");
     if (!valid_device(deviceId))
         return unlock_with(am_fail(AM_INVALID_DEVICEID, "aclrtSetDevice", "deviceId %d is not "
@@ -131,16 +158,19 @@ static aclError reset_device(int32_t deviceId, bool force, const char *call)
 
 aclError aclrtResetDevice(int32_t deviceId)
 {
+    AM_ARGS(aclrtResetDevice);
     return reset_device(deviceId, false, "aclrtResetDevice");
 }
 
 aclError aclrtResetDeviceForce(int32_t deviceId)
 {
+    AM_ARGS(aclrtResetDeviceForce);
     return reset_device(deviceId, true, "aclrtResetDeviceForce");
 }
 
 aclError aclrtGetDevice(int32_t *deviceId)
 {
+    AM_ARGS(aclrtGetDevice);
     ENTER("aclrtGetDevice");
     if (deviceId == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetDevice", "deviceId is NULL"));
@@ -154,6 +184,7 @@ aclError aclrtGetDevice(int32_t *deviceId)
 
 aclError aclrtGetDeviceCount(uint32_t *count)
 {
+    AM_ARGS(aclrtGetDeviceCount);
     ENTER("aclrtGetDeviceCount");
     if (count == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetDeviceCount", "count is NULL"));
@@ -163,6 +194,7 @@ aclError aclrtGetDeviceCount(uint32_t *count)
 
 aclError aclrtGetRunMode(aclrtRunMode *runMode)
 {
+    AM_ARGS(aclrtGetRunMode);
     ENTER("aclrtGetRunMode");
     if (runMode == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetRunMode", "runMode is NULL"));
@@ -172,6 +204,7 @@ aclError aclrtGetRunMode(aclrtRunMode *runMode)
 
 const char *aclrtGetSocName(void)
 {
+    AM_ARGS(aclrtGetSocName);
     am_lock(); /* configure may change the profile meanwhile */
     const char *name = am.profile->soc_name; /* static: stays valid after the unlock */
     am_unlock();
@@ -182,6 +215,7 @@ const char *aclrtGetSocName(void)
 
 aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
 {
+    AM_ARGS(aclrtCreateContext);
     ENTER("aclrtCreateContext");
     if (context == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateContext", "context is NULL"));
@@ -209,6 +243,7 @@ aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
 
 aclError aclrtDestroyContext(aclrtContext context)
 {
+    AM_ARGS(aclrtDestroyContext);
     ENTER("aclrtDestroyContext");
     uint64_t handle = (uintptr_t)context;
     if (handle == 0)
@@ -232,6 +267,7 @@ aclError aclrtDestroyContext(aclrtContext context)
 
 aclError aclrtSetCurrentContext(aclrtContext context)
 {
+    AM_ARGS(aclrtSetCurrentContext);
     ENTER("aclrtSetCurrentContext");
     uint64_t handle = (uintptr_t)context;
     if (handle == 0)
@@ -252,6 +288,7 @@ aclError aclrtSetCurrentContext(aclrtContext context)
 
 aclError aclrtGetCurrentContext(aclrtContext *context)
 {
+    AM_ARGS(aclrtGetCurrentContext);
     ENTER("aclrtGetCurrentContext");
     if (context == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetCurrentContext",
@@ -273,6 +310,7 @@ aclError aclrtGetCurrentContext(aclrtContext *context)
 
 aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *patchVersion)
 {
+    AM_ARGS(aclrtGetVersion);
     ENTER("aclrtGetVersion");
     if (majorVersion == NULL || minorVersion == NULL || patchVersion == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetVersion",
@@ -285,6 +323,7 @@ aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersion, int32_t *
 
 aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
 {
+    AM_ARGS(aclsysGetVersionStr);
     ENTER("aclsysGetVersionStr");
     if (pkgName == NULL || versionStr == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclsysGetVersionStr",
@@ -310,6 +349,7 @@ aclError aclsysGetVersionStr(char *pkgName, char *versionStr)
 
 aclError aclrtGetLastError(aclrtLastErrLevel level)
 {
+    AM_ARGS(aclrtGetLastError);
     am_ready();
     if (level != 0)
         return AM_INVALID_PARAM;
@@ -321,6 +361,7 @@ aclError aclrtGetLastError(aclrtLastErrLevel level)
 
 aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
 {
+    AM_ARGS(aclrtPeekAtLastError);
     am_ready();
     if (level != 0)
         return AM_INVALID_PARAM;
@@ -330,6 +371,7 @@ aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
 /* The text of this thread's last failed call; NULL while none failed. */
 __attribute__((visibility("default"))) const char *aclGetRecentErrMsg(void)
 {
+    AM_ARGS(aclGetRecentErrMsg);
     struct am_thread *self = am_thread();
     return self->has_message ? self->message : NULL;
 }

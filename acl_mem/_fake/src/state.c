@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "engine.h"
@@ -36,6 +37,7 @@ static const char *code_name(aclError code)
     case AM_PARSE_FILE: return "ACL_ERROR_PARSE_FILE";
     case AM_REPEAT_FINALIZE: return "ACL_ERROR_REPEAT_FINALIZE";
     case AM_INTERNAL_ERROR: return "ACL_ERROR_INTERNAL_ERROR";
+    case AM_FEATURE_UNSUPPORTED: return "ACL_ERROR_FEATURE_UNSUPPORTED";
     case AM_RT_PARAM_INVALID: return "ACL_ERROR_RT_PARAM_INVALID";
     case AM_INVALID_DEVICEID: return "ACL_ERROR_RT_INVALID_DEVICEID";
     case AM_CONTEXT_NULL: return "ACL_ERROR_RT_CONTEXT_NULL";
@@ -48,16 +50,71 @@ static const char *code_name(aclError code)
     }
 }
 
+void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
+             uint64_t a4, uint64_t a5)
+{
+    struct am_thread *self = &thread_state;
+    self->call = call;
+    self->args[0] = a0;
+    self->args[1] = a1;
+    self->args[2] = a2;
+    self->args[3] = a3;
+    self->args[4] = a4;
+    self->args[5] = a5;
+}
+
+/* "call(name=value, ...)" of the recorded call when it is `call`, else "call". */
+static int describe_call(struct am_thread *self, const char *call, char *out, size_t size)
+{
+    const struct am_call *recorded = self->call;
+    if (recorded == NULL || strcmp(recorded->name, call) != 0)
+        return snprintf(out, size, "%s", call);
+    int used = snprintf(out, size, "%s(", call);
+    for (int i = 0; i < recorded->count && used >= 0 && (size_t)used < size; i++) {
+        uint64_t value = self->args[i];
+        const char *name = recorded->args[i].name, *comma = i ? ", " : "";
+        char *at = out + used;
+        size_t left = size - (size_t)used;
+        int n;
+        switch (recorded->args[i].kind) {
+        case AM_ARG_POINTER:
+            n = value == 0 ? snprintf(at, left, "%s%s=NULL", comma, name)
+                           : snprintf(at, left, "%s%s=%#llx", comma, name,
+                                      (unsigned long long)value);
+            break;
+        case AM_ARG_HEX:
+            n = snprintf(at, left, "%s%s=0x%llx", comma, name, (unsigned long long)value);
+            break;
+        case AM_ARG_UNSIGNED:
+            n = snprintf(at, left, "%s%s=%llu", comma, name, (unsigned long long)value);
+            break;
+        default:
+            n = snprintf(at, left, "%s%s=%lld", comma, name, (long long)(int64_t)value);
+            break;
+        }
+        used = n < 0 ? n : used + n;
+    }
+    if (used >= 0 && (size_t)used < size)
+        used += snprintf(out + used, size - (size_t)used, ")");
+    return used;
+}
+
 aclError am_fail(aclError code, const char *call, const char *format, ...)
 {
     struct am_thread *self = &thread_state;
-    int used = snprintf(self->message, sizeof self->message, "%s: %s (%d): ", call,
-                        code_name(code), (int)code);
+    int used = describe_call(self, call, self->message, sizeof self->message);
+    if (used >= 0 && (size_t)used < sizeof self->message)
+        used += snprintf(self->message + used, sizeof self->message - (size_t)used,
+                         ": %s (%d). ", code_name(code), (int)code);
     if (used > 0 && (size_t)used < sizeof self->message) {
         va_list args;
         va_start(args, format);
         vsnprintf(self->message + used, sizeof self->message - (size_t)used, format, args);
         va_end(args);
+        /* The detail reads as a sentence, like the Python layer's hints. */
+        char *first = self->message + used;
+        if (*first >= 'a' && *first <= 'z')
+            *first = (char)(*first - 'a' + 'A');
     }
     self->has_message = true;
     am_hazard_result(code, call); /* a failed call reports its failure, not a hazard */
@@ -70,6 +127,42 @@ aclError am_fail(aclError code, const char *call, const char *format, ...)
 }
 
 /* ---- settings ------------------------------------------------------------------------ */
+
+int am_yes_or_no(const char *value)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    char word[8];
+    value += strspn(value, " \t\n");
+    size_t length = strcspn(value, " \t\n");
+    if (length == 0)
+        return 0; /* blank: the default */
+    if (length >= sizeof word || value[length + strspn(value + length, " \t\n")] != '\0')
+        return -1;
+    memcpy(word, value, length);
+    word[length] = '\0';
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(word, yes[i]) == 0)
+            return 1;
+        if (strcasecmp(word, no[i]) == 0)
+            return 0;
+    }
+    return -1;
+}
+
+/* A yes/no variable: its value, or `fallback` when unset or blank; a value that is
+ * neither becomes the setting error (every call fails and says so). */
+static bool flag_setting(const char *name, bool fallback)
+{
+    const char *value = secure_getenv(name);
+    if (value == NULL || value[strspn(value, " \t\n")] == '\0')
+        return fallback;
+    int wanted = am_yes_or_no(value);
+    if (wanted < 0 && am.setting_error[0] == '\0')
+        snprintf(am.setting_error, sizeof am.setting_error, "%s=%.40s is not one of 1, true, "
+                 "yes, on, 0, false, no, off", name, value);
+    return wanted == 1;
+}
 
 /* The variable's text with blanks stripped into buffer, or NULL when unset or blank. */
 static const char *setting(const char *name, char *buffer, size_t size)
@@ -137,6 +230,7 @@ static void read_settings(void)
     am_hazards_read_setting();
     am_check_read_setting();
     (void)am_leak_report_wanted(); /* only to refuse a value that is not yes or no */
+    am.abort_on_unsupported = flag_setting("ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED", false);
     am.device_count = configured_devices ? configured_devices : am.profile->device_count;
     am.capacity = configured_capacity ? configured_capacity : am.profile->capacity;
 }

@@ -467,6 +467,7 @@ struct am_stream *am_resolve_stream(uint64_t handle, aclError *code, const char 
 
 aclError aclrtCreateStream(aclrtStream *stream)
 {
+    AM_ARGS(aclrtCreateStream);
     ENTER("aclrtCreateStream");
     if (stream == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateStream", "stream is NULL"));
@@ -527,16 +528,19 @@ static aclError destroy_stream(aclrtStream stream, bool force, const char *call)
 
 aclError aclrtDestroyStream(aclrtStream stream)
 {
+    AM_ARGS(aclrtDestroyStream);
     return destroy_stream(stream, false, "aclrtDestroyStream");
 }
 
 aclError aclrtDestroyStreamForce(aclrtStream stream)
 {
+    AM_ARGS(aclrtDestroyStreamForce);
     return destroy_stream(stream, true, "aclrtDestroyStreamForce");
 }
 
 aclError aclrtSynchronizeStream(aclrtStream stream)
 {
+    AM_ARGS(aclrtSynchronizeStream);
     ENTER("aclrtSynchronizeStream");
     aclError code = AM_SUCCESS;
     const char *why = NULL;
@@ -552,6 +556,7 @@ aclError aclrtSynchronizeStream(aclrtStream stream)
 
 aclError aclrtSynchronizeDevice(void)
 {
+    AM_ARGS(aclrtSynchronizeDevice);
     ENTER("aclrtSynchronizeDevice");
     uint64_t current = am_thread()->cur;
     struct am_context *context = am_context_of(current);
@@ -682,6 +687,7 @@ static void enqueue(struct am_stream *stream, struct am_work *work)
 aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
                           aclrtMemcpyKind kind, aclrtStream stream)
 {
+    AM_ARGS(aclrtMemcpyAsync);
     char call[192];
     ENTER(MEMCPY_ASYNC_CALL);
     if (am.cann->count_checked_first && count == 0)
@@ -768,6 +774,7 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
 aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
                           aclrtStream stream)
 {
+    AM_ARGS(aclrtMemsetAsync);
     char call[160];
     ENTER(MEMSET_ASYNC_CALL);
     if (count == 0 && am.cann->zero_count_succeeds)

@@ -454,6 +454,7 @@ static uint64_t fixed_alignment(uint64_t size)
 aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr,
                                 uint64_t flags)
 {
+    AM_ARGS(aclrtReserveMemAddress);
     static const char *const call = "aclrtReserveMemAddress";
     ENTER(call);
     if (virPtr == NULL || size == 0 || flags > 1)
@@ -507,6 +508,7 @@ aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, vo
 
 aclError aclrtReleaseMemAddress(void *virPtr)
 {
+    AM_ARGS(aclrtReleaseMemAddress);
     static const char *const call = "aclrtReleaseMemAddress";
     ENTER(call);
     if (virPtr == NULL)
@@ -527,6 +529,7 @@ aclError aclrtReleaseMemAddress(void *virPtr)
 aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
                              const aclrtPhysicalMemProp *prop, uint64_t flags)
 {
+    AM_ARGS(aclrtMallocPhysical);
     static const char *const call = "aclrtMallocPhysical";
     ENTER(call);
     if (handle == NULL || prop == NULL || size == 0 || flags != 0)
@@ -608,6 +611,7 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
 
 aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
 {
+    AM_ARGS(aclrtFreePhysical);
     static const char *const call = "aclrtFreePhysical";
     ENTER(call);
     if (handle == NULL)
@@ -624,6 +628,7 @@ aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
 aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
                                           aclrtMemGranularityOptions option, size_t *granularity)
 {
+    AM_ARGS(aclrtMemGetAllocationGranularity);
     static const char *const call = "aclrtMemGetAllocationGranularity";
     (void)option;
     ENTER(call);
@@ -655,6 +660,7 @@ aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp *prop,
 aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
                      uint64_t flags)
 {
+    AM_ARGS(aclrtMapMem);
     static const char *const call = "aclrtMapMem";
     ENTER(call);
     uint64_t va = (uintptr_t)virPtr;
@@ -706,6 +712,7 @@ aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle
 
 aclError aclrtUnmapMem(void *virPtr)
 {
+    AM_ARGS(aclrtUnmapMem);
     static const char *const call = "aclrtUnmapMem";
     ENTER(call);
     uint64_t va = (uintptr_t)virPtr;
@@ -736,6 +743,7 @@ aclError aclrtUnmapMem(void *virPtr)
 
 aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, size_t count)
 {
+    AM_ARGS(aclrtMemSetAccess);
     static const char *const call = "aclrtMemSetAccess";
     ENTER(call);
     if (virPtr == NULL || desc == NULL)
@@ -761,6 +769,7 @@ aclError aclrtMemSetAccess(void *virPtr, size_t size, aclrtMemAccessDesc *desc, 
 
 aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle)
 {
+    AM_ARGS(aclrtMemRetainAllocationHandle);
     static const char *const call = "aclrtMemRetainAllocationHandle";
     ENTER(call);
     if (virPtr == NULL || (handle == NULL && am.cann->retain_checks_output))
@@ -775,6 +784,7 @@ aclError aclrtMemRetainAllocationHandle(void *virPtr, aclrtDrvMemHandle *handle)
 aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
                                                    aclrtPhysicalMemProp *prop)
 {
+    AM_ARGS(aclrtMemGetAllocationPropertiesFromHandle);
     static const char *const call = "aclrtMemGetAllocationPropertiesFromHandle";
     ENTER(call);
     bool v2 = am.cann->properties_v2;
@@ -797,6 +807,7 @@ aclError aclrtMemGetAllocationPropertiesFromHandle(aclrtDrvMemHandle handle,
 aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandleType handleType,
                                          uint64_t flags, uint64_t *shareableHandle)
 {
+    AM_ARGS(aclrtMemExportToShareableHandle);
     static const char *const call = "aclrtMemExportToShareableHandle";
     ENTER(call);
     if (handle == NULL || handleType != 0 || shareableHandle == NULL)
@@ -839,6 +850,7 @@ aclError aclrtMemExportToShareableHandle(aclrtDrvMemHandle handle, aclrtMemHandl
 
 aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid, size_t pidNum)
 {
+    AM_ARGS(aclrtMemSetPidToShareableHandle);
     static const char *const call = "aclrtMemSetPidToShareableHandle";
     ENTER(call);
     if (pid == NULL || pidNum == 0)
@@ -854,6 +866,7 @@ aclError aclrtMemSetPidToShareableHandle(uint64_t shareableHandle, int32_t *pid,
 aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t deviceId,
                                            aclrtDrvMemHandle *handle)
 {
+    AM_ARGS(aclrtMemImportFromShareableHandle);
     static const char *const call = "aclrtMemImportFromShareableHandle";
     ENTER(call);
     if (handle == NULL)
