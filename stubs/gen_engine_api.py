@@ -6,7 +6,8 @@
   surface file (acl_mem/shim/surface.json, generated from the real headers), with its
   header-free types.
 - ``calls.h``: for each exported call the engine models, its arguments' names and how a
-  failure message shows them.
+  failure message shows them, and for the calls a trace records (ACL_MEM_TRACE), how
+  their records are written (from acl_mem/trace/_lines.py, the format's one table).
 - ``unsupported.c``: every function of libascendcl.so the engine does not model (models,
   operators, profiling, tensor queues ...): it says so once on stderr and fails.
 - ``msprofiler.c``: libmsprofiler.so, the profiling library: the same, for its functions.
@@ -33,6 +34,7 @@ from acl_mem._hints import _HEX  # noqa: E402
 from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._csource import HI_TYPES, exported_by, load_surface  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
+from acl_mem.trace._lines import CALLS, CallSpec  # noqa: E402
 from stubs._generated import write_or_check  # noqa: E402
 
 SRC = HERE.parent / "acl_mem" / "_fake" / "src"
@@ -198,6 +200,38 @@ def _described() -> list[tuple[str, list[tuple[str, str]]]]:
     return found
 
 
+#: The C parameter each traced call's outputs are written through.
+TRACE_OUTPUTS = {
+    "aclrtCreateContext": ("context",), "aclrtMalloc": ("devPtr",),
+    "aclrtMallocAlign32": ("devPtr",), "aclrtMallocCached": ("devPtr",),
+    "aclrtMallocHost": ("hostPtr",), "acldvppMalloc": ("devPtr",),
+    "hi_mpi_dvpp_malloc": ("dev_ptr",), "aclrtGetMemInfo": ("free", "total"),
+    "aclrtCreateStream": ("stream",), "aclrtReserveMemAddress": ("virPtr",),
+    "aclrtMallocPhysical": ("handle",), "aclrtMemExportToShareableHandle": ("shareableHandle",),
+    "aclrtMemImportFromShareableHandle": ("handle",),
+    "aclrtMemRetainAllocationHandle": ("handle",),
+}
+#: Parameter names of the Python backend protocol that differ from the C headers'.
+_C_NAMES = {"config_path": "configPath"}
+
+
+def _trace_spec(spec: CallSpec, params: list[tuple[str, str]]) -> str:
+    """A traced call's record layout (docs/trace-format.md, from acl_mem/trace/_lines.py)."""
+    names = [p for p, _ in params]
+    inputs = []
+    for field, param in zip(spec.fields, spec.params, strict=True):
+        index = names.index(_C_NAMES.get(param, param))
+        kind = ("AM_TRACE_STRING" if field == "config" else
+                "AM_TRACE_PROP" if field == "prop" else "AM_TRACE_NUMBER")
+        inputs.append(f'{{"{field}", {index}, {kind}}}')
+    outputs = [f'{{"{field}", {names.index(param)}, AM_TRACE_NUMBER}}'
+               for field, param in zip(spec.outputs, TRACE_OUTPUTS.get(spec.name, ()),
+                                       strict=True)]
+    return (f'{{"{spec.written}", {int(spec.release)}, {int(spec.device)}, {len(inputs)}, '
+            f'{{{", ".join(inputs) or "{NULL, 0, 0}"}}}, {len(outputs)}, '
+            f'{{{", ".join(outputs) or "{NULL, 0, 0}"}}}}}')
+
+
 def calls_header() -> str:
     pointer_types = set(re.findall(r"typedef\s+void\s*\*\s*(\w+);", TYPES))
     out = [_GENERATED,
@@ -210,13 +244,20 @@ def calls_header() -> str:
            "#ifndef ACL_MEM_ENGINE_CALLS_H", "#define ACL_MEM_ENGINE_CALLS_H", "",
            "#define AM_ARG(x) ((uint64_t)(uintptr_t)(x))",
            "#define AM_ARGS(name) AM_ARGS_##name()", ""]
+    traced = {spec.name: spec for spec in CALLS.values() if spec.returns_code}
     for name, params in _described():
         kinds = ", ".join(f'{{"{p}", {_arg_kind(p, t, pointer_types)}}}' for p, t in params) \
             or "{NULL, 0}"
         values = [f"AM_ARG({p})" for p, _ in params] + ["0"] * (AM_MAX_ARGS - len(params))
+        trace = "NULL"
+        if name in traced:
+            out.append(f"__attribute__((unused)) static const struct am_trace_spec "
+                       f"am_trace_{name} = {_trace_spec(traced.pop(name), params)};")
+            trace = f"&am_trace_{name}"
         out += [f"__attribute__((unused)) static const struct am_call am_call_{name} = "
-                f'{{"{name}", {len(params)}, {{{kinds}}}}};',
+                f'{{"{name}", {len(params)}, {{{kinds}}}, {trace}}};',
                 f"#define AM_ARGS_{name}() am_args(&am_call_{name}, {', '.join(values)})"]
+    assert not traced, f"traced calls the engine does not export: {sorted(traced)}"
     out += ["", "#endif"]
     return "\n".join(out) + "\n"
 

@@ -415,6 +415,72 @@ def test_every_surface_function_is_exported_by_its_library(libdir):
         assert mine and exported & every == mine, (soname, sorted(mine ^ (exported & every)))
 
 
+def test_a_c_program_records_a_trace_every_tool_reads(programs, tmp_path):
+    """ACL_MEM_TRACE in a C program: every call of its four threads, the end line at exit,
+    in the format acl-mem's trace tools read (no problem found, nothing left live)."""
+    from acl_mem.trace import read_trace, summarize
+
+    path = tmp_path / "threads.jsonl"
+    _ok(_run(programs["threads"], ACL_MEM_TRACE=str(path), ACL_MEM_TRACE_STACK="2"))
+    trace = read_trace(path)
+    assert trace.end is not None and trace.problem_count == 0
+    assert trace.header["backend"] == "fake" and trace.header["stack_depth"] == 2
+    calls = [e for e in trace.events if "call" in e]
+    assert trace.end["calls"] == len(calls) and trace.end["lost"] == 0
+    assert min(e["t"] for e in calls) >= 0
+    freed = [e for e in calls if e["call"] == "aclrtFree" and e["rc"] == 0]
+    mallocs = [e for e in calls if e["call"] == "aclrtMalloc"]
+    assert len(mallocs) == len(freed) > 0
+    assert all(e["rc"] == 0 and e["ptr"] > 0 and e["dev"] in (0, 1) for e in mallocs)
+    assert {e["th"] for e in mallocs} == {2, 3, 4, 5}
+    refused = [e for e in calls if e["call"] == "aclrtFree" and e["rc"] != 0]
+    assert refused and all(e["rc"] == 107000 for e in refused)
+    assert calls[-1]["call"] == "aclFinalize"
+    assert summarize(path).never_freed == []
+
+
+def test_a_forked_child_records_into_a_file_of_its_own(programs, tmp_path):
+    path = tmp_path / "fork.jsonl"
+    _ok(_run(programs["fork_threads"], ACL_MEM_TRACE=str(path)))
+    from acl_mem.trace import read_trace
+
+    parent = read_trace(path)
+    children = sorted(tmp_path.glob("fork.jsonl.*"))
+    assert children, "the child wrote no file"
+    recorded = 0
+    for child in children:
+        trace = read_trace(child)
+        assert trace.problem_count == 0
+        assert trace.header["parent_pid"] == parent.header["pid"]
+        assert trace.header["run"] == parent.header["run"]
+        # Children leave with _exit: every record is in the file all the same.
+        recorded += sum(e.get("call") == "aclrtMalloc" for e in trace.events)
+    assert recorded > 0
+
+
+def test_a_trace_path_that_is_a_symlink_is_not_followed(programs, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "trace.jsonl").symlink_to(victim)
+    done = _run(programs["core_memory"], ACL_MEM_TRACE=str(tmp_path / "trace.jsonl"))
+    assert _ok(done)[-1] == "done"
+    assert victim.read_text() == "precious"
+    assert _naming(done.stderr, "not recording") == 1
+
+
+def test_global_destructors_run_before_the_end_of_the_trace(programs, tmp_path):
+    """A C++ global freeing device memory after main returns: the end line comes after
+    it, so the trace sees the block freed."""
+    if "global_owner" not in programs:
+        pytest.skip("no C++ compiler")
+    from acl_mem.trace import read_trace, summarize
+
+    path = tmp_path / "global.jsonl"
+    _ok(_run(programs["global_owner"], ACL_MEM_TRACE=str(path)))
+    assert read_trace(path).end is not None
+    assert summarize(path).never_freed == []
+
+
 def test_two_processes_share_device_memory(programs, tmp_path):
     """A exports with pid validation and allows B's pid (aclrtDeviceGetBareTgid); B
     imports, maps and writes; A reads the bytes back. An export B is not allowed is

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -22,7 +23,8 @@ SOURCE = Path(__file__).resolve().parent / "src"
 #: The engine (libascendcl.so); libacl_dvpp.so and libacl_dvpp_mpi.so forward to it.
 ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
           "copies.c", "streams.c", "events.c", "hazards.c", "checker.c", "leaks.c", "vmm.c",
-          "share_dir.c", "share_record.c", "share_registry.c", "host_side.c", "unsupported.c")
+          "share_dir.c", "share_record.c", "share_registry.c", "host_side.c", "unsupported.c",
+          "trace.c")
 #: Libraries beside it, which find it beside them ($ORIGIN): the DVPP calls' own two, the
 #: profiling library, libacl_rt.so (a filter of libascendcl.so: acl_rt.c) and the
 #: companions some programs also link, which hold nothing of their own (on an Atlas host
@@ -39,8 +41,18 @@ HEADERS = ("engine.h", "acl_api.h", "share.h", "unsupported.h", "../include/acl_
 #: aclrtMemGetAddressRange): each is built again into a directory of its own under the
 #: default one, playing only that release.
 RELEASE_BUILDS = {"cann-8.5.0": ("-DAM_ONLY_CANN_8_5_0",)}
+
+
+def _version() -> str:
+    # The package's version as acl_mem/__init__.py says it (traces name it in their header).
+    text = (Path(__file__).resolve().parent.parent / "__init__.py").read_text()
+    match = re.search(r'^__version__ = "([^"]+)"', text, re.M)
+    return match[1] if match else "unknown"
+
+
 #: Warnings are errors; only the ACL functions and the control API are exported.
-CFLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread")
+CFLAGS = ("-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-pthread",
+          f'-DAM_VERSION="{_version()}"')
 
 
 def link_flags(soname: str, extra: list[str], *, engine: bool) -> list[str]:

@@ -7,6 +7,7 @@ the way: the code returned is the library's.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from typing import Any
@@ -27,6 +28,7 @@ class NativeBackend(NativeEvents, NativeVmm):
     def __init__(self, library_dir: str | None = None) -> None:
         self.ffi = make_ffi()
         self.lib, self.path = load_library(self.ffi, "libascendcl.so", prefer=library_dir)
+        _quiet_library_recorder(self.path)
         self._dvpp: Any = None
         self._mpi: Any = None
         self._lock = threading.Lock()
@@ -266,3 +268,16 @@ class NativeBackend(NativeEvents, NativeVmm):
     ) -> int:
         return int(self.lib.aclrtMemsetAsync(self._ptr(devPtr), maxCount, value, count,
                                              self._ptr(stream)))
+
+
+def _quiet_library_recorder(path: str) -> None:
+    """acl_mem's own fake library records ACL_MEM_TRACE itself in a C program; here the
+    Python recorder does (acl_mem.trace), so the library's is turned off before its first
+    call and nothing is written twice. Huawei's library has no such switch."""
+    try:
+        switch = ctypes.CDLL(path).acl_mem_fake_set_trace
+    except (OSError, AttributeError):
+        return
+    switch.argtypes = [ctypes.c_int]
+    switch.restype = ctypes.c_int
+    switch(0)

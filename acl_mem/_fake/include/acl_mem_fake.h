@@ -100,6 +100,11 @@ ACL_MEM_FAKE_API int acl_mem_fake_set_check(int on);
 /* Verify every live block's canaries now: how many damaged ones were found. */
 ACL_MEM_FAKE_API unsigned long acl_mem_fake_check(void);
 
+/* Whether this process's calls are recorded into ACL_MEM_TRACE (docs/trace-format.md):
+ * a C program's are, when the variable is set; a binding that records them itself (acl_mem
+ * in Python) turns this off before its first call, so that nothing is written twice. */
+ACL_MEM_FAKE_API int acl_mem_fake_set_trace(int on);
+
 /* Where the default share directories are looked for (docs/fidelity.md row 52): the
  * world-writable parent ("/dev/shm"), the parent of the users' runtime directories
  * ("/run/user") and the home directory (from the password database); NULL restores each

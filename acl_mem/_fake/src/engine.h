@@ -275,6 +275,7 @@ struct am_engine {
     int fault_count;
     bool check; /* the memory checker (ACL_MEM_CHECK): fast paths stay off while on */
     bool abort_on_unsupported; /* ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED */
+    bool tracing; /* ACL_MEM_TRACE records this process's calls: fast paths stay off */
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     struct am_space vmm_space;
@@ -290,6 +291,22 @@ AM_HIDDEN extern struct am_engine am;
 /* An exported call's arguments, as its failure message shows them (calls.h). */
 enum { AM_ARG_POINTER = 1, AM_ARG_HEX, AM_ARG_SIGNED, AM_ARG_UNSIGNED };
 #define AM_MAX_ARGS 6
+/* How a trace records a call (trace.c, docs/trace-format.md): each field names the
+ * argument it comes from; an output's argument is the pointer it was written through. */
+enum { AM_TRACE_NUMBER = 1, AM_TRACE_STRING, AM_TRACE_PROP };
+struct am_trace_field {
+    const char *field;
+    unsigned char arg, kind;
+};
+struct am_trace_spec {
+    const char *written;
+    bool release; /* its time is taken before the call: it gives something back */
+    bool device;  /* the record carries the thread's current device */
+    unsigned char inputs;
+    struct am_trace_field in[AM_MAX_ARGS];
+    unsigned char outputs;
+    struct am_trace_field out[3];
+};
 struct am_call {
     const char *name;
     unsigned char count;
@@ -297,6 +314,7 @@ struct am_call {
         const char *name;
         unsigned char kind;
     } args[AM_MAX_ARGS];
+    const struct am_trace_spec *trace; /* NULL: not traced */
 };
 
 /* The calling thread's view: current contexts and last error. */
@@ -310,9 +328,13 @@ struct am_thread {
     char message[512];
     const struct am_call *call; /* the exported call running, for its failure message */
     uint64_t args[AM_MAX_ARGS];
+    uint64_t entry_ns; /* while tracing: when it entered */
+    bool traced;       /* its trace record is written */
 };
 
 AM_HIDDEN struct am_thread *am_thread(void);
+/* The thread's state as it is (no check for a reset or fork since). */
+AM_HIDDEN struct am_thread *am_thread_raw(void);
 
 /* Record the arguments of the exported call now running in this thread (AM_ARGS). */
 AM_HIDDEN void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2,
@@ -352,8 +374,18 @@ AM_HIDDEN void am_ready(void);
         }                                                                                  \
     } while (0)
 
+/* Traces (trace.c): the settings, read when the library starts; a call's record, written
+ * as it leaves the engine (with the engine lock); the end line at exit; fork. */
+AM_HIDDEN void am_trace_read_settings(void);
+AM_HIDDEN void am_trace_exit(aclError code);
+AM_HIDDEN uint64_t am_trace_now(void);
+AM_HIDDEN void am_trace_before_fork(void);
+AM_HIDDEN void am_trace_after_fork(bool child);
+
 static inline aclError unlock_with(aclError code)
 {
+    if (__builtin_expect(am.tracing, 0))
+        am_trace_exit(code);
     am_unlock();
     return code;
 }

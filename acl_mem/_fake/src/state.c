@@ -50,11 +50,19 @@ static const char *code_name(aclError code)
     }
 }
 
+struct am_thread *am_thread_raw(void)
+{
+    return &thread_state;
+}
+
 void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3,
              uint64_t a4, uint64_t a5)
 {
     struct am_thread *self = &thread_state;
     self->call = call;
+    self->traced = false;
+    if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0))
+        self->entry_ns = am_trace_now();
     self->args[0] = a0;
     self->args[1] = a1;
     self->args[2] = a2;
@@ -534,10 +542,12 @@ static void start_over(void)
 static void before_fork(void)
 {
     am_lock();
+    am_trace_before_fork();
 }
 
 static void after_fork_in_parent(void)
 {
+    am_trace_after_fork(false);
     am_unlock();
 }
 
@@ -547,6 +557,7 @@ static void after_fork_in_parent(void)
 static void after_fork_in_child(void)
 {
     pthread_mutex_init(&am.lock, NULL);
+    am_trace_after_fork(true);
     for (int i = 0; i < AM_MAX_DEVICES; i++)
         pthread_mutex_init(&am.devices[i].lock, NULL);
     am.locked_devices = 0;
@@ -577,6 +588,7 @@ static void initialise(void)
     read_settings();
     if (am.setting_error[0] != '\0')
         fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
+    am_trace_read_settings();
     layout_devices();
     __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
     am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);
@@ -654,7 +666,7 @@ bool am_fast_lock(int first, int second)
         pthread_mutex_lock(&am.devices[second].lock);
     /* Stable now: these change only under the engine lock, which holds our devices. */
     if (first < am.device_count && second < am.device_count && am.queued_ops == 0 &&
-        am.setting_error[0] == '\0' && am.fault_count == 0 && !am.check)
+        am.setting_error[0] == '\0' && am.fault_count == 0 && !am.check && !am.tracing)
         return true;
     am_fast_unlock(first, second);
     return false;
