@@ -468,6 +468,14 @@ def test_a_trace_path_that_is_a_symlink_is_not_followed(programs, tmp_path):
     assert _naming(done.stderr, "not recording") == 1
 
 
+def test_a_trace_path_that_is_a_fifo_neither_blocks_nor_is_written(programs, tmp_path):
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    done = _run(programs["core_memory"], ACL_MEM_TRACE=str(fifo))
+    assert _ok(done)[-1] == "done"
+    assert _naming(done.stderr, "not recording") == 1
+
+
 def test_global_destructors_run_before_the_end_of_the_trace(programs, tmp_path):
     """A C++ global freeing device memory after main returns: the end line comes after
     it, so the trace sees the block freed."""
