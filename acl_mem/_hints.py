@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 
 from . import _backend
+from ._hint_texts import TEXTS
 from ._runtime_facts import padding_of
 from ._structs import aclrtPhysicalMemProp
 from .enums import MemAttr
@@ -42,15 +43,10 @@ _FREES = {
 }
 _MALLOCS = {api.value: api for api in AllocApi}
 _VMM = {
-    "aclrtReleaseMemAddress": "Either the address is not the start of a live reservation, or "
-    "part of the reservation is still mapped: unmap every mapping in it first (aclrtUnmapMem)",
-    "aclrtUnmapMem": "The address is not the start of a live mapping (already unmapped, never "
-    "mapped, or inside a mapping rather than at its start)",
-    "aclrtFreePhysical": "The handle is unknown or already freed, or still mapped: unmap it "
-    "first (aclrtUnmapMem)",
-    "aclrtMapMem": "Check that the range lies inside one live reservation, is not mapped "
-    "already, starts at a granularity multiple, and that size equals the physical memory's "
-    "size with offset 0",
+    "aclrtReleaseMemAddress": TEXTS["release_reservation"],
+    "aclrtUnmapMem": TEXTS["unmap"],
+    "aclrtFreePhysical": TEXTS["free_physical"],
+    "aclrtMapMem": TEXTS["map"],
 }
 
 
@@ -94,14 +90,11 @@ def error(rc: int, what: str, *, size: int | None = None, policy: int = 0,
 def _hint(rc: int, call: str, size: int | None, policy: int, prop: object = None) -> str:
     if rc == _CONTEXT_NULL:
         thread = threading.current_thread()
-        return (f"No device is current in thread {thread.name!r}: each thread starts "
-                "without one, and the reset that drops a device's last reference (the end "
-                "of a `with Device(n)` block, Device.reset()) leaves none. Call "
-                "acl_mem.Device(n).use() or raw.aclrtSetDevice(n) in this thread first")
+        return (TEXTS["context_null"].format(thread=f"thread {thread.name!r}") +
+                " (the end of a `with Device(n)` block and Device.reset() are such resets). "
+                "Call acl_mem.Device(n).use() or raw.aclrtSetDevice(n) in this thread first")
     if rc == _PARAM_INVALID and call in _FREES:
-        return (f"The pointer is not a live allocation of {_FREES[call]}: it was already "
-                "freed (or released by a device reset), was never allocated, points inside "
-                "a block instead of at its start, or came from another allocation call")
+        return TEXTS["free_not_live"].format(allocators=_FREES[call])
     if rc == _PARAM_INVALID and call in _VMM:
         return _VMM[call]
     if rc == _PARAM_INVALID and call == "aclrtMallocPhysical":
@@ -109,8 +102,7 @@ def _hint(rc: int, call: str, size: int | None, policy: int, prop: object = None
     if rc == _DEVICE_ID:
         return _device_id_hint()
     if rc == _STREAM_CONTEXT:
-        return ("The stream belongs to another context (another device, or a context "
-                "created since): use a stream of the calling thread's current device")
+        return TEXTS["stream_context"]
     if rc == _OOM and call == "aclrtReserveMemAddress":
         return _address_space_hint(size)
     if rc == _OOM and call in _OPENS_DEVICE and _is_fake():
@@ -135,7 +127,7 @@ def device_count_hint(count: int, fake: bool) -> str:
     """The valid device ids, and on the fake how to have more."""
     more = (f"; the fake has {count} device(s): acl_mem.fake.configure(device_count=n) "
             "gives it more") if fake else ""
-    return f"Device ids run from 0 to {count - 1} here (aclrtGetDeviceCount() = {count}){more}"
+    return TEXTS["device_ids"].format(last=count - 1, count=count) + more
 
 
 def _granularity_hint(size: int | None, prop: object) -> str:
@@ -152,22 +144,19 @@ def _granularity_hint(size: int | None, prop: object) -> str:
         return ("The size must be a multiple of the allocation granularity "
                 "(aclrtMemGetAllocationGranularity, acl_mem.vmm.granularity()), and prop "
                 "must name a page attribute and location this device has")
-    rule = (f"The size must be a multiple of the allocation granularity, "
-            f"aclrtMemGetAllocationGranularity() = {_human(granularity)} for this memory "
-            "(acl_mem.vmm.granularity(device, attr))")
+    rule = (TEXTS["granularity"].format(granularity=_human(granularity)) +
+            " (acl_mem.vmm.granularity(device, attr))")
     if size is not None and size % granularity:
         rounded = -(-size // granularity) * granularity
-        return f"{rule}: {size} is not; round it up to {rounded}"
+        return f"{rule}: " + TEXTS["granularity_round"].format(size=size, rounded=rounded)
     return f"{rule}; check also that prop names a page attribute and location this device has"
 
 
 def _address_space_hint(size: int | None) -> str:
     asked = f"Asked to reserve {_human(size)} of" if size is not None else "Out of"
-    return (f"{asked} virtual address space: a reservation takes addresses, not memory (the "
-            "page pools play no part), and the runtime has only so much of it. Release "
-            "reservations you no longer need (VirtualRange.close(), closing an "
-            "ExpandablePool, ExpandableSegment or MappedMemory), or reserve less (a smaller "
-            "max_size)")
+    return TEXTS["address_space"].format(
+        asked=asked, how=" (VirtualRange.close(), closing an ExpandablePool, ExpandableSegment "
+        "or MappedMemory)") + " (a smaller max_size)"
 
 
 def _oom_hint(call: str, size: int | None, policy: int) -> str:
@@ -175,22 +164,20 @@ def _oom_hint(call: str, size: int | None, policy: int) -> str:
     api = _MALLOCS.get(call)
     if api is AllocApi.MALLOC_HOST:
         asked = f"Asked for {_human(size)} of" if size is not None else "Out of"
-        return (f"{asked} page-locked host memory, which the host provides (the device's "
-                "page pools play no part): free host buffers you no longer need, or ask "
-                "for less")
+        return TEXTS["host_oom"].format(asked=asked)
     if api is not None and size is not None:
         try:
             backend = _backend.get()
             padded = allocation_size(api, size, policy, padding=padding_of(backend))
             kinds = page_kinds(padded, effective_policy(api, policy))
             pages = " then ".join(kind.name.lower() for kind in kinds)
-            parts.append(f"Asked for {_human(size)}, {_human(padded)} after rounding and "
-                         f"padding, from {pages} pages")
+            parts.append(TEXTS["oom_request"].format(asked=_human(size), padded=_human(padded),
+                                                     pages=pages))
         except Exception:
             parts.append(f"Asked for {_human(size)}")
     pools = _pool_figures()
     if pools:
-        parts.append(f"free/total now: {pools}")
+        parts.append(TEXTS["oom_pools"].format(pools=pools))
     parts.append("free memory you no longer need (buffer.free(); a SegmentPool's or "
                  "ExpandablePool's release_unused() gives back what no segment uses), or ask "
                  "for less" + _fake_size_advice())

@@ -8,6 +8,7 @@
 - ``calls.h``: for each exported call the engine models, its arguments' names and how a
   failure message shows them, and for the calls a trace records (ACL_MEM_TRACE), how
   their records are written (from acl_mem/trace/_lines.py, the format's one table).
+- ``hints.h``: the hint texts of acl_mem/_hint_texts.py as printf formats.
 - ``unsupported.c``: every function of libascendcl.so the engine does not model (models,
   operators, profiling, tensor queues ...): it says so once on stderr and fails.
 - ``msprofiler.c``: libmsprofiler.so, the profiling library: the same, for its functions.
@@ -30,6 +31,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from acl_mem._hint_texts import PLACEHOLDERS as HINT_PLACEHOLDERS  # noqa: E402
+from acl_mem._hint_texts import TEXTS as HINT_TEXTS  # noqa: E402
 from acl_mem._hints import _HEX  # noqa: E402
 from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._csource import HI_TYPES, exported_by, load_surface  # noqa: E402
@@ -262,8 +265,30 @@ def calls_header() -> str:
     return "\n".join(out) + "\n"
 
 
-OUTPUTS = {"acl_api.h": api_header, "calls.h": calls_header, "unsupported.c": unsupported_source,
-           "msprofiler.c": profiler_source, "acl_rt.c": rt_source}
+def _c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def hints_header() -> str:
+    """acl_mem/_hint_texts.py as printf formats: each placeholder its conversion, in the
+    order the text names them."""
+    out = [_GENERATED,
+           "/* The hints failures carry, from acl_mem/_hint_texts.py (acl_mem's Python errors",
+           "   use the same texts): printf formats, their arguments in the order given. */",
+           "#ifndef ACL_MEM_ENGINE_HINTS_H", "#define ACL_MEM_ENGINE_HINTS_H", ""]
+    for key, text in HINT_TEXTS.items():
+        names = re.findall(r"{(\w+)}", text)
+        c_text = re.sub(r"{(\w+)}", lambda m: "%" + HINT_PLACEHOLDERS[m[1]],
+                        text.replace("%", "%%"))
+        out.append(f"/* {key}" + (f": {', '.join(names)}" if names else "") + " */")
+        out.append(f"#define AM_HINT_{key.upper()} {_c_string(c_text)}")
+    out += ["", "#endif"]
+    return "\n".join(out) + "\n"
+
+
+OUTPUTS = {"acl_api.h": api_header, "calls.h": calls_header, "hints.h": hints_header,
+           "unsupported.c": unsupported_source, "msprofiler.c": profiler_source,
+           "acl_rt.c": rt_source}
 
 
 def main() -> int:

@@ -223,3 +223,40 @@ def test_an_unusable_setting_fails_every_call_and_names_it(name, value):
     assert codes == "507000 507000"
     assert name in recent
     assert done.stderr.count(name) == 1
+
+
+def _recent(native: NativeBackend) -> str:
+    import ctypes
+
+    recent = ctypes.CDLL(native.path).aclGetRecentErrMsg
+    recent.restype = ctypes.c_char_p
+    text = recent()
+    assert text is not None
+    return text.decode()
+
+
+def test_c_failure_texts_carry_the_python_errors_hints(engine, native):
+    """The hint texts are written once (acl_mem/_hint_texts.py): a failure's text in C
+    (aclGetRecentErrMsg) carries the hint acl_mem's Python error has for the same call."""
+    import acl_mem
+    from acl_mem import raw
+
+    with acl_mem.using_backend(native, "the C library, for its failure texts"):
+        raw.aclrtSetDevice(0)
+        try:
+            ptr = raw.aclrtMalloc(64, 0)
+            raw.aclrtFree(ptr)
+            failures = [
+                (lambda: raw.aclrtFree(ptr), "aclrtFree"),
+                (lambda: raw.aclrtSetDevice(99), "aclrtSetDevice"),
+                (lambda: raw.aclrtReleaseMemAddress(0x1000_0000_0000), "aclrtReleaseMemAddress"),
+                (lambda: raw.aclrtUnmapMem(0x1000_0000_0000), "aclrtUnmapMem"),
+            ]
+            for fail, call in failures:
+                with pytest.raises(acl_mem.AclError) as e:
+                    fail()
+                text = _recent(native)
+                assert text.startswith(call + "("), text
+                assert e.value.hint and e.value.hint in text, (e.value.hint, text)
+        finally:
+            raw.aclrtResetDevice(0)

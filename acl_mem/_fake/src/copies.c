@@ -166,16 +166,13 @@ bool am_set_pageable(unsigned char *host, int value, uint64_t count)
     return true;
 }
 
-#define MEMCPY_CALL                                                                        \
-    (snprintf(call, sizeof call, "aclrtMemcpy(dst=%p, destMax=%zu, src=%p, count=%zu, "    \
-              "kind=%d)", dst, destMax, src, count, (int)kind), call)
+#define MEMCPY_CALL "aclrtMemcpy"
 
 /* aclrtMemcpy's checks and copy, with the locks of the devices it touches held. */
 static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t count,
                               aclrtMemcpyKind kind)
 {
     /* The call's text is made only when it fails: a copy that succeeds formats nothing. */
-    char call[160];
     /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
      * releases NULL, then the kind, and leave count 0 to the runtime. */
     if (am.cann->count_checked_first && count == 0)
@@ -191,8 +188,7 @@ static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t
     if (dst == src)
         return (AM_SUCCESS);
     if (am_current_device() == NULL)
-        return (am_fail(AM_CONTEXT_NULL, MEMCPY_CALL, "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return (am_fail(AM_CONTEXT_NULL, MEMCPY_CALL, AM_NO_CONTEXT, "this thread"));
     struct am_located target = am_locate((uintptr_t)dst, count);
     struct am_located source = am_locate((uintptr_t)src, count);
     if (target.where == AM_NOWHERE || source.where == AM_NOWHERE)
@@ -247,17 +243,13 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
         am_fast_unlock(first, second);
         return code;
     }
-    char call[160];
     ENTER(MEMCPY_CALL);
     return unlock_with(memcpy_locked(dst, destMax, src, count, kind));
 }
 
 static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
-    char call[128];
-#define MEMSET_CALL                                                                        \
-    (snprintf(call, sizeof call, "aclrtMemset(devPtr=%p, maxCount=%zu, value=%d, "         \
-              "count=%zu)", devPtr, maxCount, (int)value, count), call)
+#define MEMSET_CALL "aclrtMemset"
     if (count == 0 && am.cann->zero_count_succeeds) /* 9.1.0: before any other check */
         return (AM_SUCCESS);
     if (devPtr == NULL)
@@ -265,8 +257,7 @@ static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size
     if (count == 0) /* before 9.1.0 the runtime refuses count 0 */
         return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count is 0"));
     if (am_current_device() == NULL)
-        return (am_fail(AM_CONTEXT_NULL, MEMSET_CALL, "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return (am_fail(AM_CONTEXT_NULL, MEMSET_CALL, AM_NO_CONTEXT, "this thread"));
     if (count > maxCount)
         return (am_fail(AM_RT_PARAM_INVALID, MEMSET_CALL, "count %zu is more "
                                    "than maxCount %zu", count, maxCount));
@@ -301,7 +292,6 @@ aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
         am_fast_unlock(first, second);
         return code;
     }
-    char call[128];
     ENTER(MEMSET_CALL);
     return unlock_with(memset_locked(devPtr, maxCount, value, count));
 }

@@ -14,6 +14,10 @@
 #include <stdint.h>
 
 #include "acl_api.h"
+#include "hints.h"
+
+/* The text of a 107002 in the calling thread (its argument: "this thread"). */
+#define AM_NO_CONTEXT AM_HINT_CONTEXT_NULL ". " AM_HINT_CONTEXT_NULL_REMEDY_C
 
 #define AM_HIDDEN __attribute__((visibility("hidden")))
 
@@ -333,6 +337,16 @@ struct am_thread {
 };
 
 AM_HIDDEN struct am_thread *am_thread(void);
+
+/* A size as acl_mem's hints write it: "2 MiB", "1.50 GiB (1610612736 bytes)". */
+struct am_human {
+    char text[48];
+};
+AM_HIDDEN struct am_human am_human(uint64_t n);
+/* A few words around such a size ("Asked for 2 GiB of"). */
+struct am_phrase {
+    char text[96];
+};
 /* The thread's state as it is (no check for a reset or fork since). */
 AM_HIDDEN struct am_thread *am_thread_raw(void);
 

@@ -74,8 +74,7 @@ static aclError create(aclrtEvent *event, uint32_t flags, bool new_mode, const c
 {
     struct am_device *device = am_current_device();
     if (device == NULL)
-        return am_fail(AM_CONTEXT_NULL, call, "this thread has no current context: call "
-                       "aclrtSetDevice first");
+        return am_fail(AM_CONTEXT_NULL, call, AM_NO_CONTEXT, "this thread");
     struct am_event *made = calloc(1, sizeof *made);
     if (made == NULL)
         return am_fail(AM_MEMORY_ALLOCATION, call, "out of host memory");

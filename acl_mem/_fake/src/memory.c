@@ -37,6 +37,39 @@ static uint64_t pool_total(const struct am_device *device, uint32_t kind)
                                 : device->huge_total / AM_GIANT_PAGE * AM_GIANT_PAGE;
 }
 
+/* "huge-page pool X of Y, normal-page pool X of Y", as acl_mem/_hints.py says it. */
+static struct am_pools_text {
+    char text[320];
+} pools_text(const struct am_device *device)
+{
+    struct am_pools_text out;
+    snprintf(out.text, sizeof out.text, "huge-page pool %s of %s, normal-page pool %s of %s",
+             am_human(pool_free(device, AM_HUGE_PAGE)).text,
+             am_human(pool_total(device, AM_HUGE_PAGE)).text,
+             am_human(pool_free(device, AM_NORMAL_PAGE)).text,
+             am_human(pool_total(device, AM_NORMAL_PAGE)).text);
+    return out;
+}
+
+static const char *kind_name(uint32_t kind)
+{
+    return kind == AM_NORMAL_PAGE ? "normal" : kind == AM_HUGE_PAGE ? "huge" : "giant";
+}
+
+/* The out-of-memory text of an allocation of `size` bytes, `padded` after padding and
+ * rounding, tried on `kinds` (acl_mem/_hint_texts.py). */
+static aclError out_of_memory(const char *call, const struct am_device *device, size_t size,
+                              uint64_t padded, const uint32_t *kinds, int count)
+{
+    char pages[32];
+    snprintf(pages, sizeof pages, "%s%s%s", kind_name(kinds[0]), count > 1 ? " then " : "",
+             count > 1 ? kind_name(kinds[1]) : "");
+    return am_fail(AM_MEMORY_ALLOCATION, call,
+                   AM_HINT_OOM_REQUEST "; " AM_HINT_OOM_POOLS "; " AM_HINT_OOM_REMEDY_C,
+                   am_human(size).text, am_human(padded).text, pages,
+                   pools_text(device).text);
+}
+
 struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64_t padded,
                                    const uint32_t *kinds, int kind_count, bool dvpp,
                                    uint64_t requested, const void *caller)
@@ -159,10 +192,8 @@ static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
 static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t policy,
                               struct am_device *device, const void *caller)
 {
-    char call[96];
     /* The call's text is made only when it fails. */
-#define MALLOC_CALL (snprintf(call, sizeof call, "%s(size=%zu, policy=%#x)", am_api_name(api), \
-                              size, policy), call)
+#define MALLOC_CALL am_api_name(api)
     if (devPtr == NULL)
         return (am_fail(AM_INVALID_PARAM, MALLOC_CALL, "devPtr is NULL"));
     if (size == 0)
@@ -179,8 +210,7 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
                                    "%llu bytes of padding does not fit a size_t", size,
                                    (unsigned long long)overhead));
     if (device == NULL)
-        return (am_fail(AM_CONTEXT_NULL, MALLOC_CALL, "this thread has no current "
-                                   "context: call aclrtSetDevice first"));
+        return (am_fail(AM_CONTEXT_NULL, MALLOC_CALL, AM_NO_CONTEXT, "this thread"));
     aclError fault = am.fault_count == 0 ? AM_SUCCESS : am_fault(am_api_name(api));
     if (fault != AM_SUCCESS)
         return am_fail(fault, MALLOC_CALL, "a failure planned by acl_mem_fake_inject_fault");
@@ -200,10 +230,7 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
     if (block != NULL && am.check)
         am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
-        return (am_fail(AM_MEMORY_ALLOCATION, MALLOC_CALL, "device %d has no room for "
-                                   "%llu bytes (size %zu after padding and page rounding) "
-                                   "in the pool policy %u uses", device->id,
-                                   (unsigned long long)padded, size, policy));
+        return out_of_memory(MALLOC_CALL, device, size, padded, kinds, count);
     *devPtr = (void *)(uintptr_t)block->node.key;
     return (AM_SUCCESS);
 }
@@ -222,7 +249,6 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
         }
         am_fast_unlock(current, -1);
     }
-    char call[96];
     ENTER(MALLOC_CALL);
     return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device(), caller));
 }
@@ -258,9 +284,7 @@ static void freed_while_queued(const struct am_block *block)
 /* Free the block starting at ptr if one of `apis` made it, with the locks held. */
 static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
 {
-    char call[64];
-#define FREE_CALL (snprintf(call, sizeof call, "%s(%s=%p)", name, dvpp_family && name[0] == 'h' \
-                            ? "dev_ptr" : "devPtr", ptr), call)
+#define FREE_CALL name
     uint64_t address = (uintptr_t)ptr;
     if (address == 0)
         return (am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
@@ -271,10 +295,8 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);
     if (!family)
-        return (am_fail(AM_RT_PARAM_INVALID, FREE_CALL, "%p is not the start of live "
-                                   "memory from %s (freed already, inside a block, or from "
-                                   "another call)", ptr, dvpp_family ?
-                                   "acldvppMalloc or hi_mpi_dvpp_malloc" :
+        return (am_fail(AM_RT_PARAM_INVALID, FREE_CALL, AM_HINT_FREE_NOT_LIVE,
+                                   dvpp_family ? "acldvppMalloc or hi_mpi_dvpp_malloc" :
                                    "aclrtMalloc, aclrtMallocAlign32 or aclrtMallocCached"));
     if (block->queued != 0)
         freed_while_queued(block);
@@ -292,7 +314,6 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
         am_fast_unlock(device, -1);
         return code;
     }
-    char call[64];
     ENTER(FREE_CALL);
     return unlock_with(free_locked(name, ptr, dvpp_family));
 }
@@ -316,8 +337,7 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size, const void 
                                    "size_t", size));
     struct am_device *device = am_current_device();
     if (device == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, call, "this thread has no current "
-                                   "context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, call, AM_NO_CONTEXT, "this thread"));
     if (!am.profile->dvpp)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, call, "%s has no separate DVPP "
                                    "memory", am.profile->soc_name));
@@ -332,9 +352,7 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size, const void 
     if (block != NULL && am.check)
         am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
-        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "device %d has no room for "
-                                   "%llu bytes of DVPP memory", device->id,
-                                   (unsigned long long)padded));
+        return unlock_with(out_of_memory(call, device, size, padded, kinds, 1));
     *devPtr = (void *)(uintptr_t)block->node.key;
     return unlock_with(AM_SUCCESS);
 }
@@ -374,6 +392,14 @@ __attribute__((visibility("default"))) int32_t acl_mem_engine_mpi_free(void *dev
 
 /* ---- pinned host memory (§3.7) -------------------------------------------------------- */
 
+/* "Asked for 2 GiB of", the start of a hint about the memory a size asked for. */
+static struct am_phrase asked_of(uint64_t size)
+{
+    struct am_phrase out;
+    snprintf(out.text, sizeof out.text, "Asked for %s of", am_human(size).text);
+    return out;
+}
+
 aclError aclrtMallocHost(void **hostPtr, size_t size)
 {
     AM_ARGS(aclrtMallocHost);
@@ -384,8 +410,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtMallocHost", "size %zu is 0 or "
                                    "does not fit a size_t once rounded to 32", size));
     if (am_current_device() == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMallocHost", "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtMallocHost", AM_NO_CONTEXT, "this thread"));
     aclError fault = am_fault("aclrtMallocHost");
     if (fault != AM_SUCCESS)
         return unlock_with(am_fail(fault, "aclrtMallocHost", "a failure planned by "
@@ -398,8 +423,8 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
         free(block);
         if (mapped != NULL)
             am_os_unmap(mapped, extent); /* the bookkeeping failed: nothing is kept */
-        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, "aclrtMallocHost", "the host "
-                                   "refused %zu bytes", size));
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, "aclrtMallocHost", AM_HINT_HOST_OOM,
+                                   asked_of(size).text));
     }
     block->node.key = (uintptr_t)mapped;
     block->node.len = extent;
@@ -454,16 +479,15 @@ static void quarantine(uint64_t start, uint64_t extent)
 aclError aclrtFreeHost(void *hostPtr)
 {
     AM_ARGS(aclrtFreeHost);
-    char call[64];
-#define FREE_HOST_CALL (snprintf(call, sizeof call, "aclrtFreeHost(hostPtr=%p)", hostPtr), call)
+#define FREE_HOST_CALL "aclrtFreeHost"
     ENTER(FREE_HOST_CALL);
     uint64_t address = (uintptr_t)hostPtr;
     if (address == 0)
         return unlock_with(am_fail(AM_INVALID_PARAM, FREE_HOST_CALL, "hostPtr is NULL"));
     struct am_node *node = am_tree_find(am.pinned, address);
     if (node == NULL)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, FREE_HOST_CALL, "%p is not the start "
-                                   "of live memory from aclrtMallocHost", hostPtr));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, FREE_HOST_CALL, AM_HINT_FREE_NOT_LIVE,
+                                   "aclrtMallocHost"));
     if (((struct am_block *)node)->queued != 0)
         freed_while_queued((struct am_block *)node);
     if (am.check)
@@ -501,8 +525,7 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total)
                                    "a memory type CANN %s knows", type, am.cann->name));
     struct am_device *device = am_current_device();
     if (device == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetMemInfo", "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetMemInfo", AM_NO_CONTEXT, "this thread"));
     if (in(type, giant_attrs, 4) && !am.profile->giant_pages)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, "aclrtGetMemInfo", "1 GiB pages "
                                    "do not exist on %s", am.profile->soc_name));

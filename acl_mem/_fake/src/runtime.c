@@ -107,9 +107,8 @@ aclError aclrtSetDevice(int32_t deviceId)
     AM_ARGS(aclrtSetDevice);
     ENTER("aclrtSetDevice");
     if (!valid_device(deviceId))
-        return unlock_with(am_fail(AM_INVALID_DEVICEID, "aclrtSetDevice", "deviceId %d is not "
-                                   "a device: this host has %d (0 to %d)", (int)deviceId,
-                                   am.device_count, am.device_count - 1));
+        return unlock_with(am_fail(AM_INVALID_DEVICEID, "aclrtSetDevice", AM_HINT_DEVICE_IDS,
+                                   am.device_count - 1, am.device_count));
     struct am_device *device = &am.devices[deviceId];
     if (device->primary == 0) {
         if (!am_backing_ready(device))
@@ -133,8 +132,8 @@ static aclError reset_device(int32_t deviceId, bool force, const char *call)
 {
     ENTER(call);
     if (!valid_device(deviceId))
-        return unlock_with(am_fail(AM_INVALID_DEVICEID, call, "deviceId %d is not a device: "
-                                   "this host has %d", (int)deviceId, am.device_count));
+        return unlock_with(am_fail(AM_INVALID_DEVICEID, call, AM_HINT_DEVICE_IDS,
+                                   am.device_count - 1, am.device_count));
     struct am_device *device = &am.devices[deviceId];
     if (device->references == 0)
         return unlock_with(am_fail(AM_CONTEXT_RELEASE_ERROR, call, "device %d was not set "
@@ -176,8 +175,7 @@ aclError aclrtGetDevice(int32_t *deviceId)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtGetDevice", "deviceId is NULL"));
     struct am_device *device = am_current_device();
     if (device == NULL)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetDevice", "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetDevice", AM_NO_CONTEXT, "this thread"));
     *deviceId = device->id;
     return unlock_with(AM_SUCCESS);
 }
@@ -220,9 +218,8 @@ aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
     if (context == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, "aclrtCreateContext", "context is NULL"));
     if (!valid_device(deviceId))
-        return unlock_with(am_fail(AM_INVALID_DEVICEID, "aclrtCreateContext", "deviceId %d "
-                                   "is not a device: this host has %d", (int)deviceId,
-                                   am.device_count));
+        return unlock_with(am_fail(AM_INVALID_DEVICEID, "aclrtCreateContext",
+                                   AM_HINT_DEVICE_IDS, am.device_count - 1, am.device_count));
     struct am_device *device = &am.devices[deviceId];
     if (!am_backing_ready(device))
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, "aclrtCreateContext", "the host "
@@ -297,8 +294,7 @@ aclError aclrtGetCurrentContext(aclrtContext *context)
     uint64_t handle = self->ctx ? self->ctx : self->ref;
     if (handle == 0) {
         if (am.cann->contexts_checked)
-            return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetCurrentContext", "this "
-                                       "thread has no context: call aclrtSetDevice first"));
+            return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtGetCurrentContext", AM_NO_CONTEXT, "this thread"));
         *context = NULL;
         return unlock_with(AM_SUCCESS);
     }

@@ -134,6 +134,29 @@ aclError am_fail(aclError code, const char *call, const char *format, ...)
     return code;
 }
 
+struct am_human am_human(uint64_t n)
+{
+    /* As acl_mem/_hints.py writes sizes: whole units, else two decimals and the bytes. */
+    static const struct {
+        uint64_t unit;
+        const char *name;
+    } units[] = {{AM_GiB, "GiB"}, {AM_MiB, "MiB"}, {AM_KiB, "KiB"}};
+    struct am_human out;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (n < units[i].unit)
+            continue;
+        if (n % units[i].unit == 0)
+            snprintf(out.text, sizeof out.text, "%llu %s",
+                     (unsigned long long)(n / units[i].unit), units[i].name);
+        else
+            snprintf(out.text, sizeof out.text, "%.2f %s (%llu bytes)",
+                     (double)n / (double)units[i].unit, units[i].name, (unsigned long long)n);
+        return out;
+    }
+    snprintf(out.text, sizeof out.text, "%llu bytes", (unsigned long long)n);
+    return out;
+}
+
 /* ---- settings ------------------------------------------------------------------------ */
 
 int am_yes_or_no(const char *value)

@@ -474,8 +474,7 @@ aclError aclrtCreateStream(aclrtStream *stream)
     uint64_t current = am_thread()->cur;
     struct am_context *context = am_context_of(current);
     if (context == NULL || !context->alive)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtCreateStream", "this thread has "
-                                   "no current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtCreateStream", AM_NO_CONTEXT, "this thread"));
     /* The default stream counts against the limit. */
     if (1 + (int)context->streams >= am.profile->max_streams)
         return unlock_with(am_fail(AM_NO_STREAM_RESOURCE, "aclrtCreateStream", "context "
@@ -508,8 +507,7 @@ static aclError destroy_stream(aclrtStream stream, bool force, const char *call)
     uint64_t current = am_thread()->cur;
     struct am_context *context = am_context_of(current);
     if (context != NULL && context->alive && current != found->context)
-        return unlock_with(am_fail(AM_STREAM_CONTEXT, call, "stream %p belongs to another "
-                                   "context than the thread's current one", stream));
+        return unlock_with(am_fail(AM_STREAM_CONTEXT, call, AM_HINT_STREAM_CONTEXT));
     if (force) {
         /* Queued work is recycled: it never runs, and records behind it complete. */
         discard(found);
@@ -561,8 +559,7 @@ aclError aclrtSynchronizeDevice(void)
     uint64_t current = am_thread()->cur;
     struct am_context *context = am_context_of(current);
     if (context == NULL || !context->alive)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtSynchronizeDevice", "this thread "
-                                   "has no current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, "aclrtSynchronizeDevice", AM_NO_CONTEXT, "this thread"));
     /* The default stream first, then created streams oldest first. */
     if (context->default_stream != NULL)
         drain(context->default_stream, NULL);
@@ -680,15 +677,12 @@ static void enqueue(struct am_stream *stream, struct am_work *work)
     }
 }
 
-#define MEMCPY_ASYNC_CALL                                                                  \
-    (snprintf(call, sizeof call, "aclrtMemcpyAsync(dst=%p, destMax=%zu, src=%p, count=%zu, " \
-              "kind=%d, stream=%p)", dst, destMax, src, count, (int)kind, stream), call)
+#define MEMCPY_ASYNC_CALL "aclrtMemcpyAsync"
 
 aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
                           aclrtMemcpyKind kind, aclrtStream stream)
 {
     AM_ARGS(aclrtMemcpyAsync);
-    char call[192];
     ENTER(MEMCPY_ASYNC_CALL);
     if (am.cann->count_checked_first && count == 0)
         return unlock_with(AM_SUCCESS);
@@ -706,8 +700,7 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
                                    "at least 1 and at most destMax %zu", count, destMax));
     bool no_context = am_current_device() == NULL;
     if (am.cann->async_context_first && no_context)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_ASYNC_CALL, "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_ASYNC_CALL, AM_NO_CONTEXT, "this thread"));
     struct am_located target = am_locate((uintptr_t)dst, count);
     struct am_located source = am_locate((uintptr_t)src, count);
     if (target.where == AM_NOWHERE || source.where == AM_NOWHERE)
@@ -724,8 +717,7 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMCPY_ASYNC_CALL, "kind %d does not "
                                    "fit where src and dst are", (int)kind));
     if (!am.cann->async_context_first && no_context)
-        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_ASYNC_CALL, "this thread has no "
-                                   "current context: call aclrtSetDevice first"));
+        return unlock_with(am_fail(AM_CONTEXT_NULL, MEMCPY_ASYNC_CALL, AM_NO_CONTEXT, "this thread"));
     if (real_kind == H2H && am.profile->run_mode == 1)
         return unlock_with(am_fail(AM_FEATURE_NOT_SUPPORT, MEMCPY_ASYNC_CALL, "an "
                                    "asynchronous host-to-host copy is not supported on %s",
@@ -767,15 +759,12 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
     return unlock_with(AM_SUCCESS);
 }
 
-#define MEMSET_ASYNC_CALL                                                                  \
-    (snprintf(call, sizeof call, "aclrtMemsetAsync(devPtr=%p, maxCount=%zu, value=%d, "    \
-              "count=%zu, stream=%p)", devPtr, maxCount, (int)value, count, stream), call)
+#define MEMSET_ASYNC_CALL "aclrtMemsetAsync"
 
 aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
                           aclrtStream stream)
 {
     AM_ARGS(aclrtMemsetAsync);
-    char call[160];
     ENTER(MEMSET_ASYNC_CALL);
     if (count == 0 && am.cann->zero_count_succeeds)
         return unlock_with(AM_SUCCESS);

@@ -441,6 +441,14 @@ void am_vmm_reap_shared(void)
 
 /* ---- reservations (§4.2) --------------------------------------------------------------------- */
 
+/* "Asked to reserve 2 GiB of", the start of the address-space hint. */
+static struct am_phrase reserve_text(uint64_t size)
+{
+    struct am_phrase out;
+    snprintf(out.text, sizeof out.text, "Asked to reserve %s of", am_human(size).text);
+    return out;
+}
+
 static uint64_t fixed_alignment(uint64_t size)
 {
     if (size > 512 * AM_MiB)
@@ -464,8 +472,8 @@ aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, vo
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "alignment %zu: only 0 is "
                                    "supported", alignment));
     if (size > MAX_RESERVATION)
-        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "size %zu is more than one "
-                                   "reservation may hold (128 GiB)", size));
+        return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "%s is more than one "
+                                   "reservation may hold (128 GiB)", am_human(size).text));
     uint64_t span = ((uint64_t)size + AM_HUGE_PAGE - 1) / AM_HUGE_PAGE * AM_HUGE_PAGE;
     uint64_t wanted = (uintptr_t)expectPtr, base = 0;
     aclError fault = am_fault(call);
@@ -490,8 +498,8 @@ aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, vo
         base = am_space_take(&am.vmm_space, span, size >= AM_GIANT_PAGE ? AM_GIANT_PAGE
                                                                          : AM_HUGE_PAGE);
         if (base == 0)
-            return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "no room for %zu bytes of "
-                                       "address space", size));
+            return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, AM_HINT_ADDRESS_SPACE,
+                                       reserve_text(size).text, ""));
     }
     struct am_reservation *reservation = calloc(1, sizeof *reservation);
     if (reservation == NULL) {
@@ -516,8 +524,8 @@ aclError aclrtReleaseMemAddress(void *virPtr)
     struct am_reservation *reservation =
         (struct am_reservation *)am_tree_find(am.reservations, (uintptr_t)virPtr);
     if (reservation == NULL || reservation->mappings != NULL)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start of a "
-                                   "reservation, or memory is still mapped in it", virPtr));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call,
+                                   AM_HINT_RELEASE_RESERVATION));
     am_tree_remove(&am.reservations, reservation->node.key);
     am_space_give(&am.vmm_space, reservation->node.key, reservation->node.len);
     free(reservation);
@@ -547,7 +555,7 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
     uint32_t location = (uint32_t)prop->location.type;
     if (location == LOCATION_HOST_NUMA)
         return unlock_with(am_current_device() == NULL
-            ? am_fail(AM_CONTEXT_NULL, call, "this thread has no current context")
+            ? am_fail(AM_CONTEXT_NULL, call, AM_NO_CONTEXT, "this thread")
             : am_fail(AM_FEATURE_NOT_SUPPORT, call, "host NUMA memory is not supported"));
     if (location != LOCATION_HOST && location != LOCATION_DEVICE)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "location type %u",
@@ -562,9 +570,10 @@ aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size,
                                    "on %s", am.profile->soc_name));
     uint64_t granularity = granularity_of((uint32_t)prop->memAttr);
     if (size % granularity != 0)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "size %zu is not a multiple of "
-                                   "the granularity, %llu bytes (aclrtMemGetAllocationGranularity)",
-                                   size, (unsigned long long)granularity));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, AM_HINT_GRANULARITY ": "
+                                   AM_HINT_GRANULARITY_ROUND, am_human(granularity).text,
+                                   (unsigned long long)size, (unsigned long long)
+                                   ((size + granularity - 1) / granularity * granularity)));
     int device_id = location == LOCATION_DEVICE ? (int)prop->location.id : -1;
     struct am_device *device = device_id >= 0 ? &am.devices[device_id] : NULL;
     if (device != NULL) {
@@ -618,8 +627,7 @@ aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
         return unlock_with(am_fail(AM_INVALID_PARAM, call, "handle is NULL"));
     struct am_physical *physical = physical_of((uintptr_t)handle);
     if (physical == NULL || physical->freed)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "handle %p is not live physical "
-                                   "memory (freed already, or never allocated)", handle));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, AM_HINT_FREE_PHYSICAL));
     physical->freed = true; /* still mapped: it goes with its last mapping */
     release_if_unmapped(physical);
     return unlock_with(AM_SUCCESS);
@@ -722,8 +730,7 @@ aclError aclrtUnmapMem(void *virPtr)
     struct am_mapping *mapping = reservation == NULL ? NULL
         : (struct am_mapping *)am_tree_find(reservation->mappings, va);
     if (mapping == NULL)
-        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, "%p is not the start of a "
-                                   "mapping", virPtr));
+        return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, AM_HINT_UNMAP));
     if (am.queued_ops != 0) {
         char what[64];
         snprintf(what, sizeof what, "mapping %p unmapped", virPtr);
@@ -872,8 +879,8 @@ aclError aclrtMemImportFromShareableHandle(uint64_t shareableHandle, int32_t dev
     if (handle == NULL)
         return unlock_with(am_fail(AM_INVALID_PARAM, call, "handle is NULL"));
     if (deviceId < 0 || !valid_device((uint32_t)deviceId))
-        return unlock_with(am_fail(AM_INVALID_DEVICEID, call, "device %d does not exist (%d "
-                                   "devices)", (int)deviceId, am.device_count));
+        return unlock_with(am_fail(AM_INVALID_DEVICEID, call, AM_HINT_DEVICE_IDS,
+                                   am.device_count - 1, am.device_count));
     struct am_physical *physical = calloc(1, sizeof *physical);
     if (physical == NULL)
         return unlock_with(am_fail(AM_MEMORY_ALLOCATION, call, "out of host memory"));
