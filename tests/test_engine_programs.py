@@ -256,11 +256,11 @@ def test_a_mapping_at_a_fixed_address_of_the_window(programs):
     assert _ok(_run(programs["asan_vmm"]))[-1] == "ok"
 
 
-def test_the_leak_report_lists_virtual_memory_still_held(programs, libdir, tmp_path):
+def test_the_leak_report_lists_virtual_memory_still_held(programs, libdir, headers,
+                                                          tmp_path):
     source = tmp_path / "vmm_leak.c"
     source.write_text(_VMM_LEAK)
     binary = tmp_path / "vmm_leak"
-    headers = os.environ.get("ACL_MEM_HEADERS_DIR") or str(C_DIR)
     compiler = _compiler(False)
     assert compiler is not None
     subprocess.run([compiler, "-std=c11", f"-I{headers}", f"-I{C_DIR}", str(source),
