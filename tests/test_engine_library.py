@@ -194,6 +194,78 @@ def test_the_checker_finds_damaged_canaries_on_demand(engine, native):
         engine.set_hazards(None)
 
 
+@pytest.fixture
+def checking(engine):
+    engine.set_hazards("count", queue=True)
+    engine.set_check(True)
+    try:
+        yield engine
+    finally:
+        engine.set_check(None)
+        engine.set_hazards(None)
+
+
+def _host_copy(native, dst: int, data: bytes) -> int:
+    import ctypes
+
+    buffer = ctypes.create_string_buffer(data, len(data))
+    return int(native.aclrtMemcpy(dst, len(data), ctypes.addressof(buffer), len(data), 1))
+
+
+def test_pool_segments_get_canaries_bounds_and_use_after_free(checking, native):
+    """A binding's pool reports its segments: a copy past a segment's requested bytes is
+    reported naming the next segment, a damaged canary is found at the segment's free,
+    and a copy into a freed segment is a use after free."""
+    engine = checking
+    assert native.aclrtSetDevice(0) == 0
+    rc, block = native.aclrtMalloc(1 << 20, 0)
+    assert rc == 0
+    engine.segment_allocated(block, block, 100, 512)
+    engine.segment_allocated(block, block + 512, 200, 512)
+    assert _host_copy(native, block, b"x" * 600) == 0
+    found = engine.findings()
+    assert [kind for kind, _ in found] == ["boundary-crossed"]
+    assert f"pool segment {block:#x}" in found[0][1] and f"{block + 512:#x}" in found[0][1]
+    engine.segment_freed(block)
+    found = engine.findings()
+    assert [kind for kind, _ in found] == ["canary-overwritten"]
+    assert "offsets 100..511" in found[0][1]
+    assert _host_copy(native, block + 16, b"late") == 0
+    assert [kind for kind, _ in engine.findings()] == ["use-after-free"]
+    # A new segment over the freed bytes makes them live again; the block's free forgets
+    # every segment in it.
+    engine.segment_allocated(block, block, 64, 64)
+    assert _host_copy(native, block, b"y" * 64) == 0
+    assert engine.findings() == []
+    assert native.aclrtFree(block) == 0
+    rc, again = native.aclrtMalloc(1 << 20, 0)
+    assert rc == 0 and _host_copy(native, again, b"z" * 600) == 0
+    assert engine.findings() == []
+    assert native.aclrtFree(again) == 0
+
+
+def test_a_segment_asking_more_than_it_takes_is_refused(engine):
+    with pytest.raises(ValueError):
+        engine.segment_allocated(0x1000, 0x1000, 65, 64)
+
+
+def test_writes_to_freed_pinned_memory_are_a_use_after_free(checking, native):
+    import ctypes
+
+    engine = checking
+    assert native.aclrtSetDevice(0) == 0
+    rc, host = native.aclrtMallocHost(4096)
+    assert rc == 0
+    assert native.aclrtFreeHost(host) == 0
+    assert engine.check() == 0
+    ctypes.memset(host + 8, 0x41, 4)  # a pointer that outlived the free
+    assert engine.check() == 1
+    found = engine.findings()
+    assert [kind for kind, _ in found] == ["use-after-free"]
+    assert f"{host:#x}" in found[0][1] and "offsets 8..11" in found[0][1]
+    assert engine.check() == 0  # said once
+
+
 def test_an_unknown_hazard_mode_is_refused(engine):
     with pytest.raises(ValueError):
         engine.set_hazards("loud")

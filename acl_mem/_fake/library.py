@@ -176,8 +176,19 @@ class EngineLibrary:
         self.lib.acl_mem_fake_set_check(-1 if on is None else int(on))
 
     def check(self) -> int:
-        """Verify every live block's canaries now; how many damaged ones were found."""
+        """Verify every live block's and pool segment's canaries and the poison of freed
+        pinned memory now; how many findings that made."""
         return int(self.lib.acl_mem_fake_check())
+
+    def segment_allocated(self, parent: int, start: int, requested: int, size: int) -> None:
+        """A pool carved ``[start, start+size)`` of block ``parent`` for ``requested``
+        bytes (the checker watches it while on). ValueError for requested > size."""
+        if self.lib.acl_mem_fake_segment_allocated(parent, start, requested, size) != 0:
+            raise ValueError(f"segment {start:#x}: requested {requested} > size {size}")
+
+    def segment_freed(self, start: int) -> None:
+        """The pool gave the segment at ``start`` back."""
+        self.lib.acl_mem_fake_segment_freed(start)
 
     def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
         """Make the ``nth`` next call of ``call`` that passes its argument checks fail with

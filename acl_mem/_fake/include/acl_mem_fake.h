@@ -97,7 +97,17 @@ ACL_MEM_FAKE_API int acl_mem_fake_inject_fault(const char *call, uint32_t nth, i
  * hazards are (acl_mem_fake_set_hazards), and counted by acl_mem_fake_hazard_count. */
 ACL_MEM_FAKE_API int acl_mem_fake_set_check(int on);
 
-/* Verify every live block's canaries now: how many damaged ones were found. */
+/* A binding's pool carved [start, start + size) out of block `parent` for `requested`
+ * bytes, or gave the segment at `start` back. With the checker on, a segment gets
+ * canaries and poison like a block, a copy past its requested bytes is reported, and a
+ * freed segment is poisoned: any copy touching it is a use after free. Nothing happens
+ * with the checker off. 100000 for requested > size. */
+ACL_MEM_FAKE_API int acl_mem_fake_segment_allocated(uint64_t parent, uint64_t start,
+                                                    uint64_t requested, uint64_t size);
+ACL_MEM_FAKE_API int acl_mem_fake_segment_freed(uint64_t start);
+
+/* Verify every live block's and segment's canaries and the poison of freed pinned memory
+ * now: how many findings that made. */
 ACL_MEM_FAKE_API unsigned long acl_mem_fake_check(void);
 
 /* Whether this process's calls are recorded into ACL_MEM_TRACE (docs/trace-format.md):

@@ -8,6 +8,13 @@
  * block's requested size is reported at once, naming the neighbour it reaches. Findings
  * are reported as hazards are (ACL_MEM_HAZARDS: warn, raise, count, or queued for a
  * binding), each naming the C function that allocated the block.
+ *
+ * Pools of a binding report the segments they carve out of blocks
+ * (acl_mem_fake_segment_allocated / _freed): each gets canaries and poison like a block,
+ * a copy past its requested bytes is reported, and a freed segment is poisoned and kept
+ * until a new segment or the block's free takes its bytes: any copy touching it is a
+ * use after free. Freed pinned host memory, which stays mapped a while, is poisoned too,
+ * and a write through a pointer that outlived the free is reported once.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -18,7 +25,7 @@
 #include "engine.h"
 #include "../include/acl_mem_fake.h"
 
-enum { CANARY = 0xCB, POISON_ALLOCATED = 0xA5 };
+enum { CANARY = 0xCB, POISON_ALLOCATED = 0xA5, POISON_FREED = 0xDD };
 /* Poison at most this much of a block: whole blocks would make the sparse device dense. */
 #define POISON_LIMIT (16 * AM_KiB)
 
@@ -75,6 +82,156 @@ void am_check_freeing(const struct am_block *block, const unsigned char *host, c
                     (unsigned long long)(block->requested + last), when, where);
 }
 
+/* The first damaged byte at or after `from` in [host, host + length) that is not `fill`:
+ * how many, the first and the last offset. */
+struct damage {
+    uint64_t count, first, last;
+};
+
+static struct damage damage_in(const unsigned char *host, uint64_t length, unsigned char fill)
+{
+    struct damage found = {0, length, 0};
+    for (uint64_t i = 0; i < length; i++) {
+        if (host[i] != fill) {
+            found.first = found.first < i ? found.first : i;
+            found.last = i;
+            found.count++;
+        }
+    }
+    return found;
+}
+
+/* ---- pool segments ------------------------------------------------------------------------ */
+
+static unsigned char *segment_host(uint64_t start, uint64_t size)
+{
+    struct am_located found = am_locate(start, size);
+    return found.where == AM_ON_DEVICE || found.where == AM_PINNED_HOST ? found.host : NULL;
+}
+
+static void verify_segment(const struct am_segment *segment, const char *when)
+{
+    unsigned char *host = segment_host(segment->node.key, segment->node.len);
+    if (host == NULL || segment->node.len <= segment->requested)
+        return;
+    struct damage d = damage_in(host + segment->requested,
+                                segment->node.len - segment->requested, CANARY);
+    if (d.count == 0)
+        return;
+    char where[512];
+    am_describe_caller(segment->caller, where, sizeof where);
+    am_check_report("canary-overwritten", "pool segment %#llx of block %#llx (%llu bytes "
+                    "requested): %llu byte(s) after the requested size were overwritten, at "
+                    "offsets %llu..%llu (seen at %s); allocated at:\n%s",
+                    (unsigned long long)segment->node.key, (unsigned long long)segment->parent,
+                    (unsigned long long)segment->requested, (unsigned long long)d.count,
+                    (unsigned long long)(segment->requested + d.first),
+                    (unsigned long long)(segment->requested + d.last), when, where);
+}
+
+/* Forget the segments of `tree` overlapping [start, end). */
+static void drop_overlapping(struct am_node **tree, uint64_t start, uint64_t end)
+{
+    struct am_node *node = am_tree_floor(*tree, start);
+    if (node == NULL || node->key + node->len <= start)
+        node = am_tree_after(*tree, start);
+    while (node != NULL && node->key < end) {
+        uint64_t key = node->key;
+        am_tree_remove(tree, key);
+        free(node);
+        node = am_tree_after(*tree, key);
+    }
+}
+
+void am_check_forget(uint64_t start, uint64_t size)
+{
+    if (am.segments != NULL)
+        drop_overlapping(&am.segments, start, start + size);
+    if (am.freed_segments != NULL)
+        drop_overlapping(&am.freed_segments, start, start + size);
+}
+
+int acl_mem_fake_segment_allocated(uint64_t parent, uint64_t start, uint64_t requested,
+                                   uint64_t size)
+{
+    if (requested > size || start + size < start)
+        return AM_INVALID_PARAM;
+    am_lock();
+    unsigned char *host = am.check && size != 0 ? segment_host(start, size) : NULL;
+    struct am_segment *segment = host == NULL ? NULL : calloc(1, sizeof *segment);
+    if (segment != NULL) {
+        am_check_forget(start, size);
+        segment->node.key = start;
+        segment->node.len = size;
+        segment->parent = parent;
+        segment->requested = requested;
+        segment->caller = __builtin_return_address(0);
+        am_tree_insert(&am.segments, &segment->node);
+        memset(host, POISON_ALLOCATED, requested < POISON_LIMIT ? requested : POISON_LIMIT);
+        memset(host + requested, CANARY, size - requested);
+    }
+    am_unlock();
+    return AM_SUCCESS;
+}
+
+int acl_mem_fake_segment_freed(uint64_t start)
+{
+    am_lock();
+    struct am_segment *segment = (struct am_segment *)am_tree_find(am.segments, start);
+    if (am.check && segment != NULL) {
+        verify_segment(segment, "free");
+        am_tree_remove(&am.segments, start);
+        unsigned char *host = segment_host(start, segment->node.len);
+        if (host != NULL) {
+            memset(host, POISON_FREED, segment->node.len < POISON_LIMIT ? segment->node.len
+                                                                        : POISON_LIMIT);
+            am_tree_insert(&am.freed_segments, &segment->node);
+        } else {
+            free(segment);
+        }
+    }
+    am_unlock();
+    return AM_SUCCESS;
+}
+
+/* ---- freed pinned memory ------------------------------------------------------------------- */
+
+void am_check_pinned_freed(struct am_pinned_freed *freed, const struct am_block *block)
+{
+    freed->requested = block->requested;
+    freed->caller = block->caller;
+    freed->poisoned = true;
+    memset((void *)(uintptr_t)freed->node.key, POISON_FREED,
+           block->padded < POISON_LIMIT ? block->padded : POISON_LIMIT);
+}
+
+static void verify_pinned_freed(struct am_pinned_freed *freed, const char *when)
+{
+    if (!freed->poisoned)
+        return;
+    uint64_t length = freed->node.len < POISON_LIMIT ? freed->node.len : POISON_LIMIT;
+    length = freed->requested < length ? (freed->requested ? freed->requested : 1) : length;
+    struct damage d = damage_in((const unsigned char *)(uintptr_t)freed->node.key, length,
+                                POISON_FREED);
+    if (d.count == 0)
+        return;
+    freed->poisoned = false; /* once */
+    char where[512];
+    am_describe_caller(freed->caller, where, sizeof where);
+    am_check_report("use-after-free", "aclrtMallocHost block %#llx (%llu bytes requested) was "
+                    "written after aclrtFreeHost, at offsets %llu..%llu (seen at %s), through a "
+                    "pointer that outlived the free; allocated at:\n%s",
+                    (unsigned long long)freed->node.key, (unsigned long long)freed->requested,
+                    (unsigned long long)d.first, (unsigned long long)d.last, when, where);
+}
+
+void am_check_pinned_unmapping(struct am_pinned_freed *freed)
+{
+    verify_pinned_freed(freed, "its unmapping");
+}
+
+/* ---- bounds ----------------------------------------------------------------------------------- */
+
 static struct am_block *block_holding(uint64_t address)
 {
     struct am_device *device = am_device_of(address);
@@ -83,8 +240,49 @@ static struct am_block *block_holding(uint64_t address)
     return (struct am_block *)node;
 }
 
+/* A copy or memset touching pool segments: true when the segments decided (a finding
+ * was made or the access lies within a live segment's requested bytes). */
+static bool check_segments(uint64_t address, uint64_t count, const char *what)
+{
+    struct am_segment *segment = (struct am_segment *)am_tree_containing(am.segments, address);
+    uint64_t end = address + (count ? count : 1);
+    if (segment == NULL || end > segment->node.key + segment->node.len) {
+        struct am_node *freed = am_tree_floor(am.freed_segments, end - 1);
+        if (freed != NULL && freed->key + freed->len > address) {
+            struct am_segment *gone = (struct am_segment *)freed;
+            char where[512];
+            am_describe_caller(gone->caller, where, sizeof where);
+            am_check_report("use-after-free", "%s of %llu bytes at %#llx touches pool segment "
+                            "%#llx (%llu bytes), freed already; it was allocated at:\n%s", what,
+                            (unsigned long long)count, (unsigned long long)address,
+                            (unsigned long long)gone->node.key,
+                            (unsigned long long)gone->requested, where);
+            return true;
+        }
+    }
+    if (segment == NULL)
+        return false;
+    if (address + count > segment->node.key + segment->requested) {
+        struct am_node *after = am_tree_after(am.segments, segment->node.key);
+        char neighbour[64];
+        if (after != NULL && after->key < address + count)
+            snprintf(neighbour, sizeof neighbour, "pool segment %#llx",
+                     (unsigned long long)after->key);
+        else
+            snprintf(neighbour, sizeof neighbour, "the segment's padding");
+        am_check_report("boundary-crossed", "%s of %llu bytes at %#llx runs past pool segment "
+                        "%#llx (%llu bytes requested) into %s", what, (unsigned long long)count,
+                        (unsigned long long)address, (unsigned long long)segment->node.key,
+                        (unsigned long long)segment->requested, neighbour);
+    }
+    return true;
+}
+
 void am_check_bounds(uint64_t address, uint64_t count, const char *what)
 {
+    if ((am.segments != NULL || am.freed_segments != NULL) &&
+        check_segments(address, count, what))
+        return;
     struct am_block *block = block_holding(address);
     if (block == NULL || address + count <= block->node.key + block->requested)
         return;
@@ -115,6 +313,12 @@ void am_check_all(const char *when)
          node = am_tree_after(am.pinned, node->key))
         am_check_freeing((struct am_block *)node, (const unsigned char *)(uintptr_t)node->key,
                          when);
+    for (struct am_node *node = am_tree_after(am.segments, 0); node != NULL;
+         node = am_tree_after(am.segments, node->key))
+        verify_segment((struct am_segment *)node, when);
+    for (struct am_node *node = am_tree_after(am.pinned_freed, 0); node != NULL;
+         node = am_tree_after(am.pinned_freed, node->key))
+        verify_pinned_freed((struct am_pinned_freed *)node, when);
 }
 
 /* ---- the control API ------------------------------------------------------------------- */
@@ -132,10 +336,11 @@ int acl_mem_fake_set_check(int on)
 unsigned long acl_mem_fake_check(void)
 {
     am_lock();
-    unsigned long before = am_count_of("canary-overwritten");
+    unsigned long before = am_count_of("canary-overwritten") + am_count_of("use-after-free");
     if (am.check)
         am_check_all("acl_mem_fake_check()");
-    unsigned long found = am_count_of("canary-overwritten") - before;
+    unsigned long found = am_count_of("canary-overwritten") + am_count_of("use-after-free") -
+                          before;
     am_unlock();
     return found;
 }

@@ -231,6 +231,19 @@ struct am_context {
  * a copy through it is refused rather than reaching a later allocation. */
 struct am_pinned_freed {
     struct am_node node;
+    /* With the checker on: the block was poisoned at its free; a write through a pointer
+     * that outlived it shows (reported once). */
+    uint64_t requested;
+    const void *caller;
+    bool poisoned;
+};
+
+/* A pool segment a binding's pool carved out of a block (acl_mem_fake_segment_*), known
+ * while the checker is on: canaries after its requested bytes, poison once freed. */
+struct am_segment {
+    struct am_node node; /* key: start, len: the bytes it takes */
+    uint64_t parent, requested;
+    const void *caller;
 };
 
 #define AM_PINNED_QUARANTINE 64
@@ -260,6 +273,7 @@ struct am_engine {
     int locked_devices;   /* device locks the holder of the engine lock took */
     struct am_node *pinned;
     struct am_node *pinned_freed;
+    struct am_node *segments, *freed_segments; /* the checker's pool segments */
     uint64_t quarantine[AM_PINNED_QUARANTINE][2]; /* start, extent: oldest first */
     int quarantine_count;
     uint64_t block_serial;
@@ -553,6 +567,11 @@ AM_HIDDEN void am_check_freeing(const struct am_block *block, const unsigned cha
 AM_HIDDEN void am_check_bounds(uint64_t address, uint64_t count, const char *what);
 /* Every live block's canaries now (synchronisations, acl_mem_fake_check). */
 AM_HIDDEN void am_check_all(const char *when);
+/* Poison freed pinned memory (checker on), and verify it before it is unmapped. */
+AM_HIDDEN void am_check_pinned_freed(struct am_pinned_freed *freed, const struct am_block *block);
+AM_HIDDEN void am_check_pinned_unmapping(struct am_pinned_freed *freed);
+/* The pool segments, live or freed, in [start, start + size) go (their memory did). */
+AM_HIDDEN void am_check_forget(uint64_t start, uint64_t size);
 /* "  File \"object\", line 0, in symbol+0xoffset" for a return address. */
 AM_HIDDEN void am_describe_caller(const void *caller, char *out, size_t size);
 AM_HIDDEN void am_hazards_clear(void);

@@ -121,6 +121,8 @@ void am_block_release(struct am_device *device, struct am_block *block)
     if (extent >= AM_MiB)
         am_os_discard(am_host_of(device, start), extent);
     am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
+    if (am.segments != NULL || am.freed_segments != NULL)
+        am_check_forget(start, extent); /* the block's pool segments went with it */
     free(block);
 }
 
@@ -445,7 +447,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
 
 /* Keep a freed pinned block mapped, emptied, for the next frees: a view that outlived
  * aclrtFreeHost reads zeros and writes where no later allocation lives. */
-static void quarantine(uint64_t start, uint64_t extent)
+static void quarantine(uint64_t start, uint64_t extent, const struct am_block *block)
 {
     am_os_discard((void *)(uintptr_t)start, extent);
     struct am_pinned_freed *freed = calloc(1, sizeof *freed);
@@ -455,6 +457,8 @@ static void quarantine(uint64_t start, uint64_t extent)
     }
     freed->node.key = start;
     freed->node.len = extent;
+    if (am.check && block->checked)
+        am_check_pinned_freed(freed, block);
     am_tree_insert(&am.pinned_freed, &freed->node);
     am.quarantine[am.quarantine_count][0] = start;
     am.quarantine[am.quarantine_count][1] = extent;
@@ -470,6 +474,8 @@ static void quarantine(uint64_t start, uint64_t extent)
                 (size_t)(am.quarantine_count - 1) * sizeof am.quarantine[0]);
         am.quarantine_count--;
         struct am_node *node = am_tree_find(am.pinned_freed, old);
+        if (node != NULL)
+            am_check_pinned_unmapping((struct am_pinned_freed *)node);
         am_tree_remove(&am.pinned_freed, old);
         free(node);
         am_os_unmap((void *)(uintptr_t)old, old_extent);
@@ -494,8 +500,8 @@ aclError aclrtFreeHost(void *hostPtr)
         am_check_freeing((struct am_block *)node, hostPtr, "free");
     uint64_t extent = node->len;
     am_tree_remove(&am.pinned, address);
+    quarantine(address, extent, (struct am_block *)node);
     free(node);
-    quarantine(address, extent);
     return unlock_with(am_hazard_result(AM_SUCCESS, "aclrtFreeHost"));
 }
 

@@ -362,6 +362,8 @@ static void free_block(struct am_node *node)
 
 void am_release_device_memory(struct am_device *device)
 {
+    am_check_forget(AM_DEVICE_SPACE_BASE + (uint64_t)device->id * AM_DEVICE_SLOT,
+                    AM_DEVICE_SLOT);
     am_tree_clear(&device->blocks, free_block);
     device->normal_used = device->normal_physical;
     device->huge_used = device->huge_physical;
@@ -524,6 +526,8 @@ static void release_everything(void)
         am_os_unmap((void *)(uintptr_t)am.quarantine[i][0], am.quarantine[i][1]);
     am_tree_clear(&am.pinned_freed, free_block);
     am.quarantine_count = 0;
+    am_tree_clear(&am.segments, free_block);
+    am_tree_clear(&am.freed_segments, free_block);
 }
 
 /* A fresh device model (the pinned mappings of the old one stay mapped: views of them

@@ -737,6 +737,7 @@ aclError aclrtUnmapMem(void *virPtr)
         am_check_queued(va, mapping->node.len, false, "free-while-queued", what);
     }
     struct am_physical *physical = mapping->physical;
+    am_check_forget(va, mapping->node.len);
     am_tree_remove(&reservation->mappings, va);
     free_mapping(&mapping->node);
     if (reservation->mappings == NULL)
