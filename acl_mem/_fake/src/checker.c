@@ -56,34 +56,7 @@ void am_check_allocated(struct am_block *block, unsigned char *host)
     memset(host + block->requested, CANARY, block->padded - block->requested);
 }
 
-void am_check_freeing(const struct am_block *block, const unsigned char *host, const char *when)
-{
-    if (!block->checked || block->padded <= block->requested)
-        return;
-    const unsigned char *slack = host + block->requested;
-    uint64_t length = block->padded - block->requested, first = length, last = 0, damaged = 0;
-    for (uint64_t i = 0; i < length; i++) {
-        if (slack[i] != CANARY) {
-            first = first < i ? first : i;
-            last = i;
-            damaged++;
-        }
-    }
-    if (damaged == 0)
-        return;
-    char where[512];
-    am_describe_caller(block->caller, where, sizeof where);
-    am_check_report("canary-overwritten", "%s block %#llx (%llu bytes requested): %llu byte(s) "
-                    "after the requested size were overwritten, at offsets %llu..%llu (seen at "
-                    "%s); allocated at:\n%s", am_api_name(block->api),
-                    (unsigned long long)block->node.key, (unsigned long long)block->requested,
-                    (unsigned long long)damaged,
-                    (unsigned long long)(block->requested + first),
-                    (unsigned long long)(block->requested + last), when, where);
-}
-
-/* The first damaged byte at or after `from` in [host, host + length) that is not `fill`:
- * how many, the first and the last offset. */
+/* [host, host + length) bytes that are not `fill`: how many, the first and the last. */
 struct damage {
     uint64_t count, first, last;
 };
@@ -99,6 +72,34 @@ static struct damage damage_in(const unsigned char *host, uint64_t length, unsig
         }
     }
     return found;
+}
+
+/* A damaged canary of `subject` ("aclrtMalloc block 0x... (100 bytes requested)"), whose
+ * canaries start `offset` bytes into it. */
+static void report_canary(const char *subject, struct damage d, uint64_t offset,
+                          const void *caller, const char *when)
+{
+    char where[512];
+    am_describe_caller(caller, where, sizeof where);
+    am_check_report("canary-overwritten", "%s: %llu byte(s) after the requested size were "
+                    "overwritten, at offsets %llu..%llu (seen at %s); allocated at:\n%s",
+                    subject, (unsigned long long)d.count, (unsigned long long)(offset + d.first),
+                    (unsigned long long)(offset + d.last), when, where);
+}
+
+void am_check_freeing(const struct am_block *block, const unsigned char *host, const char *when)
+{
+    if (!block->checked || block->padded <= block->requested)
+        return;
+    struct damage d = damage_in(host + block->requested, block->padded - block->requested,
+                                CANARY);
+    if (d.count == 0)
+        return;
+    char subject[128];
+    snprintf(subject, sizeof subject, "%s block %#llx (%llu bytes requested)",
+             am_api_name(block->api), (unsigned long long)block->node.key,
+             (unsigned long long)block->requested);
+    report_canary(subject, d, block->requested, block->caller, when);
 }
 
 /* ---- pool segments ------------------------------------------------------------------------ */
@@ -118,15 +119,11 @@ static void verify_segment(const struct am_segment *segment, const char *when)
                                 segment->node.len - segment->requested, CANARY);
     if (d.count == 0)
         return;
-    char where[512];
-    am_describe_caller(segment->caller, where, sizeof where);
-    am_check_report("canary-overwritten", "pool segment %#llx of block %#llx (%llu bytes "
-                    "requested): %llu byte(s) after the requested size were overwritten, at "
-                    "offsets %llu..%llu (seen at %s); allocated at:\n%s",
-                    (unsigned long long)segment->node.key, (unsigned long long)segment->parent,
-                    (unsigned long long)segment->requested, (unsigned long long)d.count,
-                    (unsigned long long)(segment->requested + d.first),
-                    (unsigned long long)(segment->requested + d.last), when, where);
+    char subject[128];
+    snprintf(subject, sizeof subject, "pool segment %#llx of block %#llx (%llu bytes requested)",
+             (unsigned long long)segment->node.key, (unsigned long long)segment->parent,
+             (unsigned long long)segment->requested);
+    report_canary(subject, d, segment->requested, segment->caller, when);
 }
 
 /* Forget the segments of `tree` overlapping [start, end). */
