@@ -244,6 +244,28 @@ def test_pool_segments_get_canaries_bounds_and_use_after_free(checking, native):
     assert native.aclrtFree(again) == 0
 
 
+def test_segments_in_freed_pinned_memory_go_with_it(checking, native):
+    """Pinned memory freed with a pool segment in it: once its address is handed out again
+    (after the quarantine), the old segment does not judge the new block's copies."""
+    engine = checking
+    assert native.aclrtSetDevice(0) == 0
+    rc, first = native.aclrtMallocHost(4096)
+    assert rc == 0
+    engine.segment_allocated(first, first, 16, 64)
+    assert native.aclrtFreeHost(first) == 0
+    for _ in range(200):  # until the quarantine lets the address go and it comes back
+        rc, again = native.aclrtMallocHost(4096)
+        assert rc == 0
+        if again == first:
+            break
+        assert native.aclrtFreeHost(again) == 0
+    else:
+        pytest.skip("the host never handed the address out again")
+    assert _host_copy(native, again, b"n" * 256) == 0
+    assert engine.findings() == []
+    assert native.aclrtFreeHost(again) == 0
+
+
 def test_a_segment_asking_more_than_it_takes_is_refused(engine):
     with pytest.raises(ValueError):
         engine.segment_allocated(0x1000, 0x1000, 65, 64)

@@ -555,6 +555,25 @@ def test_edges_found_by_review(programs, edge):
     assert _ok(_run(programs["engine_edges"], edge))[-1] == "done"
 
 
+def test_an_export_leaves_the_programs_strtok_alone(programs, tmp_path):
+    """The share code reads /proc/<pid>/stat without strtok, whose state is the
+    program's: a strtok loop around an export goes on where it was."""
+    lines = _ok(_run(programs["engine_edges"], "strtok",
+                     ACL_MEM_FAKE_SHARE_DIR=str(tmp_path / "share")))
+    assert "ok strtok goes on" in lines and lines[-1] == "done"
+
+
+def test_a_refused_call_with_a_wild_pointer_is_traced_without_reading_it(programs,
+                                                                        tmp_path):
+    from acl_mem.trace import read_trace
+
+    path = tmp_path / "wild.jsonl"
+    assert _ok(_run(programs["engine_edges"], "traceprop", ACL_MEM_TRACE=str(path)))[-1] == \
+        "done"
+    calls = [e for e in read_trace(path).events if e.get("call") == "aclrtMallocPhysical"]
+    assert [(e["rc"], e["prop"]) for e in calls] == [(100000, None), (100000, None)]
+
+
 def test_cpp_owners_of_streams_and_memory(programs):
     if "raii_streams" not in programs:
         pytest.skip("no C++ compiler")

@@ -82,6 +82,44 @@ def test_share_directory_that_is_a_symlink_is_refused(backend, dev, share_dir, h
 
 
 @pytest.mark.fake_library(FAKE_ONLY)
+@pytest.mark.parametrize("tail", ["/", "//", "/.", "/./"])
+def test_a_symlinked_share_directory_is_refused_whatever_the_path_ends_with(
+        backend, dev, share_dir, handles, tmp_path, monkeypatch, tail):
+    """O_NOFOLLOW does not hold for a path ending in "/": the name is checked as the
+    directory it leads to, never through a symlink."""
+    real = tmp_path / "elsewhere"
+    real.mkdir(mode=0o700)
+    share_dir.symlink_to(real)
+    monkeypatch.setenv("ACL_MEM_FAKE_SHARE_DIR", str(share_dir) + tail)
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert list(real.iterdir()) == []
+
+
+@pytest.mark.fake_library(FAKE_ONLY)
+def test_a_whitelist_too_long_for_its_record_is_refused_and_the_record_kept(
+        backend, dev, share_dir, handles):
+    """A whitelist that would outgrow what a record holds (4 MiB) over many calls is
+    refused with 107000; the record stays readable and usable."""
+    shareable = raw.aclrtMemExportToShareableHandle(physical(handles), 0, 0)
+    refused = None
+    for round_number in range(8):
+        base = 5_000_000 + round_number * 65535  # pids no process has here
+        try:
+            raw.aclrtMemSetPidToShareableHandle(shareable, list(range(base, base + 65535)),
+                                                65535)
+        except RtParamInvalidError as exc:
+            refused = exc
+            break
+    assert refused is not None and refused.code == 107000
+    assert record_path(share_dir, shareable).stat().st_size <= 4 << 20
+    raw.aclrtMemSetPidToShareableHandle(shareable, [os.getppid()], 1)
+    assert os.getppid() in [entry[0] for entry in
+                            read_record(record_path(share_dir, shareable))["pids"]]
+
+
+@pytest.mark.fake_library(FAKE_ONLY)
 def test_share_directory_that_is_a_file_is_refused(backend, dev, share_dir, handles):
     share_dir.write_bytes(b"not a directory")
     with pytest.raises(InternalError) as e:

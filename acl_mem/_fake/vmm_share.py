@@ -53,7 +53,9 @@ LOCK_NAME = ".acl_mem_fake.lock"
 _RECORD_NAME = re.compile(r"acl_mem_fake-([0-9a-f]{16})\.record")
 _TEMP_PREFIX = ".acl_mem_fake-tmp-"
 _TEMP_NAME = re.compile(re.escape(_TEMP_PREFIX) + r"\d+-[0-9a-f]{12}")
-_MAX_RECORD_BYTES = 4 << 20  # 65535 whitelisted pids fit with room to spare
+#: One call's 65535 whitelisted pids fit with room to spare; a whitelist that would grow
+#: past it over many calls is refused (docs/fidelity.md row 57).
+_MAX_RECORD_BYTES = 4 << 20
 _OPEN_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC
 #: Errors of open(O_TMPFILE) where the file system cannot make unnamed files.
 _NO_TMPFILE = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
@@ -289,6 +291,9 @@ class ShareRegistry:
             if record is None or record.owner != owner:
                 return codes.RT_PARAM_INVALID
             record.allow(pids)
+            if len(record.encode()) > _MAX_RECORD_BYTES:
+                # Its readers would refuse it as too long: left as it was.
+                return codes.RT_PARAM_INVALID
             session.store(shareable, record)
             return codes.SUCCESS
 

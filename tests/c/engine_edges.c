@@ -13,7 +13,11 @@
  *           context's handle never names the context made in its slot after it, also
  *           past 65 536 reuses of one slot;
  *   resethand  a program's SA_RESETHAND handler takes a raise(SIGSEGV); the library's
- *           guard still turns a later copy from protected memory into 107000.
+ *           guard still turns a later copy from protected memory into 107000;
+ *   strtok  an export (which reads /proc) in the middle of the program's own strtok loop
+ *           leaves the loop's state alone (needs ACL_MEM_FAKE_SHARE_DIR);
+ *   traceprop  with ACL_MEM_TRACE set, a refused call with a wild pointer argument is
+ *           recorded without the recorder reading through it.
  * Output: "ok <step>" lines, then "done". */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -193,6 +197,41 @@ static int reset_hand_then_guard(void)
     return 0;
 }
 
+static int strtok_around_an_export(void)
+{
+    char text[] = "alpha beta gamma";
+    const char *seen[3] = {NULL, NULL, NULL};
+    aclrtPhysicalMemProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.memAttr = ACL_HBM_MEM_HUGE;
+    prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+    aclrtDrvMemHandle handle = NULL;
+    uint64_t shareable = 0;
+    ACL_CHECK("set device", aclrtSetDevice(0), ACL_SUCCESS);
+    ACL_CHECK("physical", aclrtMallocPhysical(&handle, HUGE, &prop, 0), ACL_SUCCESS);
+    seen[0] = strtok(text, " ");
+    ACL_CHECK("export", aclrtMemExportToShareableHandle(handle, ACL_MEM_HANDLE_TYPE_NONE, 0,
+                                                        &shareable), ACL_SUCCESS);
+    seen[1] = strtok(NULL, " ");
+    seen[2] = strtok(NULL, " ");
+    EXPECT("strtok goes on", seen[0] != NULL && seen[1] != NULL && seen[2] != NULL &&
+                             strcmp(seen[1], "beta") == 0 && strcmp(seen[2], "gamma") == 0);
+    ACL_CHECK("free", aclrtFreePhysical(handle), ACL_SUCCESS);
+    ACL_CHECK("reset", aclrtResetDevice(0), ACL_SUCCESS);
+    return 0;
+}
+
+static int trace_of_a_wild_prop(void)
+{
+    aclrtDrvMemHandle handle = NULL;
+    /* NULL handle: refused before prop is looked at; the pointer is nothing readable. */
+    ACL_CHECK("refused", aclrtMallocPhysical(NULL, HUGE, (const aclrtPhysicalMemProp *)16, 0),
+              ACL_ERROR_INVALID_PARAM);
+    ACL_CHECK("refused again", aclrtMallocPhysical(&handle, HUGE, NULL, 0),
+              ACL_ERROR_INVALID_PARAM);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "";
@@ -202,6 +241,8 @@ int main(int argc, char **argv)
                  : strcmp(what, "wrap") == 0 ? wrapping_ranges()
                  : strcmp(what, "contexts") == 0 ? many_contexts()
                  : strcmp(what, "resethand") == 0 ? reset_hand_then_guard()
+                 : strcmp(what, "strtok") == 0 ? strtok_around_an_export()
+                 : strcmp(what, "traceprop") == 0 ? trace_of_a_wild_prop()
                  : (printf("FAIL unknown edge '%s'\n", what), 1);
     if (failed)
         return 1;

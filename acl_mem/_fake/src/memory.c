@@ -449,6 +449,7 @@ aclError aclrtMallocHost(void **hostPtr, size_t size)
  * aclrtFreeHost reads zeros and writes where no later allocation lives. */
 static void quarantine(uint64_t start, uint64_t extent, const struct am_block *block)
 {
+    am_check_forget(start, extent); /* its pool segments went with it */
     am_os_discard((void *)(uintptr_t)start, extent);
     struct am_pinned_freed *freed = calloc(1, sizeof *freed);
     if (freed == NULL) {

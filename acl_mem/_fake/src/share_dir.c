@@ -137,8 +137,32 @@ static int refuse(int fd, struct am_why *why, const char *format, ...)
 }
 
 /* A descriptor of `path` if it can be trusted, else -1 and why. */
-static int open_trusted(const char *path, struct am_why *why)
+/* `given` without trailing slashes or "/." (O_NOFOLLOW does not hold for a path ending
+ * in "/": a symlink there would be followed); false for a path ending in "..". */
+static bool plain_path(const char *given, char *out, size_t size)
 {
+    if (!format_into(out, size, "%s", given))
+        return false;
+    size_t length = strlen(out);
+    for (;;) {
+        while (length > 1 && out[length - 1] == '/')
+            out[--length] = '\0';
+        if (length > 2 && strcmp(out + length - 2, "/.") == 0)
+            out[length -= 2] = '\0';
+        else
+            break;
+    }
+    const char *last = strrchr(out, '/');
+    last = last == NULL ? out : last + 1;
+    return length > 0 && strcmp(last, "..") != 0 && strcmp(last, ".") != 0;
+}
+
+static int open_trusted(const char *given, struct am_why *why)
+{
+    char path[PATH_MAX];
+    if (!plain_path(given, path, sizeof path))
+        return refuse(-1, why, "%s: it is not a plain directory path (no trailing \"..\", "
+                      "no longer than %d bytes)", given, PATH_MAX - 1);
     bool created = false, failed = false;
     int fd = open(path, OPEN_FLAGS);
     if (fd < 0 && errno == ENOENT) {
@@ -156,9 +180,13 @@ static int open_trusted(const char *path, struct am_why *why)
             return refuse(-1, why, "%s: it is not a directory", path);
         return refuse(-1, why, "%s: it cannot be opened (%s)", path, strerror(error));
     }
-    struct stat info;
+    struct stat info, named;
     if (fstat(fd, &info) != 0)
         return refuse(fd, why, "%s: it cannot be examined (%s)", path, strerror(errno));
+    /* The name still leads to the directory opened, and not through a symlink. */
+    if (lstat(path, &named) != 0 || !S_ISDIR(named.st_mode) || named.st_dev != info.st_dev ||
+        named.st_ino != info.st_ino)
+        return refuse(fd, why, "%s: it changed while it was opened, or is a symlink", path);
     if (info.st_uid != geteuid())
         return refuse(fd, why, "%s: it belongs to uid %u, not to uid %u", path,
                       (unsigned)info.st_uid, (unsigned)geteuid());

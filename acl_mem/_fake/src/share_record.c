@@ -41,21 +41,23 @@ bool am_identity_of(int64_t pid, struct am_identity *out)
     if (rest == NULL)
         return false;
     rest++;
+    /* Fields 3.. follow, separated by spaces; no strtok: its state is the program's. */
     char state = 0;
     unsigned long long start = 0;
     int field = 3;
-    for (char *token = strtok(rest, " \n"); token != NULL; token = strtok(NULL, " \n"), field++) {
+    const char *at = rest + strspn(rest, " ");
+    while (*at != '\0' && field < 22) {
         if (field == 3)
-            state = token[0];
-        if (field == 22) {
-            char *end;
-            start = strtoull(token, &end, 10);
-            if (*end != '\0')
-                return false;
-            break;
-        }
+            state = *at;
+        at += strcspn(at, " \n");
+        at += strspn(at, " \n");
+        field++;
     }
-    if (field != 22 || state == 'Z' || state == 'X' || state == 'x')
+    if (field != 22 || *at < '0' || *at > '9' || state == 'Z' || state == 'X' || state == 'x')
+        return false;
+    char *end;
+    start = strtoull(at, &end, 10);
+    if (*end != ' ' && *end != '\n' && *end != '\0')
         return false;
     out->pid = pid;
     out->start = start;

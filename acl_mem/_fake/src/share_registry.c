@@ -241,10 +241,12 @@ static int link_whole(struct session *s, const char *data, size_t length, const 
         else if (linkat(AT_FDCWD, self, s->dirfd, name, AT_SYMLINK_FOLLOW) != 0)
             error = errno;
         close(fd);
-        return error;
-    }
-    if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+        if (error != ENOENT)
+            return error;
+        /* No /proc to name the unnamed file by: a temporary file of our own instead. */
+    } else if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
         return errno;
+    }
     char temp[64];
     temp_name(temp, sizeof temp);
     fd = openat(s->dirfd, temp, O_WRONLY | O_CREAT | O_EXCL | OPEN_FLAGS, 0600);
@@ -469,6 +471,20 @@ aclError am_share_allow(uint64_t shareable, const int32_t *pids, size_t count,
     }
     if (code == AM_SUCCESS && !am_record_allow(&record, pids, count))
         code = write_failed(&s, ENOMEM, why);
+    if (code == AM_SUCCESS) {
+        /* A record its readers would refuse as too long is not written. */
+        size_t length = 0;
+        char *data = am_record_encode(&record, &length);
+        free(data);
+        if (data == NULL) {
+            code = write_failed(&s, ENOMEM, why);
+        } else if (length > AM_SHARE_MAX_RECORD) {
+            am_why_set(why, "the whitelist of shareable handle %#" PRIx64 " would outgrow what "
+                       "a share record holds (4 MiB, about 100 000 processes); it is left as "
+                       "it was", shareable);
+            code = AM_RT_PARAM_INVALID;
+        }
+    }
     if (code == AM_SUCCESS)
         code = store(&s, shareable, &record, why);
     am_record_free(&record);

@@ -605,6 +605,8 @@ static void after_fork_in_child(void)
     am_events_clear();
     am_vmm_clear(true); /* the parent's mappings must not write into its shared memory */
     am_tree_clear(&am.pinned, free_block);
+    am_tree_clear(&am.segments, free_block); /* the parent's pools are not the child's */
+    am_tree_clear(&am.freed_segments, free_block);
     __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
 }
 

@@ -41,6 +41,9 @@
 #define MAX_STACK 32
 #define STACK_SLOTS 4096
 #define NEW_FILE_TRIES 1000
+/* More than one record with its thread and stack lines can take: strings are cut at
+ * 4096 bytes, and an escaped byte takes six. */
+#define RECORD_ROOM (160 * 1024)
 #ifndef AM_VERSION
 #define AM_VERSION "unknown"
 #endif
@@ -417,10 +420,15 @@ static int this_thread(void)
     return thread_number;
 }
 
-static void put_field(const struct am_trace_field *field, uint64_t value, unsigned char kind)
+/* A field of the record; `readable`: the call succeeded, so what an input points to was
+ * read by the call itself and may be read here (a refused call's pointer may be wild). */
+static void put_field(const struct am_trace_field *field, uint64_t value, unsigned char kind,
+                      bool readable)
 {
     put(",\"%s\":", field->field);
-    if (field->kind == AM_TRACE_STRING) {
+    if ((field->kind == AM_TRACE_STRING || field->kind == AM_TRACE_PROP) && !readable) {
+        put("null");
+    } else if (field->kind == AM_TRACE_STRING) {
         if (value == 0)
             put("null");
         else
@@ -457,7 +465,9 @@ void am_trace_exit(aclError code)
         device = current == NULL ? -1 : current->id;
     }
     pthread_mutex_lock(&rec.lock);
-    if (rec.failed || !start()) {
+    /* Room for the longest record (escaped strings, a deep stack) first: once it is there
+     * no line below can be cut short, so the file never holds half a line. */
+    if (rec.failed || !start() || !grow(RECORD_ROOM)) {
         rec.lost++;
         pthread_mutex_unlock(&rec.lock);
         return;
@@ -468,7 +478,8 @@ void am_trace_exit(aclError code)
     put("{\"t\":%" PRId64 ",\"th\":%d,\"call\":\"%s\"", (int64_t)(t - rec.start_ns), th,
         spec->written);
     for (int i = 0; i < spec->inputs; i++)
-        put_field(&spec->in[i], self->args[spec->in[i].arg], call->args[spec->in[i].arg].kind);
+        put_field(&spec->in[i], self->args[spec->in[i].arg], call->args[spec->in[i].arg].kind,
+                  code == AM_SUCCESS);
     put(",\"rc\":%d", (int)code);
     unsigned null_outputs = 0;
     for (int i = 0; i < spec->outputs; i++) {
@@ -478,7 +489,7 @@ void am_trace_exit(aclError code)
         } else if (code == AM_SUCCESS) {
             uint64_t value;
             memcpy(&value, where, sizeof value);
-            put_field(&spec->out[i], value, AM_ARG_UNSIGNED);
+            put_field(&spec->out[i], value, AM_ARG_UNSIGNED, true);
         }
     }
     if (spec->device)

@@ -405,6 +405,7 @@ static void let_go(struct am_node *node)
 
 void am_vmm_clear(bool in_child)
 {
+    am_check_forget(AM_VMM_BASE, AM_VMM_END - AM_VMM_BASE); /* segments of the mappings */
     am_tree_clear(&am.reservations, free_reservation);
     am_tree_clear(&am.physicals, in_child ? free_forgotten : let_go);
     while (still_shared != NULL) {
