@@ -117,3 +117,25 @@ def test_the_share_record_reader_on_seeds_then_random_bytes(tmp_path: Path) -> N
     summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "record_corpus"),
                            cwd=tmp_path), tmp_path)
     assert f"({len(seeds)} files, " in summary, summary
+
+
+def test_the_checkers_segments_on_seeds_then_random_programs(tmp_path: Path) -> None:
+    """tests/fuzz/checker_fuzz.c: segments declared anywhere, blocks freed under them,
+    copies across them and writes into freed pinned memory, with the checker on: only
+    documented codes, no crash."""
+    compiler = _compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    libdir = library_dir(DEFAULT_CANN)
+    binary = tmp_path / "checker"
+    done = subprocess.run(
+        [compiler, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+         *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / "checker_fuzz.c"),
+         str(FUZZ / "driver.c"), f"-L{libdir}", "-lascendcl", f"-Wl,-rpath,{libdir}", "-o",
+         str(binary)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    seeds = [p for p in (FUZZ / "checker_corpus").iterdir() if p.is_file()]
+    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "checker_corpus"),
+                           cwd=tmp_path), tmp_path)
+    assert f"({len(seeds)} files, " in summary, summary

@@ -8,6 +8,8 @@
 # OUT/lib-ubsan with OUT/driver-ubsan, UBSan alone: the library compiles its fault guard
 # (memmove over host ranges a kernel copy proved, os.c) out under ASan, so only this
 # build fuzzes the guarded copies.
+# OUT/checker-asan: the memory checker's pool segments and freed pinned memory
+# (tests/fuzz/checker_fuzz.c), on lib-asan.
 # OUT/record-asan: the share record reader alone (tests/fuzz/record_fuzz.c), ASan+UBSan.
 # When clang can link -fsanitize=fuzzer: OUT/lib-fuzzer and OUT/engine_fuzz (libFuzzer,
 # ASan and UBSan), OUT/lib-fuzzer-ubsan and OUT/engine_fuzz-ubsan (libFuzzer, UBSan);
@@ -41,6 +43,11 @@ build() { # NAME LIBDIR COMPILER FLAGS (for both)
     echo "built $out/$name"
 }
 build driver-asan lib-asan gcc "$sanitize" "$here/engine_fuzz.c" "$here/driver.c"
+# The checker's segments and freed pinned memory (tests/fuzz/checker_fuzz.c), on lib-asan.
+# shellcheck disable=SC2086 # $sanitize is several flags
+gcc "${cflags[@]}" $sanitize "${includes[@]}" "$here/checker_fuzz.c" "$here/driver.c" \
+    -L"$out/lib-asan" -lascendcl -Wl,-rpath,"$out/lib-asan" -o "$out/checker-asan"
+echo "built $out/checker-asan"
 # The share record reader alone (tests/fuzz/record_fuzz.c): no library needed.
 # shellcheck disable=SC2086 # $sanitize is several flags
 gcc "${cflags[@]}" $sanitize "${includes[@]}" "$here/record_fuzz.c" \
