@@ -490,8 +490,12 @@ AM_HIDDEN void am_marker_put(struct am_marker *marker);
 AM_HIDDEN void am_reach(struct am_marker *marker);
 /* Queue a marker on a stream (takes a reference); false when out of memory. */
 AM_HIDDEN bool am_queue_marker(struct am_stream *stream, struct am_marker *marker);
+/* A refused stream handle's failure: the shared hint for 107002 and 107003, else `why`. */
+AM_HIDDEN aclError am_stream_refused(aclError code, const char *call, const void *stream,
+                                     const char *why);
 /* The stream `handle` names for the calling thread (0: the current context's default
- * stream), checked in the release's order; NULL with *code set when refused. */
+ * stream), checked in the release's order; NULL with *code set when refused (*why NULL
+ * for 107002 and 107003, whose text is the shared hint). */
 AM_HIDDEN struct am_stream *am_resolve_stream(uint64_t handle, aclError *code,
                                               const char **why);
 AM_HIDDEN bool am_stream_handle_valid(uint64_t handle);

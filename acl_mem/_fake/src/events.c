@@ -171,7 +171,7 @@ static struct am_stream *event_on_stream(struct am_event **event_out, aclrtEvent
     const char *why = NULL;
     struct am_stream *target = am_resolve_stream(handle, code, &why);
     if (target == NULL) {
-        *code = am_fail(*code, call, "stream %p: %s", stream, why);
+        *code = am_stream_refused(*code, call, stream, why);
         return NULL;
     }
     *event_out = found;

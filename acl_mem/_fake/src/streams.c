@@ -424,6 +424,15 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
 
 /* ---- resolving a stream handle ---------------------------------------------------------- */
 
+aclError am_stream_refused(aclError code, const char *call, const void *stream, const char *why)
+{
+    if (code == AM_CONTEXT_NULL)
+        return am_fail(code, call, AM_NO_CONTEXT, "this thread");
+    if (code == AM_STREAM_CONTEXT)
+        return am_fail(code, call, AM_HINT_STREAM_CONTEXT);
+    return am_fail(code, call, "stream %p: %s", stream, why);
+}
+
 struct am_stream *am_resolve_stream(uint64_t handle, aclError *code, const char **why)
 {
     /* From 9.1.0 the handle is validated before anything else (107017); older releases
@@ -438,7 +447,7 @@ struct am_stream *am_resolve_stream(uint64_t handle, aclError *code, const char 
     struct am_context *context = am_context_of(current);
     if (context == NULL || !context->alive) {
         *code = AM_CONTEXT_NULL;
-        *why = "this thread has no current context: call aclrtSetDevice first";
+        *why = NULL; /* the shared hint (am_stream_refused) */
         return NULL;
     }
     if (handle == 0) {
@@ -457,7 +466,7 @@ struct am_stream *am_resolve_stream(uint64_t handle, aclError *code, const char 
     }
     if (stream->context != current) {
         *code = AM_STREAM_CONTEXT;
-        *why = "the stream belongs to another context than the thread's current one";
+        *why = NULL; /* the shared hint (am_stream_refused) */
         return NULL;
     }
     return stream;
@@ -544,8 +553,8 @@ aclError aclrtSynchronizeStream(aclrtStream stream)
     const char *why = NULL;
     struct am_stream *found = am_resolve_stream((uintptr_t)stream, &code, &why);
     if (found == NULL)
-        return unlock_with(am_fail(code, "aclrtSynchronizeStream", "stream %p: %s", stream,
-                                   why));
+        return unlock_with(am_stream_refused(code, "aclrtSynchronizeStream", stream,
+                                             why));
     drain(found, NULL);
     if (am.check)
         am_check_all("synchronize");
@@ -728,7 +737,7 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
     const char *why = NULL;
     struct am_stream *found = am_resolve_stream(handle, &code, &why);
     if (found == NULL)
-        return unlock_with(am_fail(code, MEMCPY_ASYNC_CALL, "stream %p: %s", stream, why));
+        return unlock_with(am_stream_refused(code, MEMCPY_ASYNC_CALL, stream, why));
     if (target.where == AM_PAGEABLE || source.where == AM_PAGEABLE) {
         /* Pageable memory: the runtime synchronises the stream and copies now. */
         drain(found, NULL);
@@ -781,7 +790,7 @@ aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t c
     const char *why = NULL;
     struct am_stream *found = am_resolve_stream(handle, &code, &why);
     if (found == NULL)
-        return unlock_with(am_fail(code, MEMSET_ASYNC_CALL, "stream %p: %s", stream, why));
+        return unlock_with(am_stream_refused(code, MEMSET_ASYNC_CALL, stream, why));
     struct am_located target = am_locate((uintptr_t)devPtr, count);
     if (target.where == AM_NOWHERE || target.where == AM_PAGEABLE)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, MEMSET_ASYNC_CALL, "%p + %zu bytes is "
