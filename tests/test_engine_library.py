@@ -354,3 +354,24 @@ def test_c_failure_texts_carry_the_python_errors_hints(engine, native):
                 assert e.value.hint and e.value.hint in text, (e.value.hint, text)
         finally:
             raw.aclrtResetDevice(0)
+
+
+def test_a_segment_given_back_while_the_checker_is_off_is_forgotten(engine, native):
+    """Turned on again, the checker does not judge copies by a segment the pool gave back
+    while it was off."""
+    engine.set_hazards("count", queue=True)
+    try:
+        engine.set_check(True)
+        assert native.aclrtSetDevice(0) == 0
+        rc, block = native.aclrtMalloc(4096, 0)
+        assert rc == 0
+        engine.segment_allocated(block, block, 16, 64)
+        engine.set_check(False)
+        engine.segment_freed(block)
+        engine.set_check(True)
+        assert _host_copy(native, block, b"w" * 256) == 0
+        assert engine.findings() == []
+        assert native.aclrtFree(block) == 0
+    finally:
+        engine.set_check(None)
+        engine.set_hazards(None)
