@@ -98,6 +98,21 @@ def test_a_symlinked_share_directory_is_refused_whatever_the_path_ends_with(
 
 
 @pytest.mark.fake_library(FAKE_ONLY)
+def test_a_share_directory_path_ending_in_dot_dot_is_refused(backend, dev, share_dir, handles,
+                                                            tmp_path, monkeypatch):
+    """"link/.." would be the parent of wherever a symlink points: not the directory
+    named."""
+    (tmp_path / "elsewhere" / "inner").mkdir(parents=True, mode=0o700)
+    (tmp_path / "elsewhere").chmod(0o700)
+    share_dir.symlink_to(tmp_path / "elsewhere" / "inner")
+    monkeypatch.setenv("ACL_MEM_FAKE_SHARE_DIR", str(share_dir) + "/..")
+    with pytest.raises(InternalError) as e:
+        raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
+    assert e.value.code == 507000
+    assert sorted(p.name for p in (tmp_path / "elsewhere").iterdir()) == ["inner"]
+
+
+@pytest.mark.fake_library(FAKE_ONLY)
 def test_a_whitelist_too_long_for_its_record_is_refused_and_the_record_kept(
         backend, dev, share_dir, handles):
     """A whitelist that would outgrow what a record holds (4 MiB) over many calls is

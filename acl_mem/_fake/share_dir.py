@@ -104,6 +104,10 @@ def _home(uid: int) -> Path | None:
 
 
 def _open_trusted(directory: Path) -> int:
+    if directory.name == "..":
+        # O_NOFOLLOW judges the last component only: "link/.." would lead through a
+        # symlink to a directory nobody named (the C library refuses it too).
+        raise Untrusted('it is not a plain directory path (it ends in "..")')
     created = False
     try:
         fd = os.open(directory, _OPEN_FLAGS)
