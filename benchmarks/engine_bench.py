@@ -170,7 +170,7 @@ def _fresh_fake(*, check: bool = False, hbm_bytes: int | None = None) -> None:
 
     if _backend._active is None:
         acl_mem.use_backend("fake")
-    elif _backend._active.name != "fake":  # e.g. run.py left the native stand-in installed
+    elif _backend._active.name != "fake":  # e.g. run.py left the native binding installed
         _backend._install(FakeBackend.from_environment(), "fake: engine benchmark")
     acl_mem.fake.configure("atlas-a2", hbm_bytes=hbm_bytes, hazards="count", check=check)
 

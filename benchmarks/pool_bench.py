@@ -2,8 +2,8 @@
 
 (a) SegmentPool allocate + free pair vs one raw fake aclrtMalloc + aclrtFree pair
     (goal <= 1.0: the pool must be cheaper than a round trip to the driver), and vs the
-    bare cffi aclrtMalloc + aclrtFree sequence through the stand-in libascendcl
-    (tests/stand_in.py, needs a C compiler), as benchmarks/run.py (d) does
+    bare cffi aclrtMalloc + aclrtFree sequence through acl_mem's fake libascendcl
+    (the C engine, benchmarks/native_library.py), as benchmarks/run.py (d) does
 (b) replay of ``ops`` operations (default 1 000 000) of log-uniform sizes 32 B - 16 MiB
     with a realistic live set: objects live a log-uniform number of operations
     (1 - 4096, so most are temporaries and a few last long); figures: peak reserved /
@@ -23,7 +23,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -92,23 +91,15 @@ def bench_pair(loops: int = 20000, repeats: int = 7, size: int = 4096) -> dict[s
 
 def bench_pair_native(loops: int = 5000, repeats: int = 7,
                       size: int = 4096) -> dict[str, float]:
-    """(a) through the native backend on the stand-in: pool pair vs the bare cffi pair."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import stand_in
+    """(a) through the native backend on acl_mem's library: pool pair vs the bare cffi pair."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from native_library import install_native_library
 
     import acl_mem
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
     from acl_mem.pool import SegmentPool
 
-    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_pool_bench_")))
-    shim = stand_in.StandIn(root)
-    shim.target = FakeBackend.for_profile()
-    os.environ["ASCEND_HOME_PATH"] = str(root)
-    from acl_mem._native import load_native_backend
-
-    native = load_native_backend()
-    previous = _backend._install(native, "native: stand-in for the pool benchmark")
+    native, previous = install_native_library("the pool benchmark")
     ffi, lib = native.ffi, native.lib
     try:
         with acl_mem.Device(0) as dev, SegmentPool(dev) as pool:
@@ -263,12 +254,12 @@ def main() -> int:
     parser.add_argument("--loops", type=int, default=20000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--thread-ops", type=int, default=20000)
-    parser.add_argument("--no-native", action="store_true", help="skip the stand-in figure")
+    parser.add_argument("--no-native", action="store_true", help="skip the native binding's figure")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
     results = {"a_pair_fake": bench_pair(args.loops, args.repeats)}
     if not args.no_native:
-        results["a_pair_native_stand_in"] = bench_pair_native(args.loops // 4, args.repeats)
+        results["a_pair_native_library"] = bench_pair_native(args.loops // 4, args.repeats)
     results["b_replay"] = bench_replay(args.ops)
     results["c_threads"] = bench_threads(8, args.thread_ops)
     # (c) checker overhead: the same replay (a tenth of it) with the memory checker on.

@@ -8,8 +8,8 @@ of several repeats.
 (b) peak RSS after 60 x 1 GiB allocations on a 64 GiB profile, 1 MiB written to each
     (goal < 1 GiB), measured in a fresh process
 (c) raw fake aclrtMalloc + aclrtFree pair vs a Python dict insert + delete (reported)
-(d) through the native backend on the stand-in libascendcl (tests/stand_in.py, needs a C
-    compiler): DeviceBuffer allocate + free, and the raw-layer pair, vs the bare cffi
+(d) through the native backend on acl_mem's fake libascendcl (the C engine, built at
+    install): DeviceBuffer allocate + free, and the raw-layer pair, vs the bare cffi
     sequence the wrapper performs (ffi.new, lib.aclrtMalloc, lib.aclrtFree); goal <= 1.5
 (e) fake: enqueue + synchronise 10 000 small (64 B) async copies vs the same copies done
     synchronously (reported)
@@ -134,24 +134,15 @@ def bench_malloc_pair(loops: int, repeats: int) -> dict[str, float]:
 
 
 def bench_native_overhead(loops: int, repeats: int) -> dict[str, float]:
-    import tempfile
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import stand_in
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from native_library import install_native_library
 
     import acl_mem
-    from acl_mem import _backend, raw
-    from acl_mem._fake import FakeBackend
+    from acl_mem import raw
 
-    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_bench_")))
-    shim = stand_in.StandIn(root)
-    shim.target = FakeBackend.for_profile()
-    os.environ["ASCEND_HOME_PATH"] = str(root)
-    from acl_mem._native import load_native_backend
-
-    native = load_native_backend()
-    _backend._install(native, "native: stand-in for the benchmark")
+    native, _ = install_native_library("the benchmark")
     ffi, lib = native.ffi, native.lib
 
     def bare() -> None:

@@ -15,8 +15,8 @@ times medians over the rounds.
 (b) the same with the lines formatted in the recording process (what happens where no
     writer process can be started).
 (c) the same with stack_depth=4.
-(d) the raw pair through the native backend on the stand-in libascendcl
-    (tests/stand_in.py, needs a C compiler).
+(d) the raw pair through the native backend on acl_mem's fake libascendcl
+    (the C engine, benchmarks/native_library.py).
 (e) replay (``acl-mem trace replay``) of a recorded run of ``--replay-calls`` calls
     (default 1 000 000: malloc/free with log-uniform sizes from 32 B to 16 MiB, about
     500 live): calls per second of reading the file, of the replay itself and of the
@@ -119,23 +119,13 @@ def bench_fake(pairs: int, rounds: int) -> dict[str, dict[str, float]]:
 
 
 def bench_native(pairs: int, rounds: int) -> dict[str, float]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    import stand_in
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from native_library import install_native_library
 
     import acl_mem
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
 
-    if stand_in.compiler() is None:
-        return {"skipped_no_compiler": 1.0}
-    root = stand_in.build(Path(tempfile.mkdtemp(prefix="acl_mem_bench_")))
-    shim = stand_in.StandIn(root)
-    shim.target = FakeBackend.for_profile()
-    os.environ["ASCEND_HOME_PATH"] = str(root)
-    from acl_mem._native import load_native_backend
-
-    native = load_native_backend()
-    previous = _backend._install(native, "native: stand-in for the benchmark")
+    _, previous = install_native_library("the benchmark")
     try:
         with acl_mem.Device(0):
             return compare(pairs, rounds)
@@ -210,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     if not args.only_replay:
         results = bench_fake(args.pairs, args.rounds)
-        results["d_native_stand_in_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
+        results["d_native_library_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
     results["e_replay"] = bench_replay(args.replay_calls)
     for name, figures in results.items():
         print(name)

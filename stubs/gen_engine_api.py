@@ -16,6 +16,13 @@
   its own name; it is an ELF filter of libascendcl.so, so these definitions only let a
   program link, and every call reaches libascendcl.so's.
 
+and the rest of the installed prefix acl_mem/_fake (laid out like a CANN install around
+the libraries of lib64/; acl_mem/shim/_prefix.py has the texts):
+
+- ``include/acl/*.h``: the toolkit's headers, each declaring what the real one does;
+- ``set_env.sh``, ``bin/setenv.bash`` and the Ascend C CMake module the runtime's
+  examples include.
+
     python stubs/gen_engine_api.py          # rewrite them
     python stubs/gen_engine_api.py --check  # exit 1 if one is out of date
 """
@@ -35,12 +42,14 @@ from acl_mem._hint_texts import PLACEHOLDERS as HINT_PLACEHOLDERS  # noqa: E402
 from acl_mem._hint_texts import TEXTS as HINT_TEXTS  # noqa: E402
 from acl_mem._hints import _HEX  # noqa: E402
 from acl_mem._native.cdef import TYPES  # noqa: E402
-from acl_mem.shim._csource import HI_TYPES, exported_by, load_surface  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
+from acl_mem.shim._prefix import headers, prefix_files  # noqa: E402
+from acl_mem.shim._surface import HI_TYPES, exported_by, load_surface  # noqa: E402
 from acl_mem.trace._lines import CALLS, CallSpec  # noqa: E402
 from stubs._generated import write_or_check  # noqa: E402
 
-SRC = HERE.parent / "acl_mem" / "_fake" / "src"
+PREFIX = HERE.parent / "acl_mem" / "_fake"
+SRC = PREFIX / "src"
 #: Functions outside the cdef that the engine's sources define by hand.
 HAND_WRITTEN = ("aclGetRecentErrMsg", "aclFinalizeReference", "aclCreateDataBuffer",
                 "aclDestroyDataBuffer", "aclUpdateDataBuffer", "aclGetDataBufferAddr",
@@ -291,6 +300,12 @@ OUTPUTS = {"acl_api.h": api_header, "calls.h": calls_header, "hints.h": hints_he
            "acl_rt.c": rt_source}
 
 
+def prefix_outputs() -> dict[str, str]:
+    """Path under acl_mem/_fake -> text: the prefix's headers and scripts."""
+    return {**{f"include/{path}": text for path, text in headers().items()},
+            **prefix_files()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if out of date")
@@ -299,6 +314,8 @@ def main() -> int:
     status = 0
     for name, make in OUTPUTS.items():
         status |= write_or_check(SRC / name, make(), check=args.check, command=command)
+    for relative, text in prefix_outputs().items():
+        status |= write_or_check(PREFIX / relative, text, check=args.check, command=command)
     return status
 
 

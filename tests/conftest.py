@@ -10,20 +10,17 @@ from pathlib import Path
 import pytest
 
 from acl_mem import _env
-from acl_mem.shim._csource import minimal_header
+from acl_mem._fake.library import PREFIX
 
 
 @pytest.fixture(scope="session")
-def headers(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real ACL headers when ACL_MEM_HEADERS_DIR has them, else the shim's minimal
-    acl/acl.h (the same prototypes, fewer enums)."""
+def headers() -> Path:
+    """The real ACL headers when ACL_MEM_HEADERS_DIR has them, else the ones installed
+    with acl_mem (acl_mem/_fake/include: the same declarations)."""
     real = os.environ.get("ACL_MEM_HEADERS_DIR")
     if real and (Path(real) / "acl" / "acl.h").is_file():
         return Path(real)
-    directory = tmp_path_factory.mktemp("include")
-    (directory / "acl").mkdir()
-    (directory / "acl" / "acl.h").write_text(minimal_header())
-    return directory
+    return PREFIX / "include"
 
 
 @pytest.fixture(scope="session")
@@ -41,11 +38,9 @@ def real_headers() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shim_libdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The drop-in libraries, built once for the session into a cache of its own
-    (tests/test_shim.py builds its own as well: it checks two concurrent builds agree)."""
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path_factory.mktemp("xdg")))
+def shim_libdir() -> Path:
+    """The drop-in libraries' directory, as ``acl-mem shim --print-libdir`` prints it."""
     done = subprocess.run([sys.executable, "-m", "acl_mem", "shim", "--print-libdir"],
-                          env=env, capture_output=True, text=True)
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return Path(done.stdout.strip())

@@ -36,7 +36,7 @@ def test_a_broken_rule_is_reported_as_a_divergence():
 
 
 def test_fake_against_native_through_the_command(capsys):
-    """The command compares the fake with the native backend (here: the stand-in)."""
+    """The command compares the fake with the native backend (here: acl_mem's fake library)."""
     provider = native_provider()
     native, why = provider.load()
     if native is None:

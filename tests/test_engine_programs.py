@@ -4,7 +4,7 @@ last error and its text, threads on two devices, fork() from a busy multithreade
 program, and a C++ global freeing memory after main returns.
 
 The programs are compiled against the real headers when ACL_MEM_HEADERS_DIR is set,
-else against the minimal acl/acl.h (tests/conftest.py). Skipped without a C compiler.
+else against the headers installed with acl_mem (tests/conftest.py). Skipped without a C compiler.
 """
 
 from __future__ import annotations
@@ -213,10 +213,11 @@ def test_the_leak_report_at_exit_lists_what_was_never_freed(programs):
     assert "never freed" not in _run(programs["leak_at_exit"]).stderr
 
 
-def test_the_leak_report_names_the_allocating_c_function(programs):
+@pytest.mark.parametrize("checking", ["0", "1"], ids=["no-checker", "checker"])
+def test_the_leak_report_names_the_allocating_c_function(programs, checking):
     """By its exported name (the program is linked with -rdynamic), or by its offset in
-    the program when it is static."""
-    done = _run(programs["leak_site"], ACL_MEM_LEAK_REPORT="yes")
+    the program when it is static; with the checker on or off."""
+    done = _run(programs["leak_site"], ACL_MEM_LEAK_REPORT="yes", ACL_MEM_CHECK=checking)
     lines = _ok(done)
     entries = _leak_entries(done.stderr)
     binary = re.escape(str(programs["leak_site"]))
@@ -403,10 +404,10 @@ def test_a_program_linked_with_libacl_rt_alone(libdir, headers, tmp_path):
 def test_every_surface_function_is_exported_by_its_library(libdir):
     """Each library exports its part of the surface (acl_mem/shim/surface.json;
     libacl_rt.so the part acl_mem/shim/acl_rt_exports.txt names), and no other."""
-    from acl_mem.shim._csource import FRONT_LIBRARIES, library_functions, load_surface
+    from acl_mem.shim._surface import LIBRARIES, library_functions, load_surface
 
     every = {f["name"] for f in load_surface()["functions"]}
-    for number, soname in FRONT_LIBRARIES.items():
+    for number, soname in LIBRARIES.items():
         done = subprocess.run(["nm", "-D", "--defined-only", str(libdir / soname)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
@@ -607,8 +608,6 @@ def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(request, tm
 
     if os.environ.get("ACL_MEM_FAKE_LIBRARY_DIR"):
         pytest.skip("the README's block uses the installed library, not another build")
-    shim_libdir: Path = request.getfixturevalue("shim_libdir")
-
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## The fake library in C"):]
     block = re.search(r"```sh\n(.*?)```", section, flags=re.S)
@@ -616,7 +615,7 @@ def test_the_readme_block_builds_and_runs_a_program_on_the_c_library(request, tm
     assert block is not None and expected is not None
     env = {key: value for key, value in os.environ.items()
            if key not in ("ACL_MEM_FAKE_PROFILE", "ACL_MEM_FAKE_CANN", "LD_PRELOAD")}
-    env.update(XDG_CACHE_HOME=str(shim_libdir.parents[3]), TMPDIR=str(tmp_path),
+    env.update(TMPDIR=str(tmp_path),
                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]))
     done = subprocess.run(["bash", "-e", "-c", block[1]], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)

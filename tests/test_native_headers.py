@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import stand_in
+from shim_support import compiler
 
 from acl_mem import errors
 from acl_mem._native import cdef
@@ -40,8 +40,7 @@ hi_s32 hi_mpi_dvpp_free(hi_void *dev_ptr);
 
 @pytest.fixture(scope="module")
 def headers(real_headers: Path) -> Path:
-    if stand_in.compiler() is None:
-        pytest.skip("no C compiler")
+    compiler()
     return real_headers
 
 
@@ -49,9 +48,7 @@ def _compile(source: str, directory: Path, tmp_path: Path, run: bool = False) ->
     c_file = tmp_path / "check.c"
     c_file.write_text(source)
     binary = tmp_path / "check"
-    cc = stand_in.compiler()
-    assert cc is not None
-    args = [cc, "-std=c11", "-Wall", "-Werror", f"-I{directory}", str(c_file)]
+    args = [*compiler(), "-std=c11", "-Wall", "-Werror", f"-I{directory}", str(c_file)]
     args += ["-o", str(binary)] if run else ["-fsyntax-only"]
     done = subprocess.run(args, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

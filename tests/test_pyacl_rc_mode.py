@@ -1,8 +1,8 @@
 """RC mode: a pyACL program on an Atlas 200 DK's control CPU (the fake's ``atlas-200dk``
 profile, docs/runtime-model.md §3.16): get_run_mode says ACL_DEVICE, the program copies
 with DEVICE_TO_DEVICE where an EP program says HOST_TO_DEVICE, and reads device memory
-directly through acl.util, as the board's samples do. On both backends (native: the
-stand-in library playing the same profile)."""
+directly through acl.util, as the board's samples do. On both backends (native: acl_mem's
+fake library playing the same profile)."""
 
 from __future__ import annotations
 
@@ -71,23 +71,15 @@ def _run(backend_name: str, launcher: str, tmp_path: Path,
         code = f"{provider.subprocess_prelude}\nimport sys\n{entry[0]}\nsys.exit(main())\n"
         command = [sys.executable, "-c", code, *entry[1], "--backend", "native"]
         env = {k: v for k, v in os.environ.items() if k != "ACL_MEM_BACKEND"}
-        env["ACL_MEM_FAKE_PROFILE"] = profile  # what the stand-in's fake plays
+        env["ACL_MEM_FAKE_PROFILE"] = profile  # what acl_mem's library plays
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH"))
                                             if p)
     return subprocess.run([*command, str(script)], env=env, capture_output=True, text=True,
                           timeout=120, cwd=str(tmp_path))
 
 
-#: On a board the control CPU reads device memory at its device address; the stand-in
-#: library keeps the fake's device bytes elsewhere, so the native leg cannot read them.
-_UNMAPPED = ("native over the stand-in: the fake's device memory is not mapped at its device "
-             "address, as it is on a real board's control CPU")
-_STAND_IN_CANNOT_MAP = pytest.mark.skip(reason=_UNMAPPED)
-
-
 @pytest.mark.parametrize("launcher", list(LAUNCHERS))
-@pytest.mark.parametrize("backend_name", ["fake", pytest.param("native",
-                                                                marks=_STAND_IN_CANNOT_MAP)])
+@pytest.mark.parametrize("backend_name", ["fake", "native"])
 def test_an_rc_program_runs_on_the_board_profile(backend_name, launcher, tmp_path):
     got = results(_run(backend_name, launcher, tmp_path, "atlas-200dk"))
     assert got["mode_before_init"] == [0, 0]
@@ -110,7 +102,7 @@ def test_the_same_program_in_ep_mode_stops_at_the_device_read(backend_name, tmp_
 
 def test_run_mode_on_every_backend(backend):
     """aclrtGetRunMode needs no aclInit or device: ACL_HOST for the EP profiles, ACL_DEVICE
-    for the RC one (atlas-200dk) when ACL_MEM_FAKE_PROFILE picks it (the stand-in under the
-    native backend plays the same profile)."""
+    for the RC one (atlas-200dk) when ACL_MEM_FAKE_PROFILE picks it (acl_mem's library under
+    the native backend plays the same profile)."""
     profile = resolve_profile(os.environ.get("ACL_MEM_FAKE_PROFILE") or DEFAULT_PROFILE)
     assert raw.aclrtGetRunMode() == profile.run_mode

@@ -179,7 +179,7 @@ def test_recording_changes_no_result_on_the_fake(tmp_path):
 
 
 def test_recording_changes_no_result_on_either_backend(backend, tmp_path):
-    """The same script twice on the backend under test (native: the stand-in), recorded
+    """The same script twice on the backend under test (native: acl_mem's library), recorded
     the second time: the same codes and the same exceptions."""
     def outcome(entry: Any) -> object:
         # Addresses may differ between two runs; codes and exception classes may not.

@@ -68,7 +68,7 @@ def _peaks(summary: Any) -> dict[str, tuple[int, int]]:
 
 
 def test_a_recorded_run_replays_with_no_difference(dev, tmp_path, backend):
-    """On either backend (native: through the stand-in library): the replay on the fake
+    """On either backend (native: through acl_mem's library): the replay on the fake
     returns what every call returned, and reaches the same peaks."""
     path = tmp_path / "run.jsonl"
     with record(path):

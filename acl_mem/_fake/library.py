@@ -18,14 +18,17 @@ import cffi
 from .. import _env
 from ..errors import BackendError, SettingError
 
-__all__ = ["LIBRARY_DIR", "RELEASE_DIRS", "EngineDescription", "EngineLeak", "EngineLibrary",
-           "library_dir"]
+__all__ = ["LIBRARY_DIR", "PREFIX", "RELEASE_DIRS", "EngineDescription", "EngineLeak",
+           "EngineLibrary", "library_dir"]
 
-#: Where installing acl_mem builds the three libraries (lib64/, as in a CANN toolkit).
-LIBRARY_DIR = Path(__file__).resolve().parent / "lib64"
+#: The installed prefix, laid out like a CANN toolkit: include/ (acl/*.h and the control
+#: API's header), lib64/ (built when acl_mem is installed), set_env.sh.
+PREFIX = Path(__file__).resolve().parent
+#: Where installing acl_mem builds the libraries.
+LIBRARY_DIR = PREFIX / "lib64"
 #: The control API's declarations: its header, read as cffi reads a cdef (the
 #: preprocessor lines and the C++ guard dropped), plus the ACL call the tests ask for texts.
-HEADER = Path(__file__).resolve().parent / "include" / "acl_mem_fake.h"
+HEADER = PREFIX / "include" / "acl_mem_fake.h"
 
 
 def control_cdef() -> str:

@@ -128,14 +128,15 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
         marker = request.node.get_closest_marker("fake_only")
         if marker is not None:
             pytest.skip(f"fake only: {marker.args[0]}")
-        marker = request.node.get_closest_marker("fake_library")
-        if marker is not None and not getattr(provider, "is_fake_library", False):
-            pytest.skip(f"fake only: {marker.args[0]}")
         native, source = provider.load()
         if native is None:
             if _env.flag("ACL_MEM_REQUIRE_NATIVE"):
                 pytest.fail(f"ACL_MEM_REQUIRE_NATIVE=1 but native is unavailable: {source}")
             pytest.skip(f"native backend unavailable: {brief(source)}")
+        # Asked after loading: a provider knows only then which library it has.
+        marker = request.node.get_closest_marker("fake_library")
+        if marker is not None and not getattr(provider, "is_fake_library", False):
+            pytest.skip(f"fake only: {marker.args[0]}")
         provider.before_test()
         chosen: _backend.Backend = native
     else:

@@ -1,7 +1,7 @@
 """Where the conformance checks get their backends from.
 
 By default the native backend is the real libascendcl. A test suite without
-hardware installs another NativeProvider (the project's stand-in library) with
+hardware installs another NativeProvider (the project's: acl_mem's own fake library) with
 set_native_provider() before the checks run.
 """
 

@@ -1,22 +1,18 @@
-"""A drop-in libascendcl.so (and the toolkit's other libraries) made from acl_mem's fake.
+"""The drop-in libascendcl.so for C and C++ programs: acl_mem's fake runtime, the C library
+of acl_mem/_fake/src built when acl_mem is installed, and the prefix around it.
 
-``acl-mem shim build`` / ``acl-mem shim --print-libdir`` (or ``python -m acl_mem.shim``)
-compile the libraries for the running interpreter, cached per user (``_build``). A C or
-C++ program linked against them, or loading them with dlopen/ctypes, runs on the fake
-device with the rules and error codes acl_mem has from Python:
+``acl-mem shim`` (or ``python -m acl_mem.shim``, ``_cli``) prints where the libraries,
+the headers and the prefix are, and runs programs on them. The installed prefix is
+acl_mem/_fake: ``lib64/`` (the libraries), ``include/`` (the toolkit's headers and the
+control API's), ``set_env.sh``. What the headers and the exports are made from stays
+here as data, for stubs/gen_engine_api.py and the tests:
 
-- ``surface.json`` (generated from the real headers by stubs/gen_shim_surface.py): every
-  exported function with its exact prototype; ``_csource`` turns it into the C of the
-  front libraries (supported calls forward to the engine, the rest fail loudly);
-- ``_engine`` / ``_engine_runtime``: the cffi embedding library that starts Python once
-  (or joins the process's interpreter) and routes each call into the active fake;
-- ``_marshal`` / ``_decls``: C arguments to the Backend protocol, shared with the test
-  suite's stand-in libascendcl (tests/stand_in.py);
-- ``headers.json`` (same generator) / ``_headers``: the real headers' declarations as
-  data (enums, structs, typedefs, macros, error codes), written back as the prefix's
-  headers;
-- ``_build`` / ``_cache`` / ``_prefix``: the build, the checks that make its cache safe
-  to load code from, and the headers and set_env.sh that make it a CANN-like prefix.
+- ``surface.json`` (stubs/gen_shim_surface.py, from the real headers): every exported
+  function with its exact prototype and library (``_surface``);
+- ``headers.json`` (same generator) and ``_headers``: the real headers' declarations
+  (enums, structs, typedefs, macros, error codes), written back as the prefix's headers
+  by ``_prefix`` with its scripts;
+- ``acl_rt_exports.txt``: the functions libacl_rt.so exports.
 
 Importing this package does nothing: each part loads on use.
 """

@@ -1,10 +1,12 @@
-"""``acl-mem shim``: build the drop-in libascendcl.so and run C programs on it
-(acl_mem/cli.py hands the command over here; ``python -m acl_mem.shim`` too)."""
+"""``acl-mem shim``: where the drop-in libascendcl.so (acl_mem's fake runtime in C) and its
+prefix are, and running C programs on it (acl_mem/cli.py hands the command over here;
+``python -m acl_mem.shim`` too)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,38 +16,41 @@ __all__ = ["add_shim_parser", "main", "run_shim"]
 
 _DESCRIPTION = """\
 A drop-in libascendcl.so and libacl_rt.so (with libacl_dvpp.so, libacl_dvpp_mpi.so,
-libmsprofiler.so and empty companions for the other toolkit libraries) made from
-acl_mem's fake: an unmodified C or C++ program linked against it runs on the fake
-device, with the rules and error codes acl_mem has from Python.
+libmsprofiler.so and empty companions for the other toolkit libraries): acl_mem's fake
+runtime, a C library built when acl_mem was installed. An unmodified C or C++ program
+linked against it runs on the fake device, with the rules and error codes acl_mem has
+from Python, and with no Python in the process.
 
-  cc prog.c -I<ACL headers> -L"$(acl-mem shim --print-libdir)" -lascendcl -o prog
+  cc prog.c -I"$(acl-mem shim --print-includedir)" -L"$(acl-mem shim --print-libdir)" \\
+      -lascendcl -o prog
   acl-mem shim exec -- ./prog args...
 
-Without the CANN toolkit, -I"$(acl-mem shim --print-includedir)" gives acl/acl.h and
-every other header the exported functions are declared in. --print-prefix gives a
-directory laid out like a CANN install (include/, lib64/, set_env.sh): after
+--print-includedir gives acl/acl.h and every other header the exported functions are
+declared in (the toolkit's own headers work as well). --print-prefix gives a directory
+laid out like a CANN install (include/, lib64/, set_env.sh): after
 'source "$(acl-mem shim --print-prefix)/set_env.sh"' (or with ASCEND_HOME_PATH set to
 it) programs build with their own CMake files or Makefiles, unchanged.
 
-The libraries are compiled on first use for this interpreter and acl_mem version
-(a C compiler, Python's headers and a shared libpython are needed then) and cached
-in $XDG_CACHE_HOME/acl_mem/shim (default ~/.cache/acl_mem/shim; every directory
-on the way must be yours and closed to others, see the README).
+--print-libdir and exec choose the library of the release ACL_MEM_FAKE_CANN names
+(CANN 8.5.0 has its own, lib64/cann-8.5.0); ACL_MEM_FAKE_LIBRARY_DIR names another
+build of the same sources (python -m acl_mem._fake.engine_build, e.g. with sanitizers).
 """
 
 _EPILOG = """\
 Memory, devices, contexts, streams, events, virtual memory, run mode and versions
 run on the fake; data buffers, aclDataTypeSize, aclGetRecentErrMsg (the text of the
 thread's last failed call) and aclrtDeviceGetBareTgid are answered by the library.
-With ACL_MEM_LEAK_REPORT=1 the fake's leak report is printed at exit. Every other
-ACL function (models, operators, DVPP processing, tensor queues ...) returns 200006
+ACL_MEM_LEAK_REPORT=1 prints the leak report at exit, ACL_MEM_CHECK=1 turns the memory
+checker on and ACL_MEM_TRACE=FILE records every call. Every other ACL function
+(models, operators, DVPP processing, tensor queues ...) returns 200006
 (ACL_ERROR_FEATURE_UNSUPPORTED; NULL or 0 when it returns something else) and prints
-one line on standard error naming it;
-ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1 aborts instead. If the fake cannot start, every
-call returns 500000 (ACL_ERROR_INTERNAL_ERROR) and the reason is printed once.
+one line on standard error naming it; ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED=1 aborts
+instead. A setting the library cannot use makes every call return 500000
+(ACL_ERROR_INTERNAL_ERROR) and is named once on standard error.
 
-exit status: 0 done; 1 the libraries could not be built; 2 usage error; with exec,
-the program's own status (127 if it cannot be run).
+exit status: 0 done; 1 the libraries are missing (acl_mem was installed without a C
+compiler) or --out cannot be written; 2 usage error; with exec, the program's own
+status (127 if it cannot be run).
 """
 
 
@@ -59,33 +64,51 @@ def add_shim_parser(sub: Any, formatter: type[argparse.HelpFormatter]) -> None:
 
 def _arguments(shim: argparse.ArgumentParser, formatter: type[argparse.HelpFormatter]) -> None:
     shim.add_argument("--print-libdir", action="store_true",
-                      help="print the directory holding the libraries (built on first use)")
+                      help="print the directory holding the libraries")
     shim.add_argument("--print-includedir", action="store_true",
                       help="print a directory holding acl/acl.h with every exported "
                       "prototype, for compiling without the CANN toolkit's headers")
     shim.add_argument("--print-prefix", action="store_true",
                       help="print a directory laid out like a CANN install: include/, "
-                      "lib64/ and set_env.sh (built on first use)")
+                      "lib64/ and set_env.sh")
     commands = shim.add_subparsers(dest="shim_command", title="commands", metavar="COMMAND")
-    build = commands.add_parser("build", help="build the libraries (if needed) and print "
-                                "their directory", formatter_class=formatter)
+    build = commands.add_parser("build", help="print the libraries' directory, or copy the "
+                                "prefix with --out", formatter_class=formatter)
     build.add_argument("--out", metavar="DIR", type=Path,
-                       help="build into DIR (lib64/, include/, set_env.sh; always rebuilt) "
-                       "instead of the cache")
+                       help="copy the prefix (lib64/, include/, set_env.sh ...) into DIR, "
+                       "e.g. for a container image; files already there are replaced")
     run = commands.add_parser("exec", help="run a program with the libraries on "
                               "LD_LIBRARY_PATH", formatter_class=formatter)
     run.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS ...]",
                      help="the program and its arguments")
 
 
-def _libdir(out: Path | None = None) -> Path | None:
-    from ._build import ShimBuildError, libdir
+def _libdir() -> Path | None:
+    from .._fake.library import library_dir
+    from ..errors import BackendError, SettingError
 
     try:
-        return libdir(out)
-    except ShimBuildError as exc:
+        return library_dir()
+    except (BackendError, SettingError) as exc:
         print(f"acl-mem shim: {exc}", file=sys.stderr)
         return None
+
+
+def _copy_prefix(out: Path) -> bool:
+    """Copy the installed prefix into ``out`` (which may exist): False, said, on failure."""
+    from .._fake.library import PREFIX
+
+    try:
+        if out.exists() and not out.is_dir():
+            raise NotADirectoryError(f"{out} is not a directory")
+        for part in ("include", "lib64", "bin", "tikcpp"):
+            shutil.copytree(PREFIX / part, out / part, symlinks=False, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(PREFIX / "set_env.sh", out / "set_env.sh")
+    except OSError as exc:
+        print(f"acl-mem shim build: cannot copy the prefix into {out}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def run_shim(args: argparse.Namespace) -> int:
@@ -95,14 +118,21 @@ def run_shim(args: argparse.Namespace) -> int:
         print("acl-mem shim: give --print-libdir, --print-includedir, --print-prefix or a "
               "command (build, exec); 'acl-mem shim --help' explains them", file=sys.stderr)
         return 2
-    directory = _libdir(getattr(args, "out", None) if command == "build" else None)
+    directory = _libdir()
     if directory is None:
         return 1
+    if command == "build" and args.out is not None:
+        if not _copy_prefix(args.out):
+            return 1
+        print(args.out / "lib64")
+        return 0
     if command != "exec":
+        from .._fake.library import PREFIX
+
         if command is None and args.print_prefix:
-            print(directory.parent)
+            print(PREFIX)
         elif command is None and args.print_includedir:
-            print(directory.parent / "include")
+            print(PREFIX / "include")
         else:
             print(directory)
         return 0

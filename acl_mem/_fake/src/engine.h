@@ -60,10 +60,13 @@ enum {
 #define AM_DEVICE_SLOT AM_TiB
 #define AM_DVPP_WINDOW (16 * AM_GiB)
 /* Virtual-memory reservations come from [16 TiB, 24 TiB); the bytes of a mapped address
- * are at its mirror, AM_MIRROR_OFFSET higher (docs/runtime-model.md §4.2). */
+ * are at its mirror, am.mirror_offset higher (docs/runtime-model.md §4.2): the first of
+ * these offsets whose 8 TiB range is free when the library starts. The first keeps the
+ * mirror clear of [16 TiB, 64 TiB), which acl_mem's Python fake takes in a process that
+ * has both; the others make room for whatever else got there first. */
 #define AM_VMM_BASE (16 * AM_TiB)
 #define AM_VMM_END (24 * AM_TiB)
-#define AM_MIRROR_OFFSET (40 * AM_TiB)
+#define AM_MIRROR_OFFSETS {48 * AM_TiB, 56 * AM_TiB, 64 * AM_TiB, 72 * AM_TiB, 80 * AM_TiB}
 /* No user-space host address reaches this (x86-64 and AArch64, 5-level tables). */
 #define AM_USER_SPACE_END ((uint64_t)1 << 56)
 
@@ -296,6 +299,7 @@ struct am_engine {
     bool tracing; /* ACL_MEM_TRACE records this process's calls: fast paths stay off */
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
+    uint64_t mirror_offset; /* the mirror of VMM address va is at va + mirror_offset */
     struct am_space vmm_space;
     struct am_node *reservations, *physicals;
     uint64_t physical_sequence, mapping_serial;

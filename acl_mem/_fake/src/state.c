@@ -621,7 +621,11 @@ static void initialise(void)
     layout_devices();
     __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
     am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);
-    am.mirror_reserved = am_os_reserve(AM_VMM_BASE + AM_MIRROR_OFFSET, AM_VMM_END - AM_VMM_BASE);
+    static const uint64_t offsets[] = AM_MIRROR_OFFSETS;
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0] && !am.mirror_reserved; i++) {
+        am.mirror_offset = offsets[i];
+        am.mirror_reserved = am_os_reserve(AM_VMM_BASE + offsets[i], AM_VMM_END - AM_VMM_BASE);
+    }
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 

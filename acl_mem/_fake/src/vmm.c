@@ -196,7 +196,7 @@ bool am_vmm_find(uint64_t address, uint64_t count, struct am_located *found)
     }
     int device = mapping->physical->device;
     found->where = device >= 0 ? AM_ON_DEVICE : AM_PINNED_HOST;
-    found->host = (unsigned char *)(uintptr_t)(address + AM_MIRROR_OFFSET);
+    found->host = (unsigned char *)(uintptr_t)(address + am.mirror_offset);
     found->device = device;
     found->block = NULL;
     found->mapping_start = mapping->node.key;
@@ -297,7 +297,7 @@ void am_vmm_each(void (*visit)(const struct am_held *, void *), void *context)
 static void unmap_mirror(uint64_t va, uint64_t size)
 {
     /* The reserved placeholder goes back over the mirror. */
-    mmap((void *)(uintptr_t)(va + AM_MIRROR_OFFSET), size, PROT_NONE,
+    mmap((void *)(uintptr_t)(va + am.mirror_offset), size, PROT_NONE,
          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
 }
 
@@ -700,7 +700,7 @@ aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle
         return unlock_with(am_fail(fault, call, "a failure planned by acl_mem_fake_inject_fault"));
     struct am_mapping *mapping = calloc(1, sizeof *mapping);
     int fd = physical->imported_from != 0 ? physical->import_fd : pool_fd(physical->device);
-    void *want = (void *)(uintptr_t)(va + AM_MIRROR_OFFSET);
+    void *want = (void *)(uintptr_t)(va + am.mirror_offset);
     if (mapping == NULL || fd < 0 || !am.mirror_reserved ||
         mmap(want, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
              (off_t)physical->offset) != want) {

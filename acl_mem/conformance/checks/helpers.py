@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,22 +89,6 @@ def rc_mode() -> bool:
     kind run as device-to-device, so an asynchronous HOST_TO_HOST copy is accepted instead of
     207000 (§3.10)."""
     return raw.aclrtGetRunMode() == ACL_DEVICE
-
-
-#: tests/stand_in.py sets this to the directory of the stand-in libascendcl it built.
-_STAND_IN_ROOT = "ACL_MEM_STAND_IN_ROOT"
-
-
-def native_over_stand_in(backend: object) -> bool:
-    """Whether ``backend`` is the native backend over the project's stand-in libascendcl
-    (tests/stand_in.py: the C entry points forward to a fake), not over a device's library.
-    Only for what the stand-in cannot play: the fake's device memory is not mapped at its
-    device address, as it is on a board's control CPU in RC mode."""
-    root = os.environ.get(_STAND_IN_ROOT)
-    path = getattr(backend, "path", None)
-    if not root or not isinstance(path, str):
-        return False
-    return Path(path).resolve().is_relative_to(Path(root).resolve())
 
 
 # -- CANN releases (docs/runtime-model.md §0.1) ----------------------------------------------------

@@ -23,7 +23,6 @@ from .helpers import (
     ACL_HOST,
     has_dvpp_memory,
     has_mpi_dvpp,
-    native_over_stand_in,
     raise_from_fresh_thread,
     rc_mode,
     since,
@@ -124,10 +123,6 @@ def test_pyacl_reading_device_memory_follows_the_run_mode(dev, backend):
     and DVPP memory alike. In RC mode the control CPU reads device memory itself: both give
     the device's bytes (docs/pyacl.md, "Reading memory: EP and RC mode")."""
     rc = rc_mode()
-    if rc and native_over_stand_in(backend):
-        pytest.skip("RC mode on the native backend over the stand-in libascendcl: the fake's "
-                    "device memory is not mapped at its device address, as it is on a "
-                    "board's control CPU (the fake backend checks RC reads)")
     ptr, ret = acl.rt.malloc(4096, ACL_MEM_MALLOC_HUGE_FIRST)
     assert ret == 0
     dvpp, ret = acl.media.dvpp_malloc(4096)
