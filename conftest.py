@@ -15,6 +15,11 @@ sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
 from engine_provider import EngineProvider
 
+from acl_mem._fake.backend import _reserve_device_space
 from acl_mem.conformance.providers import set_native_provider
 
+# Both fakes run in this process, each wanting the same fixed host addresses for its
+# device window; whichever comes first keeps device addresses off host memory (the other
+# works without). The Python fake's checks ask for it, so it comes first.
+_reserve_device_space()
 set_native_provider(EngineProvider())

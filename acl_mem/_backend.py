@@ -217,9 +217,10 @@ def _load(name: str) -> Backend:
         from ._native import load_native_backend
 
         return load_native_backend()
-    from ._fake import FakeBackend
+    from ._fake import fake_class
 
-    return FakeBackend.from_environment()
+    fake: Backend = fake_class().from_environment()
+    return fake
 
 
 def _choose(requested: str | None) -> tuple[Backend, str]:

@@ -16,10 +16,11 @@ standard error, works without importing this module: acl_mem/_fake/leak_report.p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import _backend
 from ._args import c_uint
-from ._fake import PROFILES, FakeBackend, Profile, resolve_profile
+from ._fake import PROFILES, FakeBackend, Profile, fake_class, is_fake, resolve_profile
 from ._fake import leak_report as _leak_report
 from ._fake.config import (
     current_cann,
@@ -79,6 +80,12 @@ def configure(
         set_hazard_mode(hazards)
         set_check(check)
         return current_profile()
+    if modes_only and active is not None and is_fake(active):
+        engine: Any = active
+        engine.set_modes(hazards=hazards, check=check)
+        set_hazard_mode(hazards)
+        set_check(check)
+        return current_profile()
     base = resolve_profile(profile) if profile is not None else current_profile()
     count = None if device_count is None else c_uint(device_count, "configure", "device_count",
                                                      32, "int")
@@ -89,7 +96,7 @@ def configure(
     release = current_cann() if cann is None else resolve_cann(cann)
     mode = hazards or current_hazard_mode()
     checking = current_check() if check is None else bool(check)
-    fresh = FakeBackend(chosen, hazards=mode, check=checking, cann=release)
+    fresh = fake_class()(chosen, hazards=mode, check=checking, cann=release)
     if cann is not None:
         set_cann(release)
     set_profile(chosen)
@@ -105,8 +112,8 @@ def reset() -> None:
     set_hazard_mode(None)
     set_check(None)
     set_cann(None)
-    _replace_active(FakeBackend(current_profile(), hazards=current_hazard_mode(),
-                                check=current_check(), cann=current_cann()))
+    _replace_active(fake_class()(current_profile(), hazards=current_hazard_mode(),
+                                 check=current_check(), cann=current_cann()))
 
 
 def profile() -> Profile:
@@ -126,9 +133,9 @@ def inject_fault(call: str, nth: int = 1, code: int = 207001) -> None:
     _active_fake("inject_fault").inject_fault(call, nth, code)
 
 
-def _active_fake(what: str) -> FakeBackend:
+def _active_fake(what: str) -> Any:
     active = _backend.get()
-    if not isinstance(active, FakeBackend):
+    if not is_fake(active):
         raise RuntimeError(f"acl_mem.fake.{what}: the active backend is {active.name!r}")
     return active
 
@@ -166,10 +173,11 @@ _report_leaks_at_exit = _leak_report.report_leaks_at_exit
 
 def hazards() -> dict[str, int]:
     """Hazards the active fake has seen so far, counted by kind."""
-    return _active_fake("hazards").hazards.counts()
+    counts: dict[str, int] = _active_fake("hazards").hazards.counts()
+    return counts
 
 
-def _replace_active(fresh: FakeBackend) -> None:
+def _replace_active(fresh: Any) -> None:
     active = _backend._active
     if active is not None and active.name == "fake":
         if isinstance(active, FakeBackend):

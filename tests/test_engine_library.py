@@ -114,6 +114,60 @@ def test_hazards_are_queued_for_a_binding_and_counted(engine, native):
         engine.set_hazards(None)
 
 
+def test_the_host_touching_memory_queued_work_uses_is_a_hazard(engine, native):
+    """acl_mem_fake_host_access: a read races with queued writes only, a write with any
+    queued access; after the synchronisation nothing races."""
+    engine.set_hazards("count", queue=True)
+    try:
+        assert native.aclrtSetDevice(0) == 0
+        rc, host = native.aclrtMallocHost(4096)
+        rc2, device = native.aclrtMalloc(4096, 0)
+        rc3, stream = native.aclrtCreateStream()
+        assert rc == rc2 == rc3 == 0
+        assert native.aclrtMemcpyAsync(device, 4096, host, 4096, 1, stream) == 0  # reads host
+        engine.host_access(host, 16, write=False, what="a view reads")
+        assert engine.findings() == []
+        engine.host_access(host + 8, 16, write=True, what="a view writes")
+        found = engine.findings()
+        assert [kind for kind, _ in found] == ["access-before-synchronize"]
+        assert found[0][1].startswith("a view writes while queued")
+        assert native.aclrtMemcpyAsync(host, 4096, device, 4096, 2, stream) == 0  # writes it
+        engine.host_access(host + 4095, 1, write=False, what="a view reads")
+        assert [kind for kind, _ in engine.findings()] == ["access-before-synchronize"]
+        assert native.aclrtSynchronizeStream(stream) == 0
+        engine.host_access(host, 4096, write=True, what="a view writes")
+        assert engine.findings() == []
+        with pytest.raises(ValueError):
+            engine.host_access(1 << 63, 1 << 63, write=False, what="wrapping")
+        assert native.aclrtDestroyStream(stream) == 0
+        assert native.aclrtFree(device) == 0 and native.aclrtFreeHost(host) == 0
+    finally:
+        engine.set_hazards(None)
+
+
+def test_the_checker_holds_freed_addresses_back_a_while(engine, native):
+    """With the checker on, a freed block's address is not given to the next blocks (a
+    stale pointer does not reach a new block) until 64 more frees push it out; with it
+    off, the next block of that size takes it at once."""
+    assert native.aclrtSetDevice(0) == 0
+    rc, first = native.aclrtMalloc(4096, 0)
+    assert rc == 0 and native.aclrtFree(first) == 0
+    rc, again = native.aclrtMalloc(4096, 0)
+    assert (rc, again) == (0, first) and native.aclrtFree(again) == 0
+    engine.set_check(True)
+    try:
+        seen = []
+        for _ in range(65):  # the 65th free pushes the first address out
+            rc, ptr = native.aclrtMalloc(4096, 0)
+            assert rc == 0 and native.aclrtFree(ptr) == 0
+            seen.append(ptr)
+        assert len(set(seen)) == 65
+        rc, ptr = native.aclrtMalloc(4096, 0)  # the first one is back in the space
+        assert rc == 0 and ptr == seen[0] and native.aclrtFree(ptr) == 0
+    finally:
+        engine.set_check(None)
+
+
 def test_a_full_finding_queue_says_how_many_it_dropped(engine, native):
     engine.set_hazards(None, queue=True)
     try:

@@ -70,7 +70,6 @@ def test_leak_report_once_in_a_python_program(shim_libdir, tmp_path):
 _CTYPES_FORK = """
 import ctypes, os, sys, threading, time
 lib = ctypes.CDLL(sys.argv[1], mode=os.RTLD_LOCAL)
-libc = ctypes.CDLL(None)
 assert lib.aclrtSetDevice(0) == 0
 stop = threading.Event()
 
@@ -85,8 +84,8 @@ threads = [threading.Thread(target=busy) for _ in range(2)]
 for t in threads:
     t.start()
 results = []
-for how in ("os.fork", "fork through ctypes") * 3:
-    pid = os.fork() if how == "os.fork" else libc.fork()
+for how in ["os.fork"] * 6:
+    pid = os.fork()
     if pid == 0:
         p = ctypes.c_void_p()
         ok = (lib.aclrtSetDevice(0) == 0 and lib.aclrtMalloc(ctypes.byref(p), 4096, 0) == 0
@@ -111,13 +110,15 @@ print(" / ".join(results))
 
 
 def test_fork_in_a_python_program_that_loaded_the_library(shim_libdir, tmp_path):
-    """os.fork() and fork() through ctypes while two threads allocate and free: each
-    child allocates and frees in time."""
+    """os.fork() while two threads allocate and free through the library: each child
+    allocates and frees in time. (fork() called through ctypes is not tried: it forks
+    without the GIL, which another thread may hold, and such a child can hang in Python
+    itself, whatever the library does.)"""
     done = subprocess.run([sys.executable, "-c", _CTYPES_FORK,
                            str(shim_libdir / "libascendcl.so")], env=_env(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == " / ".join(["os.fork", "fork through ctypes"] * 3)
+    assert done.stdout.splitlines()[0] == " / ".join(["os.fork"] * 6)
 
 
 def test_fork_while_another_thread_makes_the_first_call(shim_libdir, headers, tmp_path):

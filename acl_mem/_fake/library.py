@@ -169,10 +169,16 @@ class EngineLibrary:
         found: list[tuple[str, str]] = []
         if self.lib.acl_mem_fake_findings_waiting == 0:
             return found
-        kind, text = self.ffi.new("char[64]"), self.ffi.new("char[512]")
-        while self.lib.acl_mem_fake_next_finding(kind, 64, text, 512) == 1:
+        kind, text = self.ffi.new("char[64]"), self.ffi.new("char[1100]")
+        while self.lib.acl_mem_fake_next_finding(kind, 64, text, 1100) == 1:
             found.append((self._text(kind), self._text(text)))
         return found
+
+    def host_access(self, start: int, size: int, *, write: bool, what: str) -> None:
+        """The host touches ``[start, start+size)`` itself: a hazard, queued or reported,
+        when queued work writes there (or, for a write, reads or writes there)."""
+        if self.lib.acl_mem_fake_host_access(start, size, int(write), what.encode()) != 0:
+            raise ValueError(f"host_access refused {start:#x} + {size}")
 
     def set_check(self, on: bool | None) -> None:
         """The memory checker on or off; None: as ACL_MEM_CHECK says."""

@@ -35,7 +35,7 @@ import pytest
 import acl_mem
 
 from .. import _backend, _env
-from .._fake import FakeBackend
+from .._fake import fake_class, is_fake
 from .._fake.config import current_cann, current_profile, set_profile
 from .._lifecycle import state
 from .providers import brief, native_provider
@@ -141,7 +141,7 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
         chosen: _backend.Backend = native
     else:
         set_profile(None)
-        chosen = FakeBackend(current_profile())
+        chosen = fake_class()(current_profile())
     releases = request.node.get_closest_marker("cann")
     if releases is not None and _release_of(chosen) not in releases.args:
         if request.param == "native":
@@ -173,14 +173,14 @@ def cann(backend: _backend.Backend) -> str:
 
 
 @pytest.fixture
-def fake(backend: _backend.Backend) -> FakeBackend:
+def fake(backend: _backend.Backend) -> Any:
     """The fake backend (only in checks marked ``fake_only``)."""
-    assert isinstance(backend, FakeBackend), "the fake fixture needs the fake_only marker"
+    assert is_fake(backend), "the fake fixture needs the fake_only marker"
     return backend
 
 
 @pytest.fixture
-def checking(fake: FakeBackend) -> Iterator[None]:
+def checking(fake: Any) -> Iterator[None]:
     """The fake with its memory checker on and hazards counted (checks marked
     ``fake_only``), back to its settings afterwards."""
     acl_mem.fake.configure(check=True, hazards="count")

@@ -25,8 +25,8 @@ struct am_located am_locate(uint64_t address, uint64_t count)
 {
     struct am_located found = {.where = AM_NOWHERE, .host = NULL, .device = -1,
                                .block = NULL, .mapping_start = 0};
-    if (address >= AM_DEVICE_SPACE_BASE &&
-        address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
+    if (address >= am_device_base() &&
+        address < am_device_base() + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
         struct am_device *device = am_device_of(address);
         if (device == NULL)
             return found;

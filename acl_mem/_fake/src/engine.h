@@ -54,19 +54,23 @@ enum {
 #define AM_GIANT_PAGE AM_GiB
 #define AM_HOST_PAGE ((uint64_t)4096)
 #define AM_MAX_DEVICES 32
-/* The fake's device address space: slot d starts at base + d TiB; [16, 24) TiB is
- * kept for the virtual-memory window (docs/runtime-model.md §4.2). */
-#define AM_DEVICE_SPACE_BASE (24 * AM_TiB)
+/* Freed device blocks whose addresses the checker holds back, per device. */
+#define AM_QUARANTINE 64
+/* The fake's device address space: slot d starts at am.device_base + d TiB, the first of
+ * AM_DEVICE_BASES whose AM_MAX_DEVICES TiB are free when the library starts (else the
+ * first, not reserved: device memory is then not at its device address in the host);
+ * [16, 24) TiB is kept for the virtual-memory window (docs/runtime-model.md §4.2). */
+#define AM_DEVICE_BASES {24 * AM_TiB, 72 * AM_TiB}
 #define AM_DEVICE_SLOT AM_TiB
 #define AM_DVPP_WINDOW (16 * AM_GiB)
 /* Virtual-memory reservations come from [16 TiB, 24 TiB); the bytes of a mapped address
  * are at its mirror, am.mirror_offset higher (docs/runtime-model.md §4.2): the first of
- * these offsets whose 8 TiB range is free when the library starts. The first keeps the
- * mirror clear of [16 TiB, 64 TiB), which acl_mem's Python fake takes in a process that
- * has both; the others make room for whatever else got there first. */
+ * these offsets whose 8 TiB range is free when the library starts and clear of the
+ * device space. The later ones make room for what got there first: another copy of the
+ * library, a sanitizer, or acl_mem's Python fake (which takes [16 TiB, 64 TiB)). */
 #define AM_VMM_BASE (16 * AM_TiB)
 #define AM_VMM_END (24 * AM_TiB)
-#define AM_MIRROR_OFFSETS {48 * AM_TiB, 56 * AM_TiB, 64 * AM_TiB, 72 * AM_TiB, 80 * AM_TiB}
+#define AM_MIRROR_OFFSETS {40 * AM_TiB, 48 * AM_TiB, 88 * AM_TiB, 96 * AM_TiB}
 /* No user-space host address reaches this (x86-64 and AArch64, 5-level tables). */
 #define AM_USER_SPACE_END ((uint64_t)1 << 56)
 
@@ -212,6 +216,10 @@ struct am_device {
     struct am_region heap, dvpp;
     struct am_space heap_space, dvpp_space;
     struct am_node *blocks;
+    /* With the checker on, the addresses of freed blocks wait here (oldest first) before
+     * they can be allocated again, so a stale pointer does not reach a new block. */
+    uint64_t quarantine[AM_QUARANTINE][2]; /* start, extent */
+    int quarantined;
 };
 
 struct am_stream;
@@ -300,6 +308,7 @@ struct am_engine {
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     uint64_t mirror_offset; /* the mirror of VMM address va is at va + mirror_offset */
+    uint64_t device_base; /* device d's slot starts here + d TiB; __atomic, set at start */
     struct am_space vmm_space;
     struct am_node *reservations, *physicals;
     uint64_t physical_sequence, mapping_serial;
@@ -309,6 +318,12 @@ struct am_engine {
 };
 
 AM_HIDDEN extern struct am_engine am;
+
+/* Where device slot 0 starts (read by fast paths that may come before the start). */
+static inline uint64_t am_device_base(void)
+{
+    return __atomic_load_n(&am.device_base, __ATOMIC_RELAXED);
+}
 
 /* An exported call's arguments, as its failure message shows them (calls.h). */
 enum { AM_ARG_POINTER = 1, AM_ARG_HEX, AM_ARG_SIGNED, AM_ARG_UNSIGNED };

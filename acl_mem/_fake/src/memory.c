@@ -107,6 +107,23 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
     return NULL;
 }
 
+/* Hold the freed range back (the checker's quarantine); the oldest goes back to its
+ * address space once the device holds AM_QUARANTINE of them. */
+static void quarantine_address(struct am_device *device, uint64_t start, uint64_t extent)
+{
+    if (device->quarantined == AM_QUARANTINE) {
+        uint64_t old = device->quarantine[0][0], old_extent = device->quarantine[0][1];
+        bool old_dvpp = old - device->dvpp.base < device->dvpp.size;
+        am_space_give(old_dvpp ? &device->dvpp_space : &device->heap_space, old, old_extent);
+        memmove(device->quarantine[0], device->quarantine[1],
+                sizeof device->quarantine[0] * (AM_QUARANTINE - 1));
+        device->quarantined--;
+    }
+    device->quarantine[device->quarantined][0] = start;
+    device->quarantine[device->quarantined][1] = extent;
+    device->quarantined++;
+}
+
 void am_block_release(struct am_device *device, struct am_block *block)
 {
     uint64_t start = block->node.key, extent = block->node.len;
@@ -120,7 +137,10 @@ void am_block_release(struct am_device *device, struct am_block *block)
      * next allocation of the same addresses (a syscall per free would cost more). */
     if (extent >= AM_MiB)
         am_os_discard(am_host_of(device, start), extent);
-    am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
+    if (am.check)
+        quarantine_address(device, start, extent);
+    else
+        am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
     if (am.segments != NULL || am.freed_segments != NULL)
         am_check_forget(start, extent); /* the block's pool segments went with it */
     free(block);
@@ -129,17 +149,17 @@ void am_block_release(struct am_device *device, struct am_block *block)
 int am_device_index(const void *pointer)
 {
     uint64_t address = (uintptr_t)pointer;
-    if (address < AM_DEVICE_SPACE_BASE ||
-        address >= AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT)
+    if (address < am_device_base() ||
+        address >= am_device_base() + AM_MAX_DEVICES * AM_DEVICE_SLOT)
         return -1;
-    return (int)((address - AM_DEVICE_SPACE_BASE) / AM_DEVICE_SLOT);
+    return (int)((address - am_device_base()) / AM_DEVICE_SLOT);
 }
 
 struct am_device *am_device_of(uint64_t address)
 {
-    if (address < AM_DEVICE_SPACE_BASE)
+    if (address < am_device_base())
         return NULL;
-    uint64_t index = (address - AM_DEVICE_SPACE_BASE) / AM_DEVICE_SLOT;
+    uint64_t index = (address - am_device_base()) / AM_DEVICE_SLOT;
     return index < (uint64_t)am.device_count ? &am.devices[index] : NULL;
 }
 
@@ -646,8 +666,8 @@ aclError aclrtPointerGetAttributes(const void *ptr, aclrtPtrAttributes *attribut
         attributes->location.id = am.cann->host_location_id_zero || current == NULL
                                       ? 0 : (uint32_t)current->id;
         attributes->pageSize = (uint32_t)AM_HOST_PAGE;
-    } else if (address >= AM_DEVICE_SPACE_BASE &&
-               address < AM_DEVICE_SPACE_BASE + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
+    } else if (address >= am_device_base() &&
+               address < am_device_base() + AM_MAX_DEVICES * AM_DEVICE_SLOT) {
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, "aclrtPointerGetAttributes",
                                    "%p is device address space no allocation holds", ptr));
     } else {

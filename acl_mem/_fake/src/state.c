@@ -286,7 +286,7 @@ static void layout_devices(void)
         /* The lock (held by whoever lays devices out) and the serial counter stay. */
         memset(&device->id, 0, sizeof *device - offsetof(struct am_device, id));
         device->id = i;
-        uint64_t slot = AM_DEVICE_SPACE_BASE + (uint64_t)i * AM_DEVICE_SLOT;
+        uint64_t slot = am_device_base() + (uint64_t)i * AM_DEVICE_SLOT;
         device->heap.base = slot;
         device->heap.size = span;
         device->dvpp.base = slot + AM_DEVICE_SLOT - AM_DVPP_WINDOW;
@@ -362,13 +362,14 @@ static void free_block(struct am_node *node)
 
 void am_release_device_memory(struct am_device *device)
 {
-    am_check_forget(AM_DEVICE_SPACE_BASE + (uint64_t)device->id * AM_DEVICE_SLOT,
+    am_check_forget(am_device_base() + (uint64_t)device->id * AM_DEVICE_SLOT,
                     AM_DEVICE_SLOT);
     am_tree_clear(&device->blocks, free_block);
     device->normal_used = device->normal_physical;
     device->huge_used = device->huge_physical;
     am_space_reset(&device->heap_space);
     am_space_reset(&device->dvpp_space);
+    device->quarantined = 0; /* the spaces are whole again */
     discard_region(&device->heap);
     discard_region(&device->dvpp);
 }
@@ -513,6 +514,7 @@ static void release_everything(void)
         am_tree_clear(&device->blocks, free_block);
         am_tree_clear(&device->heap_space.free, free_block);
         am_tree_clear(&device->dvpp_space.free, free_block);
+        device->quarantined = 0;
     }
     /* Chunks stay (a fast path may be reading one); a reset starts the numbering again. */
     for (size_t i = 1; i < am.context_count; i++)
@@ -610,6 +612,26 @@ static void after_fork_in_child(void)
     __atomic_add_fetch(&am.generation, 1, __ATOMIC_RELEASE);
 }
 
+/* The device space and the VMM mirror: fixed host addresses nothing else may take. */
+static void reserve_address_space(void)
+{
+    static const uint64_t bases[] = AM_DEVICE_BASES, offsets[] = AM_MIRROR_OFFSETS;
+    const uint64_t span = AM_MAX_DEVICES * AM_DEVICE_SLOT, window = AM_VMM_END - AM_VMM_BASE;
+    uint64_t base = bases[0];
+    for (size_t i = 0; i < sizeof bases / sizeof bases[0] && !am.space_reserved; i++) {
+        base = bases[i];
+        am.space_reserved = am_os_reserve(base, span);
+    }
+    __atomic_store_n(&am.device_base, am.space_reserved ? base : bases[0], __ATOMIC_RELAXED);
+    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0] && !am.mirror_reserved; i++) {
+        uint64_t mirror = AM_VMM_BASE + offsets[i];
+        if (am.space_reserved && mirror < base + span && base < mirror + window)
+            continue; /* the device space has it */
+        am.mirror_offset = offsets[i];
+        am.mirror_reserved = am_os_reserve(mirror, window);
+    }
+}
+
 static void initialise(void)
 {
     for (int i = 0; i < AM_MAX_DEVICES; i++)
@@ -618,14 +640,9 @@ static void initialise(void)
     if (am.setting_error[0] != '\0')
         fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
     am_trace_read_settings();
+    reserve_address_space();
     layout_devices();
     __atomic_store_n(&am.generation, 1, __ATOMIC_RELEASE);
-    am.space_reserved = am_os_reserve(AM_DEVICE_SPACE_BASE, AM_MAX_DEVICES * AM_DEVICE_SLOT);
-    static const uint64_t offsets[] = AM_MIRROR_OFFSETS;
-    for (size_t i = 0; i < sizeof offsets / sizeof offsets[0] && !am.mirror_reserved; i++) {
-        am.mirror_offset = offsets[i];
-        am.mirror_reserved = am_os_reserve(AM_VMM_BASE + offsets[i], AM_VMM_END - AM_VMM_BASE);
-    }
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 

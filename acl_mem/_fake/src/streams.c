@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "engine.h"
+#include "../include/acl_mem_fake.h"
 
 enum { WORK_COPY, WORK_SET, WORK_MARK };
 
@@ -420,6 +421,16 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
             }
         }
     }
+}
+
+int acl_mem_fake_host_access(uint64_t start, uint64_t size, int write, const char *what)
+{
+    if (what == NULL || size > UINT64_MAX - start)
+        return AM_INVALID_PARAM;
+    am_lock();
+    am_check_queued(start, size, write == 0, "access-before-synchronize", what);
+    am_unlock();
+    return 0;
 }
 
 /* ---- resolving a stream handle ---------------------------------------------------------- */

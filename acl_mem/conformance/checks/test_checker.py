@@ -155,10 +155,9 @@ def test_a_damaged_pool_segment_still_returns_to_the_pool_in_raise_mode(fake):
             data = bytearray(104)
             with pytest.raises(acl_mem.MemoryCheckError):  # refused before copying
                 raw.aclrtMemcpy(segment.ptr, 160, address(data), 104, 1)
-            checker = acl_mem._backend.get().checker  # type: ignore[attr-defined]
-            checker.mode = "count"
+            acl_mem.fake.configure(hazards="count")  # keeps the memory
             raw.aclrtMemcpy(segment.ptr, 160, address(data), 104, 1)  # damage the canary
-            checker.mode = "raise"
+            acl_mem.fake.configure(hazards="raise")
             with pytest.raises(acl_mem.MemoryCheckError):
                 segment.free()
             assert pool.stats().in_use == 0

@@ -1,0 +1,267 @@
+"""The fake backend over acl_mem's C library: the native binding on acl_mem's own
+libascendcl (``library.py``), plus what only a binding can add to it.
+
+The library models the device, the rules and the diagnostics; it is one per process, so
+making an :class:`EngineFake` configures and resets that one engine (a new process's
+state). What the binding adds:
+
+- **Findings as Python sees them.** The library queues hazards and memory-checker
+  findings (``acl_mem_fake_set_hazards(..., queue)``); after each call the binding reads
+  the library's waiting counter through a cached pointer (one load) and drains the queue
+  only when it is non-zero. Each finding becomes a ``HazardWarning`` / ``MemoryCheckWarning``
+  pointing at the user's line, or, in "raise" mode, a ``HazardError`` /
+  ``MemoryCheckError`` raised once the call's effect is done (the first finding, naming
+  how many more there were), or only a count.
+- **Python call sites.** With the checker on, each allocation's Python stack is kept by
+  address, for leak lists and findings.
+- **The release's functions.** One library plays every release; a function the release
+  lacks raises ``FunctionNotAvailableError`` as the Python fake does.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._native.backend import NativeBackend
+from ..errors import (
+    FunctionNotAvailableError,
+    HazardError,
+    HazardWarning,
+    MemoryCheckError,
+    MemoryCheckWarning,
+)
+from .checker import Stack, allocation_stack
+from .config import current_cann, current_check, current_hazard_mode, current_profile
+from .library import EngineLibrary, library_dir
+from .postponed import user_stacklevel
+from .profiles import Profile
+from .versions import CannVersion
+from .vmm_space import Held
+
+__all__ = ["EngineFake", "LiveBlock"]
+
+#: Kinds the memory checker reports; every other kind is a hazard.
+CHECKER_KINDS = frozenset({"boundary-crossed", "canary-overwritten", "use-after-free"})
+#: The calls whose result is a new block (their Python stacks are kept while checking).
+ALLOCATING = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached",
+                        "aclrtMallocHost", "acldvppMalloc", "hi_mpi_dvpp_malloc"})
+FREEING = frozenset({"aclrtFree", "aclrtFreeHost", "acldvppFree", "hi_mpi_dvpp_free"})
+#: Where a checker finding names the block or segment it is about.
+_NAMED = re.compile(r"(?:block|segment) (0x[0-9a-f]+)")
+_SITE = "allocated at:\n"
+#: The library's leak list names virtual memory with these calls.
+VMM_CALLS = frozenset({"aclrtReserveMemAddress", "aclrtMallocPhysical", "aclrtMapMem",
+                       "aclrtMemImportFromShareableHandle"})
+
+
+@dataclass(frozen=True)
+class LiveBlock:
+    """A block the library still holds (what ``live_blocks`` lists)."""
+
+    start: int
+    requested: int
+    api: str
+    device: int | None
+    stack: Stack | None
+
+
+class Seen:
+    """Every finding of this fake, by kind, and the mode they are reported in."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.seen: list[tuple[str, str]] = []
+
+    def counts(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for kind, _ in self.seen:
+            found[kind] = found.get(kind, 0) + 1
+        return found
+
+
+class EngineFake(NativeBackend):
+    """The fake backend: acl_mem's C library through the native binding."""
+
+    name = "fake"
+
+    def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False,
+                 cann: CannVersion | None = None) -> None:
+        super().__init__(str(library_dir("9.1.0")))
+        self.control = control = EngineLibrary.get()
+        if control.path != self.path:
+            raise RuntimeError(f"acl_mem's fake library is loaded twice: {control.path} and "
+                               f"{self.path}")
+        self.cann = cann or current_cann()
+        self._profile = profile
+        control.configure(profile.name, self.cann.name, profile.device_count, profile.capacity)
+        control.set_hazards("count", queue=True)
+        control.set_check(bool(check))
+        self.checking = bool(check)
+        self.hazards = Seen(hazards)
+        self.findings: list[tuple[str, str]] = []
+        #: Python stacks of live blocks (and of pinned blocks freed since: a write through
+        #: a pointer that outlived the free names them) and of pool segments, by start.
+        self._stacks: dict[int, Stack] = {}
+        self._segments: dict[int, int] = {}  # segment start -> its parent block
+        self._stacks_lock = threading.Lock()
+        self._waiting = control.ffi.addressof(control.lib, "acl_mem_fake_findings_waiting")
+        described = control.describe()
+        self.address_space_reserved = described.address_space_reserved
+
+    @classmethod
+    def from_environment(cls) -> EngineFake:
+        return cls(current_profile(), hazards=current_hazard_mode(), check=current_check(),
+                   cann=current_cann())
+
+    # -- what the library reports, as Python reports it ---------------------------------------
+    def _report(self) -> None:
+        raised: list[tuple[type[Exception], str]] = []
+        for kind, text in self.control.findings():
+            checker = kind in CHECKER_KINDS
+            if checker:
+                text = self._python_site(text)
+            (self.findings if checker else self.hazards.seen).append((kind, text))
+            message = f"{kind}: {text}"
+            if self.hazards.mode == "raise":
+                raised.append((MemoryCheckError if checker else HazardError, message))
+            elif self.hazards.mode == "warn":
+                warnings.warn(message, MemoryCheckWarning if checker else HazardWarning,
+                              stacklevel=user_stacklevel())
+        if raised:
+            error, first = raised[0]
+            more = f" (and {len(raised) - 1} more)" if len(raised) > 1 else ""
+            raise error(first + more)
+
+    def _python_site(self, text: str) -> str:
+        """The library names the allocating C caller, which for a Python program is the
+        binding itself: the block's Python stack replaces it, when kept."""
+        head, site, _ = text.partition(_SITE)
+        if not site:
+            return text
+        for named in _NAMED.finditer(head):
+            stack = self._stacks.get(int(named.group(1), 16))
+            if stack is not None:
+                return head + site + ("".join(stack).rstrip() or "  (stack not recorded)")
+        return text
+
+    def set_modes(self, *, hazards: str | None = None, check: bool | None = None) -> None:
+        """Change how findings are reported, or the checker, keeping the memory."""
+        if hazards is not None:
+            self.hazards.mode = hazards
+        if check is not None:
+            self.checking = bool(check)
+            self.control.set_check(self.checking)
+
+    # -- the checker's services (acl_mem.check, pools) ------------------------------------------
+    def checker_verify(self, when: str = "acl_mem.check()") -> list[tuple[str, str]]:
+        if not self.checking:
+            return []
+        self.control.check()
+        if self._waiting[0]:
+            self._report()
+        return list(self.findings)
+
+    def checker_segment_allocated(self, parent: int, start: int, requested: int,
+                                  size: int) -> None:
+        if self.checking:
+            self.control.segment_allocated(parent, start, requested, size)
+            with self._stacks_lock:
+                self._stacks[start] = allocation_stack()
+                self._segments[start] = parent
+
+    def checker_segment_freed(self, start: int) -> None:
+        if self.checking:
+            self.control.segment_freed(start)
+            if self._waiting[0]:
+                self._report()
+
+    def check_pending(self, start: int, size: int, *, access: str, what: str,
+                      targets: tuple[object, ...] | None = None) -> None:
+        """The host reads or writes ``[start, start+size)`` itself: a hazard when queued
+        stream work races with it (``access`` "read", "write" or "free")."""
+        self.control.host_access(start, size, write=access != "read", what=what)
+        if self._waiting[0]:
+            self._report()
+
+    # -- what is held (leak lists, tests) ------------------------------------------------------
+    def live_blocks(self) -> list[LiveBlock]:
+        stacks = self._stacks
+        return [LiveBlock(leak.address, leak.size, leak.api, leak.device,
+                          stacks.get(leak.address))
+                for leak in self.control.leaks() if leak.api not in VMM_CALLS]
+
+    def live_vmm(self) -> list[Held]:
+        return [Held(leak.api, leak.address, leak.size, leak.device)
+                for leak in self.control.leaks() if leak.api in VMM_CALLS]
+
+    def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
+        self.control.inject_fault(call, nth, code)
+
+    @property
+    def profile(self) -> Profile:
+        return self._profile
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "profile": self._profile.name,
+            "cann": self.cann.name,
+            "soc": self._profile.soc_name,
+            "description": self._profile.description,
+            "device_count": self._profile.device_count,
+            "capacity_per_device": self._profile.capacity,
+            "device_address_space_reserved": self.address_space_reserved,
+            "library": self.path,
+        }
+
+    def soc_name(self) -> str:
+        return self._profile.soc_name
+
+    def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
+        if self.cann.name == "8.5.0":
+            raise FunctionNotAvailableError("aclrtMemGetAddressRange", "8.5.0", "9.0.1")
+        return super().aclrtMemGetAddressRange(ptr, null_outputs)
+
+
+def _reporting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method``, then the findings it made (one load when there are none); allocations
+    and frees keep the Python stacks while the checker is on."""
+    noted = name in ALLOCATING or name in FREEING
+
+    def call(self: EngineFake, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        if noted and self.checking:
+            _note(self, name, args, result)
+        if self._waiting[0]:
+            self._report()
+        return result
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = method.__doc__
+    return call
+
+
+def _note(fake: EngineFake, name: str, args: tuple[Any, ...], result: Any) -> None:
+    with fake._stacks_lock:
+        if name in ALLOCATING:
+            if result[0] == 0 and result[1]:
+                fake._stacks[result[1]] = allocation_stack()
+        elif result == 0 and args and name != "aclrtFreeHost":
+            # A freed pinned block keeps its stack until its address is reused: the
+            # library reports writes through pointers that outlived aclrtFreeHost.
+            stacks, segments, start = fake._stacks, fake._segments, args[0]
+            stacks.pop(start, None)
+            for segment in [s for s, parent in segments.items() if parent == start]:
+                del segments[segment]
+                stacks.pop(segment, None)
+
+
+for _name in dir(NativeBackend):
+    if _name.startswith(("acl", "hi_mpi_")) and _name not in vars(EngineFake):
+        setattr(EngineFake, _name, _reporting(_name, getattr(NativeBackend, _name)))
+    elif _name == "aclrtMemGetAddressRange":
+        setattr(EngineFake, _name, _reporting(_name, vars(EngineFake)[_name]))
