@@ -436,6 +436,12 @@ class FakeBackend:
         return codes.SUCCESS, self._state.cann.version_str
 
     # -- introspection for tests and tools ---------------------------------------------------------
+    def pinned_kept(self) -> tuple[int, int]:
+        """Freed pinned blocks kept mapped for a while, and their bytes."""
+        with self._state.lock:
+            kept = [len(host_map) for _, host_map in self._state.pinned_quarantine]
+        return len(kept), sum(kept)
+
     def resident_bytes(self) -> int:
         """Host RAM this process uses now (RSS), for the sparse-backing checks."""
         with open(f"/proc/{os.getpid()}/statm") as handle:

@@ -20,6 +20,7 @@ state). What the binding adds:
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import warnings
@@ -37,6 +38,8 @@ from ..errors import (
 )
 from .checker import Stack, allocation_stack
 from .config import current_cann, current_check, current_hazard_mode, current_profile
+from .device import MAX_DEVICES
+from .leak_report import arm as arm_leak_report
 from .library import EngineLibrary, library_dir
 from .postponed import user_stacklevel
 from .profiles import Profile
@@ -91,6 +94,9 @@ class EngineFake(NativeBackend):
 
     def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False,
                  cann: CannVersion | None = None) -> None:
+        if not 1 <= profile.device_count <= MAX_DEVICES:
+            raise ValueError(f"fake: device_count must be in [1, {MAX_DEVICES}], got "
+                             f"{profile.device_count}")
         super().__init__(str(library_dir("9.1.0")))
         self.control = control = EngineLibrary.get()
         if control.path != self.path:
@@ -100,6 +106,9 @@ class EngineFake(NativeBackend):
         self._profile = profile
         control.configure(profile.name, self.cann.name, profile.device_count, profile.capacity)
         control.set_hazards("count", queue=True)
+        # Python prints the exit report itself, with the Python stacks it keeps.
+        control.set_leak_report(False)
+        arm_leak_report()
         control.set_check(bool(check))
         self.checking = bool(check)
         self.hazards = Seen(hazards)
@@ -198,6 +207,16 @@ class EngineFake(NativeBackend):
     def live_vmm(self) -> list[Held]:
         return [Held(leak.api, leak.address, leak.size, leak.device)
                 for leak in self.control.leaks() if leak.api in VMM_CALLS]
+
+    def pinned_kept(self) -> tuple[int, int]:
+        """Freed pinned blocks the library keeps mapped for a while, and their bytes."""
+        described = self.control.describe()
+        return described.pinned_kept, described.pinned_kept_bytes
+
+    def resident_bytes(self) -> int:
+        """Host RAM this process uses now (RSS), for the sparse-backing checks."""
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
         self.control.inject_fault(call, nth, code)

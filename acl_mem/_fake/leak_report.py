@@ -13,6 +13,7 @@ import atexit
 import sys
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from .. import _backend, _env
 
@@ -45,10 +46,10 @@ def arm() -> None:
 def report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> None:
     """Print the active fake's leaks; ``where(address)``, if given, says where a block
     was allocated when the checker recorded no stack (the drop-in library's C caller)."""
-    from .backend import FakeBackend
+    from . import is_fake
 
-    active = _backend._active
-    if not isinstance(active, FakeBackend):
+    active: Any = _backend._active
+    if active is None or not is_fake(active):
         return
     blocks = active.live_blocks()
     held = active.live_vmm()

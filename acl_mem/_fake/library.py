@@ -79,6 +79,9 @@ class EngineDescription:
     address_space_reserved: bool
     #: Why ACL_MEM_FAKE_PROFILE or ACL_MEM_FAKE_CANN could not be used ("" if usable).
     setting_error: str
+    #: Freed pinned blocks kept mapped for a while, and their bytes.
+    pinned_kept: int = 0
+    pinned_kept_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ class EngineLibrary:
             profile=text(out.profile), soc_name=text(out.soc_name), cann=text(out.cann),
             device_count=int(out.device_count), capacity=int(out.capacity),
             address_space_reserved=bool(out.address_space_reserved),
-            setting_error=text(out.setting_error))
+            setting_error=text(out.setting_error), pinned_kept=int(out.pinned_kept),
+            pinned_kept_bytes=int(out.pinned_kept_bytes))
 
     def set_hazards(self, mode: str | None, *, queue: bool = False) -> None:
         """Report hazards as ``mode`` ("warn", "raise", "count"; None: ACL_MEM_HAZARDS),
@@ -179,6 +183,10 @@ class EngineLibrary:
         when queued work writes there (or, for a write, reads or writes there)."""
         if self.lib.acl_mem_fake_host_access(start, size, int(write), what.encode()) != 0:
             raise ValueError(f"host_access refused {start:#x} + {size}")
+
+    def set_leak_report(self, on: bool) -> None:
+        """Whether the library prints its leak report at exit (ACL_MEM_LEAK_REPORT)."""
+        self.lib.acl_mem_fake_set_leak_report(int(on))
 
     def set_check(self, on: bool | None) -> None:
         """The memory checker on or off; None: as ACL_MEM_CHECK says."""

@@ -28,6 +28,9 @@ struct acl_mem_fake_description {
     int32_t device_count;
     uint64_t capacity; /* bytes per device */
     int32_t address_space_reserved; /* device addresses can never be host addresses */
+    /* Freed pinned blocks kept mapped (emptied) for a while, and their bytes. */
+    uint32_t pinned_kept;
+    uint64_t pinned_kept_bytes;
 };
 
 /* Forget every device, context, allocation and aclInit, as a new process would; the
@@ -90,6 +93,10 @@ struct acl_mem_fake_leak {
  * caller NULL): fills at most `max` entries of `out` and returns how many there are.
  * ACL_MEM_LEAK_REPORT=1 prints the same list on stderr when the program exits. */
 ACL_MEM_FAKE_API size_t acl_mem_fake_leaks(struct acl_mem_fake_leak *out, size_t max);
+
+/* Whether ACL_MEM_LEAK_REPORT=1 prints the leak report when the program exits: a binding
+ * that prints its own (acl_mem in Python, with Python stacks) turns it off. */
+ACL_MEM_FAKE_API int acl_mem_fake_set_leak_report(int on);
 
 /* Make the `nth` next call of `call` that passes its argument checks fail with `code`,
  * once, as the driver would (out of memory: 207001). `call` is one of aclrtMalloc,

@@ -331,6 +331,8 @@ int acl_mem_fake_set_check(int on)
     configured = on >= 0;
     configured_on = on > 0;
     am_check_read_setting();
+    if (!am.check)
+        am_quarantine_release(); /* nothing holds those addresses back any more */
     am_unlock();
     return 0;
 }

@@ -59,8 +59,10 @@ enum {
 /* The fake's device address space: slot d starts at am.device_base + d TiB, the first of
  * AM_DEVICE_BASES whose AM_MAX_DEVICES TiB are free when the library starts (else the
  * first, not reserved: device memory is then not at its device address in the host);
- * [16, 24) TiB is kept for the virtual-memory window (docs/runtime-model.md §4.2). */
-#define AM_DEVICE_BASES {24 * AM_TiB, 72 * AM_TiB}
+ * [16, 24) TiB is kept for the virtual-memory window (docs/runtime-model.md §4.2). The
+ * second stays clear of where x86-64 Linux loads position-independent programs (about
+ * 85 TiB) and of the shared libraries and stacks (just under 128 TiB). */
+#define AM_DEVICE_BASES {24 * AM_TiB, 88 * AM_TiB}
 #define AM_DEVICE_SLOT AM_TiB
 #define AM_DVPP_WINDOW (16 * AM_GiB)
 /* Virtual-memory reservations come from [16 TiB, 24 TiB); the bytes of a mapped address
@@ -70,7 +72,7 @@ enum {
  * library, a sanitizer, or acl_mem's Python fake (which takes [16 TiB, 64 TiB)). */
 #define AM_VMM_BASE (16 * AM_TiB)
 #define AM_VMM_END (24 * AM_TiB)
-#define AM_MIRROR_OFFSETS {40 * AM_TiB, 48 * AM_TiB, 88 * AM_TiB, 96 * AM_TiB}
+#define AM_MIRROR_OFFSETS {40 * AM_TiB, 48 * AM_TiB, 56 * AM_TiB}
 /* No user-space host address reaches this (x86-64 and AArch64, 5-level tables). */
 #define AM_USER_SPACE_END ((uint64_t)1 << 56)
 
@@ -285,7 +287,8 @@ struct am_engine {
     struct am_node *pinned;
     struct am_node *pinned_freed;
     struct am_node *segments, *freed_segments; /* the checker's pool segments */
-    uint64_t quarantine[AM_PINNED_QUARANTINE][2]; /* start, extent: oldest first */
+    /* start, extent: oldest first; one slot more for the newest before the oldest goes */
+    uint64_t quarantine[AM_PINNED_QUARANTINE + 1][2];
     int quarantine_count;
     uint64_t block_serial;
     /* Streams and events (streams.c, events.c). */
@@ -462,6 +465,8 @@ AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t a
                                              const void *caller);
 AM_HIDDEN const char *am_api_name(uint8_t api);
 AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
+/* The checker's held-back addresses of every device go back to their spaces. */
+AM_HIDDEN void am_quarantine_release(void);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
 /* The device slot an address lies in by arithmetic alone (-1: none), for choosing a lock. */
 AM_HIDDEN int am_device_index(const void *pointer);

@@ -124,6 +124,20 @@ static void quarantine_address(struct am_device *device, uint64_t start, uint64_
     device->quarantined++;
 }
 
+void am_quarantine_release(void)
+{
+    for (int i = 0; i < am.device_count; i++) {
+        struct am_device *device = &am.devices[i];
+        for (int j = 0; j < device->quarantined; j++) {
+            uint64_t start = device->quarantine[j][0];
+            bool dvpp = start - device->dvpp.base < device->dvpp.size;
+            am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start,
+                          device->quarantine[j][1]);
+        }
+        device->quarantined = 0;
+    }
+}
+
 void am_block_release(struct am_device *device, struct am_block *block)
 {
     uint64_t start = block->node.key, extent = block->node.len;
@@ -487,7 +501,7 @@ static void quarantine(uint64_t start, uint64_t extent, const struct am_block *b
     uint64_t kept = 0;
     for (int i = 0; i < am.quarantine_count - 1; i++)
         kept += am.quarantine[i][1];
-    while (am.quarantine_count == AM_PINNED_QUARANTINE ||
+    while (am.quarantine_count > AM_PINNED_QUARANTINE ||
            (am.quarantine_count > 1 && kept > AM_PINNED_QUARANTINE_BYTES)) {
         uint64_t old = am.quarantine[0][0], old_extent = am.quarantine[0][1];
         kept -= old_extent;

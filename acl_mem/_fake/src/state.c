@@ -790,6 +790,9 @@ int acl_mem_fake_describe(struct acl_mem_fake_description *out)
     out->device_count = am.device_count;
     out->capacity = am.capacity;
     out->address_space_reserved = am.space_reserved;
+    out->pinned_kept = (uint32_t)am.quarantine_count;
+    for (int i = 0; i < am.quarantine_count; i++)
+        out->pinned_kept_bytes += am.quarantine[i][1];
     am_unlock();
     return 0;
 }
