@@ -25,7 +25,7 @@ from injection import in_files, is_unsignalled
 
 import acl_mem
 from acl_mem import _backend, raw
-from acl_mem._fake import FakeBackend
+from acl_mem._fake import is_fake
 from acl_mem._fake.share_record import MAGIC
 from acl_mem._fake.vmm_share import LOCK_NAME, record_name
 from acl_mem.conformance.providers import native_provider
@@ -144,9 +144,10 @@ def child_command(script: str, *args: str) -> tuple[list[str], dict[str, str]]:
     """The command and environment of a python process running ``script`` (which starts
     with CHILD) on the backend of this check: the Python fake, or the native binding
     over acl_mem's library."""
-    native = not isinstance(_backend._active, FakeBackend)
+    native = not is_fake(_backend._active)
     prelude = native_provider().subprocess_prelude if native else ""
     env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ.get("ACL_MEM_FAKE_SHARE_DIR"),
+                    ACL_MEM_FAKE_ENGINE=os.environ.get("ACL_MEM_FAKE_ENGINE"),
                     ACL_MEM_TEST_SHARE_BACKEND="native" if native else "fake")
     return [sys.executable, "-c", prelude + textwrap.dedent(script), *args], env
 

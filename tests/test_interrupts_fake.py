@@ -36,7 +36,7 @@ def _address(buffer: Any) -> int:
     return int(hostbuf_ffi.cast("uintptr_t", hostbuf_ffi.from_buffer(buffer)))
 
 
-def _free_everything(fake: FakeBackend) -> None:
+def _free_everything(fake: Any) -> None:
     """Free whatever the interrupted operation left allocated (it may have completed)."""
     with fake._lock:
         blocks = fake.live_blocks()
@@ -49,18 +49,21 @@ def _free_everything(fake: FakeBackend) -> None:
             assert fake.aclrtFree(block.start) == 0
 
 
-def _assert_consistent(fake: FakeBackend) -> None:
+def _assert_consistent(fake: Any) -> None:
     """Every device's pool accounting matches its live blocks, every freed pinned address
-    still refused has its mapping kept, and everything works."""
+    still refused has its mapping kept, and everything works. (The C engine's state
+    cannot be interrupted half-way: there the binding's part is what is interrupted, and
+    what it may lose is a block the library still lists.)"""
     assert lock_is_free(fake._lock)
-    kept = {id(block) for block, _ in fake._state.pinned_quarantine}
-    assert all(id(block) in kept for block in fake._state.pinned_freed)
-    for device in fake.runtime.devices:
-        pools = device.pools
-        blocks = list(device.blocks)
-        normal = sum(b.extent for b in blocks if b.page_size == 4096)
-        huge = sum(b.extent for b in blocks if b.page_size != 4096)
-        assert (pools.normal_used, pools.huge_used) == (normal, huge)
+    if isinstance(fake, FakeBackend):
+        kept = {id(block) for block, _ in fake._state.pinned_quarantine}
+        assert all(id(block) in kept for block in fake._state.pinned_freed)
+        for device in fake.runtime.devices:
+            pools = device.pools
+            blocks = list(device.blocks)
+            normal = sum(b.extent for b in blocks if b.page_size == 4096)
+            huge = sum(b.extent for b in blocks if b.page_size != 4096)
+            assert (pools.normal_used, pools.huge_used) == (normal, huge)
     _free_everything(fake)
     free, total = raw.aclrtGetMemInfo(MemAttr.HBM_MEM)
     assert free == total
@@ -71,7 +74,7 @@ def _assert_consistent(fake: FakeBackend) -> None:
     assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[0] == total
 
 
-def _each_line(fake: FakeBackend, setup: Callable[[], Callable[[], object]]) -> int:
+def _each_line(fake: Any, setup: Callable[[], Callable[[], object]]) -> int:
     runs = 0
     for _ in interrupted_runs(setup, where=_signalled):
         _assert_consistent(fake)
@@ -203,14 +206,17 @@ def test_vmm_map_and_unmap_interrupted_anywhere(fake, dev):
 
     def consistent() -> None:
         assert lock_is_free(fake._lock)
-        reservation = fake._state.reservations.of(base)
-        assert reservation is not None
-        assert reservation.starts == sorted(reservation.mappings)
-        for handle in handles:
-            physical = fake.physicals[handle]
-            assert physical.mappings == sum(1 for m in reservation.mappings.values()
-                                            if m.physical is physical)
-        for va in list(reservation.mappings):
+        if isinstance(fake, FakeBackend):
+            reservation = fake._state.reservations.of(base)
+            assert reservation is not None
+            assert reservation.starts == sorted(reservation.mappings)
+            for handle in handles:
+                physical = fake.physicals[handle]
+                assert physical.mappings == sum(1 for m in reservation.mappings.values()
+                                                if m.physical is physical)
+        mapped = [held.address for held in fake.live_vmm() if held.api == "aclrtMapMem"
+                  and base <= held.address < base + 2 * granule]
+        for va in mapped:
             raw.aclrtUnmapMem(va)
         # Both granules map, take bytes and unmap again.
         for k, handle in enumerate(handles):

@@ -393,18 +393,20 @@ def test_fallback_without_a_runtime_directory_is_the_home_cache(
     assert records(default_places["home"]) == [record_path(default_places["home"], shareable)]
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
+@pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
-def test_no_usable_default_directory_is_507000(fake, dev, handles, default_places,
-                                                tmp_path, monkeypatch):
+def test_no_usable_default_directory_is_507000(backend, dev, handles, default_places,
+                                                tmp_path):
     squat(default_places["default"], "another user's directory", tmp_path)
     os.chown(default_places["run"].parent, 12345, 12345)
-    monkeypatch.setattr(share_dir_module, "_home", lambda uid: None)
+    default_places["home"].parents[1].write_bytes(b"")  # ~/.cache is a file
     with pytest.raises(InternalError) as e:
         raw.aclrtMemExportToShareableHandle(physical(handles), 0, 1)
     assert e.value.code == 507000
 
 
+MOVED_IN_A_CHILD = ("moves the default places of a child through the Python module; the C "
+                    "library's are moved with acl_mem_fake_share_places")
 #: Exports with the default places moved as the parent moved them, prints the handle.
 _EXPORTER_MOVED = """
 import sys
@@ -419,6 +421,7 @@ sys.stdin.readline()
 """
 
 
+@pytest.mark.python_engine(MOVED_IN_A_CHILD)
 @pytest.mark.fake_only(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 def test_processes_of_one_user_meet_in_the_fallback(fake, dev, default_places, tmp_path):

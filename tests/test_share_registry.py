@@ -46,6 +46,10 @@ __all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
 
 # -- 1. the directory is trusted only when it is the user's own ------------------------------------
 
+PATCHED_OPEN = "patches os.open under the Python share registry"
+INTERRUPTED = ("injects interrupts at the Python share registry's lines; a call into the C "
+               "library cannot be interrupted half-way")
+
 
 @pytest.mark.fake_library(FAKE_ONLY)
 @pytest.mark.parametrize("mode", [0o777, 0o755, 0o1777, 0o770])
@@ -252,6 +256,7 @@ def test_record_that_cannot_be_read_is_an_unusable_handle(backend, dev, share_di
     raw.aclrtFreePhysical(handles.pop())
 
 
+@pytest.mark.python_engine(PATCHED_OPEN)
 @pytest.mark.fake_only(FAKE_ONLY)
 def test_permission_error_reading_a_record_is_an_unusable_handle(
         fake, dev, share_dir, handles, monkeypatch):
@@ -355,6 +360,7 @@ def test_import_from_a_live_exporter_is_counted(backend, dev, share_dir):
 # -- 4. interrupted at any line --------------------------------------------------------------------
 
 
+@pytest.mark.python_engine(INTERRUPTED)
 @pytest.mark.fake_only(FAKE_ONLY)
 @pytest.mark.parametrize("files", ["unnamed", "named"])
 def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles, files,
@@ -388,6 +394,7 @@ def test_interrupted_export_leaves_nothing_behind(fake, dev, share_dir, handles,
     assert list(share_dir.glob(".acl_mem_fake-tmp-*")) == []
 
 
+@pytest.mark.python_engine(INTERRUPTED)
 @pytest.mark.fake_only(FAKE_ONLY)
 def test_interrupted_import_holds_only_what_it_returned(fake, dev, share_dir):
     """Whatever line an import is interrupted at, the record counts exactly the imported

@@ -156,10 +156,11 @@ def test_the_address_map_shows_blocks_holes_and_the_pool(summary, page):
     freed = [a for a in summary.allocations if a.size == 100 * KiB and a.freed_index is not None
              and a.freed_index < summary.devices["0"].total.peak_in_use_index]
     assert len(freed) == 1
-    addresses = {int(b["data-address"]) for b in blocks}
-    assert freed[0].address not in addresses
+    drawn = {(int(b["data-address"]), int(b["data-size"])) for b in blocks}
+    assert (freed[0].address, freed[0].size) not in drawn
     holes = [int(h["data-size"]) for h in parsed.find("rect", "hole", "0")]
-    assert any(size >= 100 * KiB for size in holes), holes  # where the freed one was
+    # Where the freed one was: an allocator may have put the 5000-byte block there since.
+    assert any(size >= 100 * KiB - 8 * KiB for size in holes), holes
     assert len(parsed.find("rect", "container", "0")) == 1  # the pool's block
     host = next(a for a in summary.allocations if a.device == "host")
     assert [int(b["data-address"]) for b in parsed.find("rect", "block", "host")] == \

@@ -54,6 +54,8 @@ CHECKER_KINDS = frozenset({"boundary-crossed", "canary-overwritten", "use-after-
 ALLOCATING = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached",
                         "aclrtMallocHost", "acldvppMalloc", "hi_mpi_dvpp_malloc"})
 FREEING = frozenset({"aclrtFree", "aclrtFreeHost", "acldvppFree", "hi_mpi_dvpp_free"})
+#: The page pools of physical memory, by page size (what live_vmm says of a handle).
+_POOLS = {4096: "normal", 2 << 20: "huge", 1 << 30: "giant"}
 #: Where a checker finding names the block or segment it is about.
 _NAMED = re.compile(r"(?:block|segment) (0x[0-9a-f]+)")
 _SITE = "allocated at:\n"
@@ -71,6 +73,9 @@ class LiveBlock:
     api: str
     device: int | None
     stack: Stack | None
+    #: Bytes it takes of its page pool, padding included, and their page size.
+    extent: int = 0
+    page_size: int = 0
 
 
 class Seen:
@@ -201,11 +206,12 @@ class EngineFake(NativeBackend):
     def live_blocks(self) -> list[LiveBlock]:
         stacks = self._stacks
         return [LiveBlock(leak.address, leak.size, leak.api, leak.device,
-                          stacks.get(leak.address))
+                          stacks.get(leak.address), leak.extent, leak.page_size)
                 for leak in self.control.leaks() if leak.api not in VMM_CALLS]
 
     def live_vmm(self) -> list[Held]:
-        return [Held(leak.api, leak.address, leak.size, leak.device)
+        return [Held(leak.api, leak.address, leak.size, leak.device,
+                     _POOLS.get(leak.page_size, "-"))
                 for leak in self.control.leaks() if leak.api in VMM_CALLS]
 
     def pinned_kept(self) -> tuple[int, int]:

@@ -94,6 +94,10 @@ class EngineLeak:
     size: int
     device: int | None
     caller: int
+    #: Bytes it takes of its page pool (padding included) and their page size; 0 for
+    #: reservations and mappings, which take none of their own.
+    extent: int = 0
+    page_size: int = 0
 
 
 class EngineLibrary:
@@ -226,7 +230,8 @@ class EngineLibrary:
         return [EngineLeak(api=self._text(out[i].api), address=int(out[i].address),
                            size=int(out[i].size),
                            device=None if out[i].device < 0 else int(out[i].device),
-                           caller=int(self.ffi.cast("uintptr_t", out[i].caller)))
+                           caller=int(self.ffi.cast("uintptr_t", out[i].caller)),
+                           extent=int(out[i].extent), page_size=int(out[i].page_size))
                 for i in range(total)]
 
     def recent_error(self) -> str | None:

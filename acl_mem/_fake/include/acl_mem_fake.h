@@ -86,6 +86,8 @@ struct acl_mem_fake_leak {
     int32_t device; /* -1: pinned host memory, a reservation, host physical memory */
     char api[24];   /* "aclrtMalloc", "aclrtMallocHost", "aclrtMapMem", ... */
     const void *caller;
+    uint64_t extent;    /* bytes it takes of its page pool, padding included; 0: none */
+    uint32_t page_size; /* of those bytes (4 KiB, 2 MiB, 1 GiB); 0 when it takes none */
 };
 
 /* What is still held: device blocks by device and address, pinned host blocks, then

@@ -552,6 +552,8 @@ struct am_held {
     int device; /* -1: none or the host */
     const void *caller;
     bool vmm; /* virtual memory: no caller is kept */
+    uint64_t extent;    /* the bytes it takes of its pool (0: none of its own) */
+    uint32_t page_size; /* of those bytes; 0 for reservations and mappings */
 };
 /* Reservations, then physical handles not freed, then mappings. */
 AM_HIDDEN void am_vmm_each(void (*visit)(const struct am_held *, void *), void *context);

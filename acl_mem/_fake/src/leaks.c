@@ -48,7 +48,8 @@ struct visiting {
 static void visit_block(const struct am_block *block, struct visiting *visiting)
 {
     struct am_held held = {am_api_name(block->api), block->node.key, block->requested,
-                           block->device, block->caller, false};
+                           block->device, block->caller, false, block->node.len,
+                           block->page_size};
     visiting->visit(&held, visiting->context);
 }
 
@@ -141,6 +142,8 @@ static void fill_held(const struct am_held *held, void *context)
         leak->size = held->size;
         leak->device = held->device;
         leak->caller = held->caller;
+        leak->extent = held->extent;
+        leak->page_size = held->page_size;
         snprintf(leak->api, sizeof leak->api, "%s", held->api);
     }
     filling->count++;

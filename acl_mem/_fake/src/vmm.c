@@ -254,7 +254,7 @@ static void visit_reservation(struct am_node *node, void *context)
     struct each *each = context;
     struct am_reservation *reservation = (struct am_reservation *)node;
     struct am_held held = {"aclrtReserveMemAddress", node->key, reservation->size, -1, NULL,
-                           true};
+                           true, 0, 0};
     each->visit(&held, each->context);
 }
 
@@ -266,7 +266,8 @@ static void visit_physical(struct am_node *node, void *context)
         return;
     struct am_held held = {physical->imported_from != 0 ? "aclrtMemImportFromShareableHandle"
                                                         : "aclrtMallocPhysical",
-                           node->key, physical->size, physical->device, NULL, true};
+                           node->key, physical->size, physical->device, NULL, true,
+                           physical->size, physical->kind};
     each->visit(&held, each->context);
 }
 
@@ -275,7 +276,7 @@ static void visit_mapping(struct am_node *node, void *context)
     struct each *each = context;
     struct am_mapping *mapping = (struct am_mapping *)node;
     struct am_held held = {"aclrtMapMem", node->key, node->len, mapping->physical->device, NULL,
-                           true};
+                           true, 0, 0};
     each->visit(&held, each->context);
 }
 
