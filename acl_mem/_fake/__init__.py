@@ -1,9 +1,9 @@
 """The fake backend: a model of an Ascend device (see ``docs/fidelity.md``).
 
-Two engines play it while the model moves into C: the Python one (``backend.py``,
-``FakeBackend``) and acl_mem's C library through the native binding
-(``engine_fake.py``, ``EngineFake``); ``ACL_MEM_FAKE_ENGINE=python|c`` chooses
-(default ``python``). :func:`fake_class` is the chosen one.
+Two engines play it while the model moves into C: acl_mem's C library through the native
+binding (``engine_fake.py``, ``EngineFake``) and the Python one (``backend.py``,
+``FakeBackend``), which goes next; ``ACL_MEM_FAKE_ENGINE=c|python`` chooses (default
+``c``). :func:`fake_class` is the chosen one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ENGINES = ("python", "c")
 
 def fake_class() -> Any:
     """The class of the fake engine ``ACL_MEM_FAKE_ENGINE`` chooses."""
-    if _env.choice("ACL_MEM_FAKE_ENGINE", ENGINES, "python") == "c":
+    if _env.choice("ACL_MEM_FAKE_ENGINE", ENGINES, "c") == "c":
         from .engine_fake import EngineFake
 
         return EngineFake

@@ -246,6 +246,39 @@ class EngineFake(NativeBackend):
     def soc_name(self) -> str:
         return self._profile.soc_name
 
+    # -- the calls made most often, written out: no wrapper frame (a pair costs 1.05x the
+    # bare binding's; the generic wrapper below costs 1.2x) --------------------------------
+    def _after(self, name: str, args: tuple[Any, ...], result: Any) -> None:
+        if self.checking and (name in ALLOCATING or name in FREEING):
+            _note(self, name, args, result)
+        if self._waiting[0]:
+            self._report()
+
+    def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
+        result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
+        if self.checking or self._waiting[0]:
+            self._after("aclrtMalloc", (size, policy), result)
+        return result
+
+    def aclrtFree(self, devPtr: int) -> int:
+        rc: int = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+        if self.checking or self._waiting[0]:
+            self._after("aclrtFree", (devPtr,), rc)
+        return rc
+
+    def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
+        ptr = self._ptr
+        rc = int(self.lib.aclrtMemcpy(ptr(dst), destMax, ptr(src), count, kind))
+        if self._waiting[0]:
+            self._report()
+        return rc
+
+    def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
+        rc = int(self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count))
+        if self._waiting[0]:
+            self._report()
+        return rc
+
     def aclrtMemGetAddressRange(self, ptr: int, null_outputs: int = 0) -> tuple[int, int, int]:
         if self.cann.name == "8.5.0":
             raise FunctionNotAvailableError("aclrtMemGetAddressRange", "8.5.0", "9.0.1")
@@ -255,14 +288,10 @@ class EngineFake(NativeBackend):
 def _reporting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     """``method``, then the findings it made (one load when there are none); allocations
     and frees keep the Python stacks while the checker is on."""
-    noted = name in ALLOCATING or name in FREEING
-
     def call(self: EngineFake, *args: Any, **kwargs: Any) -> Any:
         result = method(self, *args, **kwargs)
-        if noted and self.checking:
-            _note(self, name, args, result)
-        if self._waiting[0]:
-            self._report()
+        if self.checking or self._waiting[0]:
+            self._after(name, args, result)
         return result
 
     call.__name__ = call.__qualname__ = name
@@ -288,5 +317,5 @@ def _note(fake: EngineFake, name: str, args: tuple[Any, ...], result: Any) -> No
 for _name in dir(NativeBackend):
     if _name.startswith(("acl", "hi_mpi_")) and _name not in vars(EngineFake):
         setattr(EngineFake, _name, _reporting(_name, getattr(NativeBackend, _name)))
-    elif _name == "aclrtMemGetAddressRange":
-        setattr(EngineFake, _name, _reporting(_name, vars(EngineFake)[_name]))
+EngineFake.aclrtMemGetAddressRange = _reporting(  # type: ignore[method-assign]
+    "aclrtMemGetAddressRange", vars(EngineFake)["aclrtMemGetAddressRange"])
