@@ -24,6 +24,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,7 @@ class EngineFake(NativeBackend):
         self._segments: dict[int, int] = {}  # segment start -> its parent block
         self._stacks_lock = threading.Lock()
         self._waiting = control.ffi.addressof(control.lib, "acl_mem_fake_findings_waiting")
+        _instances.add(self)
         described = control.describe()
         self.address_space_reserved = described.address_space_reserved
 
@@ -283,6 +285,22 @@ class EngineFake(NativeBackend):
         if self.cann.name == "8.5.0":
             raise FunctionNotAvailableError("aclrtMemGetAddressRange", "8.5.0", "9.0.1")
         return super().aclrtMemGetAddressRange(ptr, null_outputs)
+
+
+#: Every EngineFake of the process, for the fork handler.
+_instances: weakref.WeakSet[EngineFake] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child: the library forgot the parent's blocks (a child starts with no
+    devices), so their stacks go too; a lock another thread held at the fork is new."""
+    for fake in list(_instances):
+        fake._stacks_lock = threading.Lock()
+        fake._stacks = {}
+        fake._segments = {}
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _reporting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
