@@ -166,11 +166,6 @@ def leaks() -> list[Allocation]:
                     for h in fake.live_vmm()]
 
 
-#: Kept here for the drop-in library, which prints the report itself at a C program's
-#: exit (the hook is registered when a fake is made: acl_mem/_fake/leak_report.py).
-_report_leaks_at_exit = _leak_report.report_leaks_at_exit
-
-
 def hazards() -> dict[str, int]:
     """Hazards the active fake has seen so far, counted by kind."""
     counts: dict[str, int] = _active_fake("hazards").hazards.counts()

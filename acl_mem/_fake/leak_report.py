@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from .. import _backend, _env
@@ -25,11 +24,7 @@ _arm_lock = threading.Lock()
 
 
 def arm() -> None:
-    """Register the exit report once per process, if ACL_MEM_LEAK_REPORT asks for it.
-
-    Once only, even after the drop-in library unregistered it to print the report itself
-    (a fake made during its exit must not print a second one).
-    """
+    """Register the exit report once per process, if ACL_MEM_LEAK_REPORT asks for it."""
     global _armed
     if _armed:
         return
@@ -43,9 +38,9 @@ def arm() -> None:
             atexit.register(report_leaks_at_exit)
 
 
-def report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> None:
-    """Print the active fake's leaks; ``where(address)``, if given, says where a block
-    was allocated when the checker recorded no stack (the drop-in library's C caller)."""
+def report_leaks_at_exit() -> None:
+    """Print the active fake's leaks, each block with its allocation stack when the checker
+    recorded one."""
     from . import is_fake
 
     active: Any = _backend._active
@@ -57,8 +52,7 @@ def report_leaks_at_exit(where: Callable[[int], str | None] | None = None) -> No
         return
     print(f"acl_mem: {len(blocks) + len(held)} allocation(s) never freed:", file=sys.stderr)
     for block in blocks:
-        stack = "".join(block.stack or ()) or (where(block.start) if where else None) or \
-            _NO_STACK
+        stack = "".join(block.stack or ()) or _NO_STACK
         print(f"  {block.api} {block.start:#x} ({block.requested} bytes, device "
               f"{block.device})\n{stack}", file=sys.stderr)
     for item in held:
