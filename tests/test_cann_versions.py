@@ -19,7 +19,7 @@ import pytest
 
 import acl_mem
 from acl_mem import _backend, raw
-from acl_mem._fake import FakeBackend
+from acl_mem._fake import fake_class
 from acl_mem._fake.config import current_cann
 from acl_mem._fake.profiles import resolve_profile
 from acl_mem._fake.versions import DEFAULT_CANN, VERSIONS, CannVersion, resolve_cann
@@ -54,7 +54,10 @@ H2D, D2H, D2D = (MemcpyKind.HOST_TO_DEVICE, MemcpyKind.DEVICE_TO_HOST,
 def release(request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh atlas-a2 fake playing one release, active (device 0 current) for the test;
     whatever the test configures is reset afterwards."""
-    fake = FakeBackend(resolve_profile("atlas-a2"), cann=resolve_cann(request.param))
+    try:
+        fake = fake_class()(resolve_profile("atlas-a2"), cann=resolve_cann(request.param))
+    except ValueError as exc:  # CANN 8.5.0's own library plays only that release
+        pytest.skip(str(exc))
     with acl_mem.using_backend(fake, "tests/test_cann_versions.py"):
         try:
             raw.aclrtSetDevice(0)

@@ -41,7 +41,7 @@ from .checker import Stack, allocation_stack
 from .config import current_cann, current_check, current_hazard_mode, current_profile
 from .device import MAX_DEVICES
 from .leak_report import arm as arm_leak_report
-from .library import EngineLibrary, library_dir
+from .library import RELEASE_DIRS, EngineLibrary
 from .postponed import user_stacklevel
 from .profiles import Profile
 from .versions import CannVersion
@@ -103,14 +103,24 @@ class EngineFake(NativeBackend):
         if not 1 <= profile.device_count <= MAX_DEVICES:
             raise ValueError(f"fake: device_count must be in [1, {MAX_DEVICES}], got "
                              f"{profile.device_count}")
-        super().__init__(str(library_dir("9.1.0")))
+        # The library ACL_MEM_FAKE_CANN chose at first use, one per process (a second copy
+        # would be a second engine, and the DVPP libraries reach the engine by its soname).
+        # The newest release's library plays every release; CANN 8.5.0's own only that
+        # one, as it lacks a function the later ones export.
         self.control = control = EngineLibrary.get()
-        if control.path != self.path:
-            raise RuntimeError(f"acl_mem's fake library is loaded twice: {control.path} and "
-                               f"{self.path}")
+        super().__init__(os.path.dirname(control.path))
         self.cann = cann or current_cann()
         self._profile = profile
-        control.configure(profile.name, self.cann.name, profile.device_count, profile.capacity)
+        try:
+            control.configure(profile.name, self.cann.name, profile.device_count,
+                              profile.capacity)
+        except ValueError:
+            if not control.path.endswith(f"/{RELEASE_DIRS['8.5.0']}/libascendcl.so"):
+                raise
+            raise ValueError(
+                f"fake: CANN {self.cann.name} cannot be played by CANN 8.5.0's own library, "
+                "which ACL_MEM_FAKE_CANN=8.5.0 chose for this process; start the process "
+                "without it to switch releases") from None
         control.set_hazards("count", queue=True)
         # Python prints the exit report itself, with the Python stacks it keeps.
         control.set_leak_report(False)

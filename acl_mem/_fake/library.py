@@ -11,7 +11,7 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import cffi
 
@@ -104,20 +104,25 @@ class EngineLibrary:
     """The control API of the loaded fake library (one per process: the library is)."""
 
     _lock = threading.Lock()
-    _instance: EngineLibrary | None = None
+    _instances: ClassVar[dict[Path, EngineLibrary]] = {}
 
-    def __init__(self) -> None:
+    def __init__(self, directory: Path | None = None) -> None:
         self.ffi = cffi.FFI()
         self.ffi.cdef(control_cdef())
-        self.path = str(library_dir() / "libascendcl.so")
+        self.path = str((directory or library_dir()) / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
 
     @classmethod
-    def get(cls) -> EngineLibrary:
+    def get(cls, directory: Path | None = None) -> EngineLibrary:
+        """The library in ``directory`` (default: :func:`library_dir`'s choice), loaded
+        once. Libraries of two directories are two engines (CANN 8.5.0's own and the
+        newer releases' one), each keeping its memory at addresses the other leaves."""
+        chosen = (directory or library_dir()).resolve()
         with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
+            found = cls._instances.get(chosen)
+            if found is None:
+                found = cls._instances[chosen] = cls(chosen)
+            return found
 
     def reset(self) -> None:
         """A new process's fake: no devices set, no memory, no aclInit; settings re-read."""
