@@ -108,7 +108,8 @@ class EngineFake(NativeBackend):
         # The newest release's library plays every release; CANN 8.5.0's own only that
         # one, as it lacks a function the later ones export.
         self.control = control = EngineLibrary.get()
-        super().__init__(os.path.dirname(control.path))
+        # The binding's declarations are parsed once per library (25 ms each time).
+        self.__dict__.update(_binding(os.path.dirname(control.path)).__dict__)
         self.cann = cann or current_cann()
         self._profile = profile
         try:
@@ -295,6 +296,19 @@ class EngineFake(NativeBackend):
         if self.cann.name == "8.5.0":
             raise FunctionNotAvailableError("aclrtMemGetAddressRange", "8.5.0", "9.0.1")
         return super().aclrtMemGetAddressRange(ptr, null_outputs)
+
+
+_bindings: dict[str, NativeBackend] = {}
+_bindings_lock = threading.Lock()
+
+
+def _binding(directory: str) -> NativeBackend:
+    """The native binding of the library in ``directory``, made once."""
+    with _bindings_lock:
+        found = _bindings.get(directory)
+        if found is None:
+            found = _bindings[directory] = NativeBackend(directory)
+        return found
 
 
 #: Every EngineFake of the process, for the fork handler.
