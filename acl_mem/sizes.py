@@ -68,6 +68,11 @@ class PageKind(IntEnum):
     GIANT = GIANT_PAGE
 
 
+def pool_of_page(page_size: int) -> str | None:
+    """The page pool a page size belongs to ("normal", "huge", "giant"), None for another."""
+    return PageKind(page_size).name.lower() if page_size in PageKind._value2member_map_ else None
+
+
 _DEVICE_MALLOCS = (AllocApi.MALLOC, AllocApi.MALLOC_ALIGN32, AllocApi.MALLOC_CACHED)
 _DVPP = (AllocApi.DVPP_MALLOC, AllocApi.HI_MPI_DVPP_MALLOC)
 _HUGE1G = (MallocPolicy.HUGE1G_ONLY, MallocPolicy.HUGE1G_ONLY_P2P)

@@ -37,6 +37,7 @@ from ..errors import (
     MemoryCheckError,
     MemoryCheckWarning,
 )
+from ..sizes import pool_of_page
 from .checker import Stack, allocation_stack
 from .config import current_cann, current_check, current_hazard_mode, current_profile
 from .device import MAX_DEVICES
@@ -55,8 +56,6 @@ CHECKER_KINDS = frozenset({"boundary-crossed", "canary-overwritten", "use-after-
 ALLOCATING = frozenset({"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached",
                         "aclrtMallocHost", "acldvppMalloc", "hi_mpi_dvpp_malloc"})
 FREEING = frozenset({"aclrtFree", "aclrtFreeHost", "acldvppFree", "hi_mpi_dvpp_free"})
-#: The page pools of physical memory, by page size (what live_vmm says of a handle).
-_POOLS = {4096: "normal", 2 << 20: "huge", 1 << 30: "giant"}
 #: Where a checker finding names the block or segment it is about.
 _NAMED = re.compile(r"(?:block|segment) (0x[0-9a-f]+)")
 _SITE = "allocated at:\n"
@@ -224,7 +223,7 @@ class EngineFake(NativeBackend):
 
     def live_vmm(self) -> list[Held]:
         return [Held(leak.api, leak.address, leak.size, leak.device,
-                     _POOLS.get(leak.page_size, "-"))
+                     pool_of_page(leak.page_size) or "-")
                 for leak in self.control.leaks() if leak.api in VMM_CALLS]
 
     def pinned_kept(self) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from typing import Any
 from .. import _backend
 from .._lifecycle import state
 from ..enums import MemAttr
+from ..sizes import pool_of_page
 from ._figures import HOST, Allocation, DeviceFigures, PoolFigures, TraceSummary
 from ._recorder import active
 from ._summary import summarize
@@ -29,7 +30,6 @@ from ._text import device_lines, size_text
 
 __all__ = ["memory_summary"]
 
-_POOL_OF_PAGE = {4096: "normal", 2 << 20: "huge", 1 << 30: "giant"}
 #: A frame of the fake's recorded stacks (traceback.format_list lines).
 _FRAME = re.compile(r'File "([^"]*)", line (\d+), in (\S+)')
 
@@ -68,7 +68,7 @@ def _from_fake(backend: Any) -> TraceSummary:
     live: list[Allocation] = []
     for block in backend.live_blocks():
         key = HOST if block.device is None else str(block.device)
-        pool = "pinned" if block.device is None else _POOL_OF_PAGE.get(block.page_size, "?")
+        pool = "pinned" if block.device is None else (pool_of_page(block.page_size) or "?")
         frames = []
         for entry in reversed(list(block.stack or ())):
             found = _FRAME.search(str(entry))
