@@ -13,13 +13,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
+import pytest
 from engine_provider import EngineProvider
 
-from acl_mem._fake.backend import _reserve_device_space
+from acl_mem import _backend
 from acl_mem.conformance.providers import set_native_provider
 
-# Both fakes run in this process, each wanting the same fixed host addresses for its
-# device window; whichever comes first keeps device addresses off host memory (the other
-# works without). The Python fake's checks ask for it, so it comes first.
-_reserve_device_space()
 set_native_provider(EngineProvider())
+
+
+@pytest.fixture(autouse=True)
+def _active_fake_restored():
+    """A test that made a fake of its own took the process's one engine from the active
+    fake: the next test gets that fake back, fresh (as using_backend would give it)."""
+    yield
+    active = _backend._active
+    if getattr(active, "superseded", False):
+        _backend._install(active, _backend._reason)

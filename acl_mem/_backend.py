@@ -327,6 +327,13 @@ def using_backend(backend: Backend | str, reason: str = "") -> Iterator[Backend]
 def _install(backend: Backend | None, reason: str = "installed by tests") -> Backend | None:
     """Swap the active backend (tests run one suite per backend); returns the old one."""
     global _active, _reason
+    if getattr(backend, "superseded", False):
+        # A fake whose engine a newer fake took (the process has one): it starts afresh,
+        # and what Python held of it is released.
+        from ._lifecycle import state
+
+        state.teardown()
+        backend.resume()  # type: ignore[union-attr]
     with _lock:
         previous = _active
         _active, _reason = backend, reason if backend is not None else _reason

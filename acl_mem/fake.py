@@ -16,11 +16,11 @@ standard error, works without importing this module: acl_mem/_fake/leak_report.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _backend
 from ._args import c_uint
-from ._fake import PROFILES, FakeBackend, Profile, fake_class, is_fake, resolve_profile
+from ._fake import PROFILES, Profile, fake_class, is_fake, resolve_profile
 from ._fake import leak_report as _leak_report
 from ._fake.config import (
     current_cann,
@@ -35,6 +35,9 @@ from ._fake.config import (
 from ._fake.versions import VERSIONS, resolve_cann
 from ._lifecycle import state
 
+if TYPE_CHECKING:
+    from ._fake.engine_fake import EngineFake
+
 __all__ = [
     "PROFILES",
     "VERSIONS",
@@ -45,6 +48,7 @@ __all__ = [
     "hazards",
     "inject_fault",
     "leaks",
+    "make_backend",
     "profile",
     "reset",
 ]
@@ -75,11 +79,6 @@ def configure(
     modes_only = profile is None and device_count is None and hbm_bytes is None and \
         cann is None and (hazards is not None or check is not None)
     active = _backend._active
-    if modes_only and isinstance(active, FakeBackend):
-        active._state.set_modes(hazards=hazards, check=check)
-        set_hazard_mode(hazards)
-        set_check(check)
-        return current_profile()
     if modes_only and active is not None and is_fake(active):
         engine: Any = active
         engine.set_modes(hazards=hazards, check=check)
@@ -114,6 +113,35 @@ def reset() -> None:
     set_cann(None)
     _replace_active(fake_class()(current_profile(), hazards=current_hazard_mode(),
                                  check=current_check(), cann=current_cann()))
+
+
+def make_backend(profile: Profile | str | None = None, *, cann: str | None = None,
+                 hazards: str | None = None, check: bool | None = None,
+                 private: bool = False) -> EngineFake:
+    """A fresh fake that is not the active backend, for tools that drive one themselves
+    (trace replay, comparisons): ``profile`` (a :class:`Profile` or its name; default: the
+    configured one) playing ``cann``, reporting as ``hazards`` with the checker ``check``
+    (each by default as configured).
+
+    The process has one fake engine, so this one takes it: a fake made before refuses
+    its calls with BackendError, and starts afresh (its memory gone, its Python objects
+    released, as after :func:`reset`) when it is made the active backend again, which
+    :func:`acl_mem.using_backend` does on leaving its block.
+
+    ``private=True`` gives the process's second engine instead (a copy of the library,
+    loaded once), which takes nothing from the first: for tools that must leave the
+    user's fake alone (an in-process trace replay) and for comparing two fakes. A newer
+    private fake takes it from an older one.
+    """
+    if profile is None:
+        chosen = current_profile()
+    else:
+        chosen = resolve_profile(profile) if isinstance(profile, str) else profile
+    release = current_cann() if cann is None else resolve_cann(cann)
+    engine: EngineFake = fake_class()(
+        chosen, hazards=current_hazard_mode() if hazards is None else hazards,
+        check=current_check() if check is None else check, cann=release, private=private)
+    return engine
 
 
 def profile() -> Profile:
@@ -175,10 +203,5 @@ def hazards() -> dict[str, int]:
 def _replace_active(fresh: Any) -> None:
     active = _backend._active
     if active is not None and active.name == "fake":
-        if isinstance(active, FakeBackend):
-            # Every fake maps virtual memory at the same host addresses: copies still
-            # running in the old one must end before the new one maps anything there.
-            with active._lock:
-                active._state.wait_for_copies()
         state.teardown()
         _backend._install(fresh, _backend._reason)

@@ -166,12 +166,11 @@ def _fresh_fake(*, check: bool = False, hbm_bytes: int | None = None) -> None:
     """A new fake device (atlas-a2), hazards counted; buffers from before go stale."""
     import acl_mem
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
 
     if _backend._active is None:
         acl_mem.use_backend("fake")
     elif _backend._active.name != "fake":  # e.g. run.py left the native binding installed
-        _backend._install(FakeBackend.from_environment(), "fake: engine benchmark")
+        _backend._install(acl_mem.fake.make_backend(), "fake: engine benchmark")
     acl_mem.fake.configure("atlas-a2", hbm_bytes=hbm_bytes, hazards="count", check=check)
 
 

@@ -37,9 +37,9 @@ MiB = 1 << 20
 
 def _fresh_fake(check: bool = False) -> None:
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend, resolve_profile
+    from acl_mem.fake import make_backend
 
-    _backend._install(FakeBackend(resolve_profile("atlas-a2"), hazards="count", check=check),
+    _backend._install(make_backend("atlas-a2", hazards="count", check=check),
                       "fake: pool benchmark")
 
 

@@ -175,9 +175,9 @@ def bench_async(repeats: int) -> dict[str, float]:
 
     import acl_mem
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
+    from acl_mem.fake import make_backend
 
-    _backend._install(FakeBackend.for_profile(), "fake: benchmark")
+    _backend._install(make_backend(), "fake: benchmark")
     copies, small = 10_000, 64
     size = 256 * MiB
     with acl_mem.Device(0) as dev, dev.stream() as stream:

@@ -6,7 +6,7 @@ to a new process's state before each check. Either way the same binding runs.
 from __future__ import annotations
 
 from acl_mem._backend import Backend
-from acl_mem._fake.library import EngineLibrary, library_dir
+from acl_mem._fake.library import EngineLibrary, is_engine_library, library_dir
 from acl_mem.conformance.providers import LibascendclProvider
 from acl_mem.errors import BackendError
 
@@ -22,10 +22,8 @@ _os.environ["LD_LIBRARY_PATH"] = _os.pathsep.join(
 
 
 def _is_acl_mem_library(backend: Backend) -> bool:
-    import ctypes
-
     path = getattr(backend, "path", None)
-    return isinstance(path, str) and hasattr(ctypes.CDLL(path), "acl_mem_fake_reset")
+    return isinstance(path, str) and is_engine_library(path)
 
 
 class EngineProvider:
@@ -61,7 +59,8 @@ class EngineProvider:
 
     def before_test(self) -> None:
         if self.is_fake_library:
-            EngineLibrary.get().reset()
+            # The environment's profile and release, whatever a fake test configured.
+            EngineLibrary.get().configure()
 
     def after_test(self) -> None:
         return None

@@ -7,7 +7,6 @@ fixture), so runs of the suite on one machine never meet in the default director
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -21,13 +20,11 @@ from typing import Any
 
 import pytest
 from helpers import clean_env
-from injection import in_files, is_unsignalled
+from injection import is_unsignalled
 
-import acl_mem
 from acl_mem import _backend, raw
 from acl_mem._fake import is_fake
-from acl_mem._fake.share_record import MAGIC
-from acl_mem._fake.vmm_share import LOCK_NAME, record_name
+from acl_mem._fake.library import EngineLibrary
 from acl_mem.conformance.providers import native_provider
 from acl_mem.enums import MemAttr, MemLocationType
 from acl_mem.errors import AclError
@@ -37,14 +34,20 @@ __all__ = ["LOCK_NAME", "MAGIC", "handles", "share_dir"]  # re-exported; fixture
 MiB = 1 << 20
 HUGE = 2 * MiB
 FAKE_ONLY = "the share directory and its records exist only in the fake"
-_FAKE = Path(acl_mem.__file__).resolve().parent / "_fake"
-_SHARING = in_files(*(str(_FAKE / name) for name in (
-    "vmm_share.py", "vmm_calls.py", "share_dir.py", "share_record.py")))
+#: The share directory's layout (docs/fidelity.md): every record file starts with the
+#: magic line; the lock file serialises the processes of one user.
+MAGIC = b"acl_mem fake share record 2\n"
+LOCK_NAME = ".acl_mem_fake.lock"
 
 
-def sharing_lines(frame: Any) -> bool:
-    """Lines of the sharing code where an interrupt can really arrive."""
-    return _SHARING(frame) and not is_unsignalled(frame)
+def record_name(shareable: int) -> str:
+    return f"acl_mem_fake-{shareable:016x}.record"
+
+
+def signalled_lines(frame: Any) -> bool:
+    """Lines where an interrupt can really arrive (the binding's and the raw layer's: a
+    call into the library cannot be interrupted half-way)."""
+    return not is_unsignalled(frame)
 
 
 def prop() -> raw.aclrtPhysicalMemProp:
@@ -147,7 +150,6 @@ def child_command(script: str, *args: str) -> tuple[list[str], dict[str, str]]:
     native = not is_fake(_backend._active)
     prelude = native_provider().subprocess_prelude if native else ""
     env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ.get("ACL_MEM_FAKE_SHARE_DIR"),
-                    ACL_MEM_FAKE_ENGINE=os.environ.get("ACL_MEM_FAKE_ENGINE"),
                     ACL_MEM_TEST_SHARE_BACKEND="native" if native else "fake")
     return [sys.executable, "-c", prelude + textwrap.dedent(script), *args], env
 
@@ -182,13 +184,14 @@ def kill(proc: subprocess.Popen[str]) -> None:
 
 
 @pytest.fixture
-def no_tmpfile(monkeypatch: pytest.MonkeyPatch) -> None:
-    """open(O_TMPFILE) fails as on a file system that cannot make unnamed files."""
-    real_open = os.open
+def no_tmpfile() -> Iterator[None]:
+    """Records are written as on a file system that cannot make unnamed files
+    (O_TMPFILE): through named temporary files."""
+    library = EngineLibrary.get()
+    library.share_unnamed_files(False)
+    try:
+        yield
+    finally:
+        library.share_unnamed_files(True)
 
-    def refusing(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
-        if flags & os.O_TMPFILE == os.O_TMPFILE:
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-        return real_open(path, flags, *args, **kwargs)
 
-    monkeypatch.setattr(os, "open", refusing)

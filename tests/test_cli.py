@@ -19,7 +19,7 @@ from helpers import ROOT, clean_env, native_is_installed
 
 import acl_mem
 from acl_mem import Device, MemInfo, raw
-from acl_mem._fake import FakeBackend
+from acl_mem._fake.engine_fake import EngineFake
 from acl_mem._native.loader import candidate_dirs
 from acl_mem.cli import format_size, main
 from acl_mem.conformance.providers import native_provider, set_native_provider
@@ -387,7 +387,7 @@ def test_differential_without_native_lists_every_path_tried(tmp_path, monkeypatc
         assert any(line.strip().startswith(path) for line in tried), path
 
 
-class _NoDeviceFake(FakeBackend):
+class _NoDeviceFake(EngineFake):
     """A broken "native" backend: aclrtSetDevice(0) fails, the first call of every
     sequence (so the divergence needs no shrinking)."""
 
@@ -401,7 +401,7 @@ class _BrokenProvider:
     subprocess_prelude = ""
 
     def load(self):
-        return _NoDeviceFake(FakeBackend.for_profile().profile), "a broken stand-in"
+        return _NoDeviceFake(acl_mem.fake.profile(), private=True), "a broken stand-in"
 
     def before_test(self):
         return None

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from acl_mem._fake import FakeBackend
+from acl_mem import fake
+from acl_mem._fake.engine_fake import EngineFake
 from acl_mem.conformance.differential import Divergence, make_machine, run_differential
 from acl_mem.conformance.providers import native_provider
 
@@ -14,7 +15,7 @@ FAST = settings(max_examples=25, stateful_step_count=15, deadline=None,
                 suppress_health_check=list(HealthCheck))
 
 
-class PaddingLostFake(FakeBackend):
+class PaddingLostFake(EngineFake):
     """A broken device: aclrtMallocAlign32 forgets to round to 32 bytes."""
 
     def aclrtMallocAlign32(self, size, policy, null_outputs=0):
@@ -24,19 +25,25 @@ class PaddingLostFake(FakeBackend):
 
 
 def test_identical_backends_never_diverge():
-    machine = make_machine(FakeBackend.for_profile(), FakeBackend.for_profile())
+    """Two engines in one process (the second from a private copy of the library), each
+    with its own device."""
+    reference = fake.make_backend()
+    subject = fake.make_backend(private=True)
+    machine = make_machine(reference, subject)
     run_state_machine_as_test(machine, settings=FAST)
 
 
 def test_a_broken_rule_is_reported_as_a_divergence():
-    broken = PaddingLostFake(FakeBackend.for_profile().profile)
-    machine = make_machine(FakeBackend.for_profile(), broken)
+    reference = fake.make_backend(private=True)
+    broken = PaddingLostFake(fake.profile())
+    machine = make_machine(reference, broken)
     with pytest.raises(Divergence):
         run_state_machine_as_test(machine, settings=FAST)
 
 
 def test_fake_against_native_through_the_command(capsys):
-    """The command compares the fake with the native backend (here: acl_mem's fake library)."""
+    """The command compares the fake with the native backend (here: acl_mem's fake library,
+    which the command detects: its fake side then runs on a private copy)."""
     provider = native_provider()
     native, why = provider.load()
     if native is None:

@@ -13,9 +13,6 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
-from acl_mem._fake import FakeBackend
-from acl_mem._fake.profiles import resolve_profile
-from acl_mem._fake.versions import resolve_cann
 from acl_mem._hints import _human as human
 from acl_mem.enums import MallocPolicy, MemAttr
 from acl_mem.errors import (
@@ -26,6 +23,7 @@ from acl_mem.errors import (
     MemoryAllocationError,
     RtParamInvalidError,
 )
+from acl_mem.sizes import GiB
 
 # The hints are built by the raw layer, the same on every backend; the out-of-memory
 # figures are checked against the fake's pools, which a test can exhaust safely.
@@ -78,7 +76,7 @@ def test_out_of_memory_carries_the_request_and_the_pools_figures(fake, dev):
 def test_out_of_memory_hint_pads_as_the_release_does(release: str, padded: int) -> None:
     """Ascend950 pads nothing from CANN 9.1.0 and a fixed 32 bytes before it: the padded size
     in the hint is the one the runtime really asked the pools for."""
-    fake = FakeBackend(resolve_profile("ascend950"), cann=resolve_cann(release))
+    fake = acl_mem.fake.make_backend("ascend950", cann=release)
     with acl_mem.using_backend(fake, "tests/test_error_hints.py"):
         raw.aclrtSetDevice(0)
         free, _ = raw.aclrtGetMemInfo(MemAttr.HBM_MEM_NORMAL)
@@ -131,7 +129,7 @@ def test_out_of_memory_names_what_acl_mem_has_to_free(fake, dev):
 
 
 def test_out_of_address_space_has_its_own_hint(fake, dev):
-    from acl_mem._fake.vmm_calls import MAX_RESERVATION
+    MAX_RESERVATION = 128 * GiB  # the largest aclrtReserveMemAddress (docs/runtime-model.md)
 
     with pytest.raises(MemoryAllocationError) as e:
         acl_mem.vmm.VirtualRange(MAX_RESERVATION * 2)

@@ -8,10 +8,10 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
-from acl_mem._fake import FakeBackend
+from acl_mem._fake.engine_fake import EngineFake
 
 
-class ManagedMemoryFake(FakeBackend):
+class ManagedMemoryFake(EngineFake):
     """A runtime newer than the header: reports location type 3 (MANAGED, docs/runtime-model.md §2
     HEAD)."""
 
@@ -20,7 +20,7 @@ class ManagedMemoryFake(FakeBackend):
 
 
 def test_unknown_location_type_is_returned_as_int_not_an_error():
-    with acl_mem.using_backend(ManagedMemoryFake.for_profile()):
+    with acl_mem.using_backend(ManagedMemoryFake(acl_mem.fake.profile())):
         attributes = raw.aclrtPointerGetAttributes(0x1000)
         assert attributes.type == 3
         assert not isinstance(attributes.type, acl_mem.MemLocationType)
@@ -28,7 +28,7 @@ def test_unknown_location_type_is_returned_as_int_not_an_error():
 
 def test_padding_cache_does_not_keep_a_replaced_backend_alive():
     """allocated_size caches the SoC padding per backend, weakly."""
-    fake = FakeBackend.for_profile()
+    fake = acl_mem.fake.make_backend()
     with acl_mem.using_backend(fake), acl_mem.Device(0) as dev:
         buf = dev.malloc(100)
         assert buf.allocated_size == 160
@@ -44,7 +44,7 @@ def test_set_and_reset_keep_the_mirror_in_step_under_threads():
     """Concurrent set/reset on one device leave no live token on released memory."""
     import threading
 
-    with acl_mem.using_backend(FakeBackend.for_profile()):
+    with acl_mem.using_backend(acl_mem.fake.make_backend()):
         errors: list[BaseException] = []
 
         def churn() -> None:

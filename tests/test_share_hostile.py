@@ -37,10 +37,7 @@ from share_support import (
 )
 
 from acl_mem import raw
-from acl_mem._fake import FakeBackend
-from acl_mem._fake import share_dir as share_dir_module
 from acl_mem._fake.library import EngineLibrary
-from acl_mem._fake.share_record import Allowed
 from acl_mem.errors import InternalError, RtParamInvalidError
 
 __all__ = ["handles", "no_tmpfile", "share_dir"]  # fixtures, used by name
@@ -230,16 +227,6 @@ def test_whitelisted_pid_is_one_process(backend, dev, share_dir, handles, reused
     assert got == -107000 if reused else got > 0
 
 
-def test_a_pid_whitelisted_before_its_process_starts_admits_only_later_processes():
-    """Nothing runs under the pid when it is whitelisted: a process started under it
-    afterwards is the one meant, one that started before cannot be."""
-    gone = dead_pid()
-    entry = Allowed.now(gone)
-    assert entry.admits((gone, entry.start + 5))
-    assert not entry.admits((gone, entry.start - 5))
-    assert not entry.admits((gone + 1, entry.start + 5))
-
-
 @pytest.mark.fake_library(FAKE_ONLY)
 def test_whitelisting_the_same_pids_again_does_not_grow_the_record(backend, dev, share_dir,
                                                                   handles):
@@ -334,19 +321,14 @@ def default_places(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     shm.chmod(0o1777)
     (run / str(os.geteuid())).mkdir(parents=True, mode=0o700)
     home.mkdir()
-    monkeypatch.setattr(share_dir_module, "_SHM", shm)
-    monkeypatch.setattr(share_dir_module, "_RUN_USER", run)
-    monkeypatch.setattr(share_dir_module, "_home", lambda uid: home)
-    library = None if isinstance(backend, FakeBackend) else EngineLibrary.get()
-    if library is not None:
-        library.share_places(str(shm), str(run), str(home))
+    library = EngineLibrary.get()
+    library.share_places(str(shm), str(run), str(home))
     try:
         yield {"default": shm / f"acl_mem_fake_{os.geteuid()}",
                "run": run / str(os.geteuid()) / "acl_mem_fake",
                "home": home / ".cache" / "acl_mem" / "share"}
     finally:
-        if library is not None:
-            library.share_places(None, None, None)
+        library.share_places(None, None, None)
 
 
 def squat(path: Path, how: str, tmp_path: Path) -> None:
@@ -405,14 +387,11 @@ def test_no_usable_default_directory_is_507000(backend, dev, handles, default_pl
     assert e.value.code == 507000
 
 
-MOVED_IN_A_CHILD = ("moves the default places of a child through the Python module; the C "
-                    "library's are moved with acl_mem_fake_share_places")
 #: Exports with the default places moved as the parent moved them, prints the handle.
 _EXPORTER_MOVED = """
 import sys
-from pathlib import Path
-from acl_mem._fake import share_dir
-share_dir._SHM, share_dir._RUN_USER = Path(sys.argv[1]), Path(sys.argv[2])
+from acl_mem._fake.library import EngineLibrary
+EngineLibrary.get().share_places(sys.argv[1], sys.argv[2], None)
 """ + CHILD + """
 prop = raw.aclrtPhysicalMemProp(0, 0, 4, raw.aclrtMemLocation(0, 1), 0)
 handle = raw.aclrtMallocPhysical(2 << 20, prop)
@@ -421,7 +400,6 @@ sys.stdin.readline()
 """
 
 
-@pytest.mark.python_engine(MOVED_IN_A_CHILD)
 @pytest.mark.fake_only(FAKE_ONLY)
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory away needs root")
 def test_processes_of_one_user_meet_in_the_fallback(fake, dev, default_places, tmp_path):

@@ -18,19 +18,19 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux address layout")
 def test_the_reservation_starts_after_memory_already_taken_at_the_window_start():
     """ASan's high shadow ends 2 GiB - 32 KiB into the VMM window (x86-64); with that
-    taken, the fake still reserves the rest, so no host allocation lands on a device
-    address."""
+    taken before the library starts, it still reserves its device space and the VMM
+    window's mirror, so no host allocation lands on a device address."""
     script = textwrap.dedent("""
         import mmap
         from acl_mem._fake import hostmem
+        from acl_mem._fake.library import EngineLibrary
         from acl_mem.sizes import GiB, TiB
         # What ASan's shadow occupies: the first 2 GiB of [16 TiB, 24 TiB).
         assert hostmem.reserve_address_space(16 * TiB, 2 * GiB)
-        from acl_mem._fake.backend import _reserve_device_space
-        print("reserved", _reserve_device_space())
-        # Inside the window past the shadow, in the device ranges, in the VMM mirror:
+        print("reserved", EngineLibrary.get().describe().address_space_reserved)
+        # The device space (24 TiB) and the mirror (56 TiB) are the library's.
         print("free after", [hostmem.reserve_address_space(a, mmap.PAGESIZE)
-                             for a in (17 * TiB, 24 * TiB, 60 * TiB)])
+                             for a in (24 * TiB, 40 * TiB, 56 * TiB)])
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)

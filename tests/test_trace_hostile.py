@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from acl_mem._fake import FakeBackend
 from acl_mem.cli import main
+from acl_mem.fake import make_backend
 from acl_mem.trace import TraceFormatError, _plot_data, _replay, read_trace, replay_trace
 from acl_mem.trace._format import LINE_LIMIT, PROBLEMS_KEPT
 
@@ -199,7 +199,7 @@ def test_a_reused_replaying_thread_starts_without_a_device(tmp_path, monkeypatch
     """Thread 2 sets device 0; thread 3 then gets thread 2's replaying thread, and must
     find no current device there, as it had none when recorded."""
     monkeypatch.setattr(_replay, "MAX_WORKERS", 1)
-    backend = FakeBackend.for_profile("atlas-a2")
+    backend = make_backend("atlas-a2", private=True)
     backend.aclInit(None)
     no_device = threading_result(lambda: backend.aclrtMalloc(64, 0))[0]
     assert no_device != 0

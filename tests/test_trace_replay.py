@@ -395,10 +395,9 @@ def test_many_recorded_threads_replay_on_a_bounded_number(tmp_path, monkeypatch)
 
 def test_a_backend_switch_in_the_recording_releases_the_replays_memory(tmp_path):
     from acl_mem import _backend
-    from acl_mem._fake import FakeBackend
-    from acl_mem._fake.config import current_profile
+    from acl_mem.fake import make_backend
 
-    first, second = FakeBackend(current_profile()), FakeBackend(current_profile())
+    first, second = make_backend(), make_backend(private=True)
     path = tmp_path / "run.jsonl"
     with _backend.using_backend(first), record(path):
         acl_mem.Device(0).use()

@@ -10,10 +10,8 @@ import pytest
 
 import acl_mem
 from acl_mem import MemAttr, raw
-from acl_mem._fake import FakeBackend
-from acl_mem._fake.profiles import resolve_profile
-from acl_mem._fake.versions import resolve_cann
 from acl_mem.cli import main
+from acl_mem.fake import make_backend
 from acl_mem.sizes import GiB, KiB, MiB
 from acl_mem.trace import TraceFormatError, format_summary, read_trace, record, summarize
 
@@ -185,7 +183,7 @@ def test_a_recorded_run_matches_the_fakes_own_figures(tmp_path):
     """Reserved per page pool, as the summary works it out, is what the fake's
     aclrtGetMemInfo says was used."""
     pools = {"normal": MemAttr.HBM_MEM_NORMAL, "huge": MemAttr.HBM_MEM_HUGE}
-    with acl_mem.using_backend(FakeBackend.for_profile("atlas-a2")), \
+    with acl_mem.using_backend(make_backend("atlas-a2")), \
             acl_mem.Device(0) as dev:
         before = {name: dev.mem_info(attr) for name, attr in pools.items()}
         with record(tmp_path / "run.jsonl", stack_depth=1):
@@ -265,7 +263,7 @@ def test_memory_summary_without_a_recording_says_where_it_looks(dev, backend):
 def test_reserved_follows_the_socs_padding_and_the_release(tmp_path, profile, cann):
     """Padding differs by SoC and release (docs/runtime-model.md §3.5): the summary takes
     both from the header and agrees with the fake's own accounting."""
-    fake = FakeBackend(resolve_profile(profile), cann=resolve_cann(cann))
+    fake = make_backend(profile, cann=cann)
     with acl_mem.using_backend(fake), acl_mem.Device(0) as dev:
         kind = "DDR" if fake.profile.memory == "DDR" else "HBM"
         attrs = {"normal": MemAttr[f"{kind}_MEM_NORMAL"], "huge": MemAttr[f"{kind}_MEM_HUGE"]}

@@ -1,38 +1,27 @@
-"""The fake backend: a model of an Ascend device (see ``docs/fidelity.md``).
-
-Two engines play it while the model moves into C: acl_mem's C library through the native
-binding (``engine_fake.py``, ``EngineFake``) and the Python one (``backend.py``,
-``FakeBackend``), which goes next; ``ACL_MEM_FAKE_ENGINE=c|python`` chooses (default
-``c``). :func:`fake_class` is the chosen one.
-"""
+"""The fake backend: acl_mem's own libascendcl (the engine in C, ``src/``) bound like
+Huawei's library (``engine_fake.py``); see ``docs/fidelity.md``. The profiles and releases
+it plays are data here (``profiles.py``, ``versions.py``), from which the library's tables
+are generated."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .. import _env
-from .backend import FakeBackend
 from .profiles import DEFAULT_PROFILE, PROFILES, Profile, resolve_profile
 
-__all__ = ["DEFAULT_PROFILE", "ENGINES", "PROFILES", "FakeBackend", "Profile", "fake_class",
-           "is_fake", "resolve_profile"]
-
-ENGINES = ("python", "c")
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "Profile", "fake_class", "is_fake",
+           "resolve_profile"]
 
 
 def fake_class() -> Any:
-    """The class of the fake engine ``ACL_MEM_FAKE_ENGINE`` chooses."""
-    if _env.choice("ACL_MEM_FAKE_ENGINE", ENGINES, "c") == "c":
-        from .engine_fake import EngineFake
+    """The fake backend's class (imported on first use: it binds the library)."""
+    from .engine_fake import EngineFake
 
-        return EngineFake
-    return FakeBackend
+    return EngineFake
 
 
 def is_fake(backend: object) -> bool:
-    """Whether ``backend`` is one of acl_mem's fakes (either engine)."""
-    if isinstance(backend, FakeBackend):
-        return True
+    """Whether ``backend`` is acl_mem's fake."""
     from .engine_fake import EngineFake
 
     return isinstance(backend, EngineFake)

@@ -8,8 +8,10 @@ import threading
 from .. import _env
 from ..errors import SettingError
 from .profiles import _ALIASES, DEFAULT_PROFILE, PROFILES, Profile, resolve_profile
-from .streams import Hazards
 from .versions import DEFAULT_CANN, VERSIONS, CannVersion, resolve_cann
+
+#: How hazards and checker findings are reported.
+HAZARD_MODES = ("warn", "raise", "count")
 
 __all__ = ["current_cann", "current_hazard_mode", "current_profile", "set_cann",
            "set_hazard_mode", "set_profile"]
@@ -84,7 +86,7 @@ def set_check(enabled: bool | None) -> None:
 
 def current_hazard_mode() -> str:
     """How the fake reports hazards: ``ACL_MEM_HAZARDS`` or configure(), else "warn"."""
-    return _hazard_mode or _env.choice("ACL_MEM_HAZARDS", Hazards.MODES, "warn")
+    return _hazard_mode or _env.choice("ACL_MEM_HAZARDS", HAZARD_MODES, "warn")
 
 
 def set_hazard_mode(mode: str | None) -> None:

@@ -20,6 +20,7 @@ state). What the binding adds:
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
@@ -27,10 +28,12 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .._native.backend import NativeBackend
 from ..errors import (
+    BackendError,
     FunctionNotAvailableError,
     HazardError,
     HazardWarning,
@@ -38,18 +41,23 @@ from ..errors import (
     MemoryCheckWarning,
 )
 from ..sizes import pool_of_page
-from .checker import Stack, allocation_stack
-from .config import current_cann, current_check, current_hazard_mode, current_profile
-from .device import MAX_DEVICES
+from .config import (
+    HAZARD_MODES,
+    current_cann,
+    current_check,
+    current_hazard_mode,
+    current_profile,
+)
 from .leak_report import arm as arm_leak_report
-from .library import RELEASE_DIRS, EngineLibrary
-from .postponed import user_stacklevel
+from .library import RELEASE_DIRS, EngineLibrary, private_copy
 from .profiles import Profile
+from .stacks import Stack, allocation_stack, user_stacklevel
 from .versions import CannVersion
-from .vmm_space import Held
 
-__all__ = ["EngineFake", "LiveBlock"]
+__all__ = ["EngineFake", "Held", "LiveBlock"]
 
+#: Devices a fake can have (the library's limit, as the runtime's).
+MAX_DEVICES = 32
 #: Kinds the memory checker reports; every other kind is a hazard.
 CHECKER_KINDS = frozenset({"boundary-crossed", "canary-overwritten", "use-after-free"})
 #: The calls whose result is a new block (their Python stacks are kept while checking).
@@ -78,6 +86,20 @@ class LiveBlock:
     page_size: int = 0
 
 
+@dataclass(frozen=True)
+class Held:
+    """A virtual-memory resource the library still holds (what ``live_vmm`` lists): a
+    reservation, a physical handle not freed yet, or a mapping (which keeps its physical
+    memory even after that handle was freed)."""
+
+    api: str
+    address: int
+    size: int
+    device: int | None
+    #: Page pool of physical memory (normal, huge, giant); "-" for the others.
+    pool: str = "-"
+
+
 class Seen:
     """Every finding of this fake, by kind, and the mode they are reported in."""
 
@@ -96,21 +118,43 @@ class EngineFake(NativeBackend):
     """The fake backend: acl_mem's C library through the native binding."""
 
     name = "fake"
+    #: The library's control API (set by ``_take_engine``; a raising stand-in once a newer
+    #: fake took the engine).
+    control: EngineLibrary
 
     def __init__(self, profile: Profile, *, hazards: str = "warn", check: bool = False,
-                 cann: CannVersion | None = None) -> None:
+                 cann: CannVersion | None = None, private: bool = False) -> None:
+        _mode(hazards)
         if not 1 <= profile.device_count <= MAX_DEVICES:
             raise ValueError(f"fake: device_count must be in [1, {MAX_DEVICES}], got "
                              f"{profile.device_count}")
-        # The library ACL_MEM_FAKE_CANN chose at first use, one per process (a second copy
-        # would be a second engine, and the DVPP libraries reach the engine by its soname).
-        # The newest release's library plays every release; CANN 8.5.0's own only that
-        # one, as it lacks a function the later ones export.
-        self.control = control = EngineLibrary.get()
-        # The binding's declarations are parsed once per library (25 ms each time).
-        self.__dict__.update(_binding(os.path.dirname(control.path)).__dict__)
         self.cann = cann or current_cann()
         self._profile = profile
+        self.checking = bool(check)
+        self.hazards = Seen(hazards)
+        self.findings: list[tuple[str, str]] = []
+        #: Python stacks of live blocks (and of pinned blocks freed since: a write through
+        #: a pointer that outlived the free names them) and of pool segments, by start.
+        self._stacks: dict[int, Stack] = {}
+        self._segments: dict[int, int] = {}  # segment start -> its parent block
+        self._stacks_lock = threading.Lock()
+        # The library ACL_MEM_FAKE_CANN chose at first use, one per process (a second copy
+        # would be a second engine, and the DVPP libraries reach the engine by its
+        # soname). The newest release's library plays every release; CANN 8.5.0's own
+        # only that one, as it lacks a function the later ones export. A private fake has
+        # the process's second engine, a copy of that library.
+        control, binding = _private_engine() if private else _engine()
+        self._own = {**binding.__dict__, "control": control}
+        self._take_engine()
+        _instances.add(self)
+        self.address_space_reserved = control.describe().address_space_reserved
+
+    def _take_engine(self) -> None:
+        """Configure the library for this fake (a fresh device) and make every other fake
+        on it refuse its calls: their memory is gone with the engine's."""
+        self.__dict__.update(self._own)
+        control = self.control
+        profile = self._profile
         try:
             control.configure(profile.name, self.cann.name, profile.device_count,
                               profile.capacity)
@@ -125,19 +169,30 @@ class EngineFake(NativeBackend):
         # Python prints the exit report itself, with the Python stacks it keeps.
         control.set_leak_report(False)
         arm_leak_report()
-        control.set_check(bool(check))
-        self.checking = bool(check)
-        self.hazards = Seen(hazards)
-        self.findings: list[tuple[str, str]] = []
-        #: Python stacks of live blocks (and of pinned blocks freed since: a write through
-        #: a pointer that outlived the free names them) and of pool segments, by start.
-        self._stacks: dict[int, Stack] = {}
-        self._segments: dict[int, int] = {}  # segment start -> its parent block
-        self._stacks_lock = threading.Lock()
+        control.set_check(self.checking)
         self._waiting = control.ffi.addressof(control.lib, "acl_mem_fake_findings_waiting")
-        _instances.add(self)
-        described = control.describe()
-        self.address_space_reserved = described.address_space_reserved
+        with self._stacks_lock:
+            self._stacks.clear()
+            self._segments.clear()
+        for other in list(_instances):
+            if other is not self and other._own["control"] is control:
+                other._superseded()
+
+    def _superseded(self) -> None:
+        gone = _Superseded(self._profile.name)
+        self.__dict__.update(lib=gone, control=gone, _dvpp=gone, _mpi=gone)
+
+    @property
+    def superseded(self) -> bool:
+        """Whether a newer fake took the process's engine (this one's calls then raise
+        BackendError until :meth:`resume`)."""
+        return isinstance(self.__dict__.get("lib"), _Superseded)
+
+    def resume(self) -> None:
+        """Take the engine back after a newer fake took it: a fresh device, as after
+        ``acl_mem.fake.reset()`` (what was allocated before is gone)."""
+        if self.superseded:
+            self._take_engine()
 
     @classmethod
     def from_environment(cls) -> EngineFake:
@@ -178,7 +233,7 @@ class EngineFake(NativeBackend):
     def set_modes(self, *, hazards: str | None = None, check: bool | None = None) -> None:
         """Change how findings are reported, or the checker, keeping the memory."""
         if hazards is not None:
-            self.hazards.mode = hazards
+            self.hazards.mode = _mode(hazards)
         if check is not None:
             self.checking = bool(check)
             self.control.set_check(self.checking)
@@ -235,6 +290,11 @@ class EngineFake(NativeBackend):
         """Host RAM this process uses now (RSS), for the sparse-backing checks."""
         with open("/proc/self/statm") as handle:
             return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def forget_thread(self) -> None:
+        """The calling thread starts over with no current device or context, as a new
+        thread would (a trace replay runs many recorded threads in one)."""
+        self.control.forget_thread()
 
     def inject_fault(self, call: str, nth: int = 1, code: int = 207001) -> None:
         self.control.inject_fault(call, nth, code)
@@ -297,16 +357,84 @@ class EngineFake(NativeBackend):
         return super().aclrtMemGetAddressRange(ptr, null_outputs)
 
 
+def _mode(hazards: str) -> str:
+    if hazards not in HAZARD_MODES:
+        raise ValueError(f"hazards must be one of {HAZARD_MODES}, got {hazards!r}")
+    return hazards
+
+
+class _Superseded:
+    """What a fake's library is once a newer fake took the process's engine: every call
+    raises a BackendError that says so, where it would otherwise act on the newer fake's
+    memory."""
+
+    def __init__(self, profile: str) -> None:
+        self._profile = profile
+
+    def __getattr__(self, name: str) -> Any:
+        raise BackendError(
+            f"{name}: this fake ({self._profile}) was replaced by a newer one (acl_mem.fake."
+            "configure, reset or make_backend): the process has one fake engine, and this "
+            "fake's memory went with it; use the newer fake, or acl_mem.fake.reset() for a "
+            "fresh active one (make_backend(private=True) leaves the active fake alone)")
+
+
+class _EngineSide:
+    """The DVPP calls of a private copy of the library, made on its own engine."""
+
+    def __init__(self, ffi: Any, path: str) -> None:
+        ffi.cdef("""
+            int acl_mem_engine_dvpp_malloc(void **devPtr, size_t size, const void *caller);
+            int acl_mem_engine_dvpp_free(void *devPtr);
+            int32_t acl_mem_engine_mpi_malloc(uint32_t dev_id, void **dev_ptr, uint64_t size,
+                                              const void *caller);
+            int32_t acl_mem_engine_mpi_free(void *dev_ptr);""", override=True)
+        self._lib = ffi.dlopen(path)
+        self._null = ffi.NULL
+
+    def acldvppMalloc(self, devPtr: Any, size: int) -> int:
+        return int(self._lib.acl_mem_engine_dvpp_malloc(devPtr, size, self._null))
+
+    def acldvppFree(self, devPtr: Any) -> int:
+        return int(self._lib.acl_mem_engine_dvpp_free(devPtr))
+
+    def hi_mpi_dvpp_malloc(self, dev_id: int, dev_ptr: Any, size: int) -> int:
+        return int(self._lib.acl_mem_engine_mpi_malloc(dev_id, dev_ptr, size, self._null))
+
+    def hi_mpi_dvpp_free(self, dev_ptr: Any) -> int:
+        return int(self._lib.acl_mem_engine_mpi_free(dev_ptr))
+
+
 _bindings: dict[str, NativeBackend] = {}
+_private: dict[str, tuple[EngineLibrary, NativeBackend]] = {}
 _bindings_lock = threading.Lock()
 
 
-def _binding(directory: str) -> NativeBackend:
-    """The native binding of the library in ``directory``, made once."""
+def _engine() -> tuple[EngineLibrary, NativeBackend]:
+    """The process's engine and its native binding, made once (the binding's declarations
+    take 25 ms to parse)."""
+    control = EngineLibrary.get()
+    directory = os.path.dirname(control.path)
     with _bindings_lock:
         found = _bindings.get(directory)
         if found is None:
             found = _bindings[directory] = NativeBackend(directory)
+        return control, found
+
+
+def _private_engine() -> tuple[EngineLibrary, NativeBackend]:
+    """The process's second engine: a copy of the first's library, loaded once."""
+    directory = Path(os.path.dirname(EngineLibrary.get().path))
+    with _bindings_lock:
+        found = _private.get(str(directory))
+        if found is None:
+            with private_copy(directory) as place:
+                control, binding = EngineLibrary(place), NativeBackend(str(place))
+                # Its DVPP libraries would reach the first engine (by the soname they
+                # need): the copy's own entry points stand in for them.
+                side = _EngineSide(binding.ffi, binding.path)
+            binding.__dict__.update(_dvpp=side, _mpi=side)
+            found = _private[str(directory)] = (control, binding)
         return found
 
 
@@ -337,6 +465,7 @@ def _reporting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = method.__doc__
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     return call
 
 

@@ -7,8 +7,14 @@ control functions (reset, configure, describe, hazards) are bound here.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
+import shutil
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +25,8 @@ from .. import _env
 from ..errors import BackendError, SettingError
 
 __all__ = ["LIBRARY_DIR", "PREFIX", "RELEASE_DIRS", "EngineDescription", "EngineLeak",
-           "EngineLibrary", "library_dir"]
+           "EngineLibrary", "is_engine_library", "library_dir",
+           "private_copy"]
 
 #: The installed prefix, laid out like a CANN toolkit: include/ (acl/*.h and the control
 #: API's header), lib64/ (built when acl_mem is installed), set_env.sh.
@@ -67,6 +74,31 @@ def library_dir(cann: str | None = None) -> Path:
     if not (directory / "libascendcl.so").is_file():
         raise BackendError(f"acl_mem's fake libascendcl.so is not in {where}")
     return directory
+
+
+def is_engine_library(path: str) -> bool:
+    """Whether the libascendcl.so at ``path`` (loaded already) is acl_mem's own."""
+    try:
+        return hasattr(ctypes.CDLL(path), "acl_mem_fake_reset")
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def private_copy(directory: Path | None = None) -> Iterator[Path]:
+    """A directory holding a copy of the library in ``directory`` (default:
+    :func:`library_dir`'s), removed on leaving: what is loaded from it inside is a second
+    engine in this process (the loader keeps one instance per file), for comparing two
+    fakes. The DVPP calls of such a copy are not available (the DVPP libraries reach the
+    engine by its soname, which names the first copy); a third engine gets no fixed device
+    window."""
+    source = (directory or library_dir()) / "libascendcl.so"
+    place = tempfile.mkdtemp(prefix="acl_mem-engine-")  # 0700: no one else can swap it
+    try:
+        shutil.copy2(source, os.path.join(place, "libascendcl.so"))
+        yield Path(place)
+    finally:
+        shutil.rmtree(place, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -128,6 +160,10 @@ class EngineLibrary:
         """A new process's fake: no devices set, no memory, no aclInit; settings re-read."""
         self.lib.acl_mem_fake_reset()
 
+    def forget_thread(self) -> None:
+        """The calling thread starts over with no current device or context."""
+        self.lib.acl_mem_fake_forget_thread()
+
     def share_places(self, shm: str | None, run_user: str | None, home: str | None) -> None:
         """Look for the default share directories under ``shm`` (instead of /dev/shm),
         ``run_user`` (/run/user) and ``home`` (the password database's); None restores
@@ -138,6 +174,11 @@ class EngineLibrary:
         if self.lib.acl_mem_fake_share_places(text(shm), text(run_user), text(home)) != 0:
             raise ValueError(f"acl_mem_fake_share_places refused {shm!r}, {run_user!r}, "
                              f"{home!r}")
+
+    def share_unnamed_files(self, on: bool) -> None:
+        """Write share records through unnamed files where possible (True, the default),
+        or through named temporary files as on a file system without them."""
+        self.lib.acl_mem_fake_share_unnamed_files(int(on))
 
     def configure(self, profile: str | None = None, cann: str | None = None,
                   device_count: int = 0, capacity: int = 0) -> None:

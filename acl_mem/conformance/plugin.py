@@ -35,7 +35,7 @@ import pytest
 import acl_mem
 
 from .. import _backend, _env
-from .._fake import FakeBackend, fake_class, is_fake
+from .._fake import fake_class, is_fake
 from .._fake.config import current_cann, current_profile, set_profile
 from .._lifecycle import state
 from .providers import brief, native_provider
@@ -64,11 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fake_only(reason): only the fake can show this; "
                             "the reason is required")
     config.addinivalue_line("markers", "fake_library(reason): only acl_mem's fakes can show "
-                            "this: the Python fake, and the native backend when its library is "
+                            "this: the fake, and the native backend when its library is "
                             "acl_mem's own (not Huawei's); the reason is required")
-    config.addinivalue_line("markers", "python_engine(reason): drives the Python engine's "
-                            "internals; skipped while ACL_MEM_FAKE_ENGINE=c plays the fake "
-                            "(the reason says what covers the C library)")
     config.addinivalue_line("markers", "cann(*releases): the check's expectation holds on these "
                             "CANN releases only; elsewhere it is skipped (docs/runtime-model.md "
                             "§0.1)")
@@ -105,7 +102,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        for name in ("fake_only", "fake_library", "python_engine"):
+        for name in ("fake_only", "fake_library"):
             marker = item.get_closest_marker(name)
             if marker is not None and not (marker.args and isinstance(marker.args[0], str)):
                 raise pytest.UsageError(f"{item.nodeid}: {name} needs a reason string")
@@ -143,12 +140,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
         provider.before_test()
         chosen: _backend.Backend = native
     else:
-        marker = request.node.get_closest_marker("python_engine")
-        engine = fake_class()
-        if marker is not None and engine is not FakeBackend:
-            pytest.skip(f"Python engine only: {marker.args[0]}")
         set_profile(None)
-        chosen = engine(current_profile())
+        chosen = fake_class()(current_profile())
     releases = request.node.get_closest_marker("cann")
     if releases is not None and _release_of(chosen) not in releases.args:
         if request.param == "native":

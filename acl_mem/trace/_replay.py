@@ -5,18 +5,17 @@ and the memory figures of the replay beside the recording's."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import _backend
-from .._fake.backend import FakeBackend
+from .. import fake as _fake
 from .._fake.config import current_cann
 from .._fake.profiles import PROFILES, Profile, profile_for_soc, resolve_profile
 from .._fake.versions import VERSIONS, CannVersion, resolve_cann
@@ -201,7 +200,7 @@ class _Capture:
         self.t = 0
         self.th = 0
 
-    def install(self, backend: FakeBackend) -> None:
+    def install(self, backend: Any) -> None:
         slots = vars(backend)
         for name, spec in CALLS.items():
             call = getattr(backend, name, None)
@@ -351,8 +350,9 @@ class _Run:
                  progress: Progress | None) -> None:
         self.trace, self.options, self.keep, self.progress = trace, options, keep, progress
         self.profile, self.release, self.notes = _target(trace.header, options)
-        self.backend = FakeBackend(self.profile, hazards="count", check=False,
-                                   cann=self.release)
+        # The process's second engine: the user's fake keeps its memory.
+        self.backend = _fake.make_backend(self.profile, cann=self.release.name,
+                                          hazards="count", check=False, private=True)
         self.replayer = CallReplayer(self.backend, options.pool, self.profile.capacity)
         self.capture = _Capture(self.replayer)
         self.threads = _Threads(retired=self._thread_retired, forget=self._forget_thread)
@@ -374,7 +374,7 @@ class _Run:
 
     def _forget_thread(self) -> None:
         """(In a replaying thread handed to another recorded thread.)"""
-        self.backend.runtime.forget_thread()
+        self.backend.forget_thread()
         raw_state.forget_thread()
 
     def _setup(self) -> None:
@@ -473,28 +473,24 @@ class _Run:
         return header
 
 
-@contextlib.contextmanager
-def _active(backend: FakeBackend, needed: bool) -> Iterator[None]:
-    if not needed:
-        yield
-        return
-    with _backend.using_backend(backend, "acl-mem trace replay"):
-        yield
-
-
 def replay_trace(trace: Trace, options: ReplayOptions | None = None, *, keep: int = 10,
                  progress: Progress | None = None) -> ReplayReport:
-    """Replay a trace already read (:func:`acl_mem.trace.read_trace`) on a fresh fake;
-    ``keep`` is how many differences to describe. With ``options.pool`` the replay's fake
-    is the active backend while it runs (as :func:`acl_mem.using_backend` makes it):
-    buffers made before in this process are released from Python's side."""
+    """Replay a trace already read (:func:`acl_mem.trace.read_trace`) on a fresh fake
+    (the process's second engine, so the active fake keeps its memory); ``keep`` is how
+    many differences to describe. With ``options.pool`` the replay's fake is the active
+    backend while it runs (as :func:`acl_mem.using_backend` makes it): buffers made before
+    in this process are released from Python's side. Two replays at once in one process
+    share that engine: the older one's calls then fail with BackendError."""
     options = options or ReplayOptions()
     started = time.perf_counter()
     run = _Run(trace, options, keep, progress)
     run.capture.install(run.backend)
     try:
-        with _active(run.backend, options.pool is not None):
+        if options.pool is None:
             run.run()
+        else:
+            with _backend.using_backend(run.backend, "acl-mem trace replay"):
+                run.run()
     finally:
         run.threads.close()
     seconds = time.perf_counter() - started

@@ -43,6 +43,10 @@ ACL_MEM_FAKE_API int acl_mem_fake_reset(void);
 ACL_MEM_FAKE_API int acl_mem_fake_configure(const char *profile, const char *cann,
                                             int device_count, uint64_t capacity);
 
+/* The calling thread starts over with no current device or context, as a new thread
+ * would (a trace replay runs many recorded threads, one after another, in one thread). */
+ACL_MEM_FAKE_API int acl_mem_fake_forget_thread(void);
+
 ACL_MEM_FAKE_API int acl_mem_fake_describe(struct acl_mem_fake_description *out);
 
 /* The reason every call fails, or NULL when the settings are usable. */
@@ -84,7 +88,7 @@ struct acl_mem_fake_leak {
     uint64_t address;
     uint64_t size; /* bytes asked for */
     int32_t device; /* -1: pinned host memory, a reservation, host physical memory */
-    char api[24];   /* "aclrtMalloc", "aclrtMallocHost", "aclrtMapMem", ... */
+    char api[40];   /* "aclrtMalloc", "aclrtMallocHost", "aclrtMapMem", ... */
     const void *caller;
     uint64_t extent;    /* bytes it takes of its page pool, padding included; 0: none */
     uint32_t page_size; /* of those bytes (4 KiB, 2 MiB, 1 GiB); 0 when it takes none */
@@ -139,6 +143,11 @@ ACL_MEM_FAKE_API int acl_mem_fake_set_trace(int on);
  * 100000 for a path that is not absolute or too long. */
 ACL_MEM_FAKE_API int acl_mem_fake_share_places(const char *shm, const char *run_user,
                                                const char *home);
+
+/* Whether share records are written through unnamed files (O_TMPFILE) where the file
+ * system has them (on, the default); off, they are written into named temporary files and
+ * linked, as on a file system without unnamed files. For tests of that path. */
+ACL_MEM_FAKE_API int acl_mem_fake_share_unnamed_files(int on);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../include/acl_mem_fake.h"
 #include "share.h"
 
 #define LOCK_NAME ".acl_mem_fake.lock"
@@ -229,9 +230,21 @@ static void temp_name(char *out, size_t size)
  * followed), another errno on failure. Written into an unnamed file where the file
  * system has them, else into a temporary file of this call, removed afterwards, so an
  * interrupted write leaves nothing half-written under a record's name. */
+static bool no_unnamed_files;
+
+int acl_mem_fake_share_unnamed_files(int on)
+{
+    __atomic_store_n(&no_unnamed_files, on == 0, __ATOMIC_RELAXED);
+    return AM_SUCCESS;
+}
+
 static int link_whole(struct session *s, const char *data, size_t length, const char *name)
 {
-    int fd = openat(s->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    int fd = -1;
+    if (__atomic_load_n(&no_unnamed_files, __ATOMIC_RELAXED))
+        errno = EOPNOTSUPP;
+    else
+        fd = openat(s->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd >= 0) {
         int error = 0;
         char self[48];

@@ -750,6 +750,13 @@ int acl_mem_fake_reset(void)
     return failed ? AM_INVALID_PARAM : 0;
 }
 
+int acl_mem_fake_forget_thread(void)
+{
+    struct am_thread *self = am_thread();
+    self->ref = self->ctx = self->cur = 0;
+    return 0;
+}
+
 int acl_mem_fake_configure(const char *profile, const char *cann, int device_count,
                            uint64_t capacity)
 {
