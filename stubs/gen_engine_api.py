@@ -9,6 +9,8 @@
   failure message shows them, and for the calls a trace records (ACL_MEM_TRACE), how
   their records are written (from acl_mem/trace/_lines.py, the format's one table).
 - ``hints.h``: the hint texts of acl_mem/_hint_texts.py as printf formats.
+- ``tables.h``: the device profiles and CANN releases of acl_mem/_fake/profiles.py and
+  versions.py (their one source), as the engine's tables.
 - ``unsupported.c``: every function of libascendcl.so the engine does not model (models,
   operators, profiling, tensor queues ...): it says so once on stderr and fails.
 - ``msprofiler.c``: libmsprofiler.so, the profiling library: the same, for its functions.
@@ -40,6 +42,8 @@ sys.path.insert(0, str(HERE.parent))
 
 from acl_mem._hint_texts import PLACEHOLDERS as HINT_PLACEHOLDERS  # noqa: E402
 from acl_mem._hint_texts import TEXTS as HINT_TEXTS  # noqa: E402
+from acl_mem._fake.profiles import _ALIASES, PROFILES  # noqa: E402
+from acl_mem._fake.versions import VERSIONS  # noqa: E402
 from acl_mem._hints import _HEX  # noqa: E402
 from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
@@ -295,7 +299,63 @@ def hints_header() -> str:
     return "\n".join(out) + "\n"
 
 
+def _c_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _c_string(value)
+    if isinstance(value, tuple):
+        return "{" + ", ".join(_c_value(v) for v in value) + "}"
+    return str(value)
+
+
+def _entry(fields: dict[str, str]) -> list[str]:
+    """``{.a = 1, .b = 2},`` wrapped at 96 columns."""
+    lines, line = [], "    {"
+    for k, v in fields.items():
+        part = f".{k} = {v}, "
+        if len(line) + len(part) > 96 and line.strip() != "{":
+            lines.append(line.rstrip())
+            line = "     "
+        line += part
+    lines.append(line.rstrip().rstrip(",") + "},")
+    return lines
+
+
+def tables_header() -> str:
+    """acl_mem/_fake/profiles.py and versions.py as the engine's tables (data.c)."""
+    out = [_GENERATED,
+           "/* The device profiles and CANN releases, from acl_mem/_fake/profiles.py and",
+           "   versions.py: their one source. Included by data.c only. */", ""]
+    out.append("const struct am_profile am_profiles[] = {")
+    for profile in PROFILES.values():
+        sixteenths = profile.normal_fraction * 16
+        if sixteenths != int(sixteenths) or profile.capacity % (1 << 30):
+            raise ValueError(f"profile {profile.name}: the engine takes whole sixteenths "
+                             "and whole GiB")
+        fields = {"name": profile.name, "soc_name": profile.soc_name,
+                  "description": profile.description, "padding": profile.padding,
+                  "ddr": profile.memory == "DDR",
+                  "capacity": f"{profile.capacity >> 30} * AM_GiB",
+                  "normal_sixteenths": int(sixteenths), "giant_pages": profile.giant_pages,
+                  "p2p_policies": profile.p2p_policies, "dvpp": profile.dvpp,
+                  "mpi_dvpp": profile.mpi_dvpp, "device_count": profile.device_count,
+                  "max_streams": profile.max_streams, "run_mode": profile.run_mode}
+        out += _entry({k: v if k == "capacity" else _c_value(v) for k, v in fields.items()})
+    out += ["};", "const size_t am_profile_count = sizeof am_profiles / sizeof am_profiles[0];",
+            "", "const struct am_release am_releases[] = {"]
+    for version in VERSIONS.values():
+        out += _entry({k: _c_value(v) for k, v in vars(version).items()})
+    out += ["};", "const size_t am_release_count = sizeof am_releases / sizeof am_releases[0];",
+            "", "static const struct {", "    const char *alias, *name;",
+            "} aliases[] = {"]
+    out += [f"    {{{_c_string(alias)}, {_c_string(name)}}}," for alias, name in _ALIASES.items()]
+    out += ["};"]
+    return "\n".join(out) + "\n"
+
+
 OUTPUTS = {"acl_api.h": api_header, "calls.h": calls_header, "hints.h": hints_header,
+           "tables.h": tables_header,
            "unsupported.c": unsupported_source, "msprofiler.c": profiler_source,
            "acl_rt.c": rt_source}
 

@@ -145,8 +145,8 @@ sys.stdin.readline()
 
 def child_command(script: str, *args: str) -> tuple[list[str], dict[str, str]]:
     """The command and environment of a python process running ``script`` (which starts
-    with CHILD) on the backend of this check: the Python fake, or the native binding
-    over acl_mem's library."""
+    with CHILD) on the backend of this check: the fake, or the native binding over
+    acl_mem's library."""
     native = not is_fake(_backend._active)
     prelude = native_provider().subprocess_prelude if native else ""
     env = clean_env(ACL_MEM_FAKE_SHARE_DIR=os.environ.get("ACL_MEM_FAKE_SHARE_DIR"),

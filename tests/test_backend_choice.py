@@ -86,7 +86,7 @@ def test_env_fake_is_used_and_reason_says_requested():
     )
     assert result["name"] == "fake"
     assert "requested" in str(result["reason"])
-    assert result["own"] is True  # acl_mem's library (or the Python engine), never Huawei's
+    assert result["own"] is True  # acl_mem's library, never Huawei's
 
 
 @needs_no_native

@@ -1,5 +1,5 @@
 """acl_mem's fake libascendcl (the engine in C) seen from Python: its generated parts are
-current, its device profiles and releases are the Python model's, its control API
+current, its device profiles and releases are acl_mem.fake's, its control API
 resets and configures it, and an unusable setting fails every call with its reason."""
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def test_the_generated_engine_sources_are_current():
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 @pytest.mark.parametrize("cann", sorted(VERSIONS))
-def test_every_profile_and_release_is_the_python_models(engine, native, profile, cann):
-    """The C tables and the Python dataclasses say the same (until the Python engine goes
-    and the C tables are the one source)."""
+def test_every_profile_and_release_is_played_as_its_data_says(engine, native, profile, cann):
+    """The library plays each profile and release of acl_mem/_fake/profiles.py and
+    versions.py (from which its tables are generated) as their fields say."""
     engine.configure(profile, cann)
     described = engine.describe()
     expected = PROFILES[profile]

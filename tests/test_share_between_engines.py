@@ -1,6 +1,7 @@
-"""Memory shared between a process on the Python fake and one on acl_mem's C library
-(docs/fidelity.md row 52): both keep the same records in the same directory, so either
-imports what the other exported, sees its bytes, and gives it back on free.
+"""Memory shared between a Python process on the fake backend and one binding acl_mem's
+library natively (docs/fidelity.md row 52): both keep the same records in the same
+directory, so either imports what the other exported, sees its bytes, and gives it back
+on free.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def _read(va: int) -> bytes:
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
-def test_the_python_fake_imports_what_the_c_library_exported(fake, dev, share_dir, handles):
+def test_the_fake_imports_what_a_native_binding_exported(fake, dev, share_dir, handles):
     proc = _peer(share_dir, "export")
     try:
         shareable = _receive(proc)["shareable"]
@@ -123,7 +124,7 @@ def test_the_python_fake_imports_what_the_c_library_exported(fake, dev, share_di
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
-def test_the_c_library_imports_what_the_python_fake_exported(fake, dev, share_dir, handles):
+def test_a_native_binding_imports_what_the_fake_exported(fake, dev, share_dir, handles):
     before = huge_free()
     handle = physical(handles)
     base = raw.aclrtReserveMemAddress(HUGE, 0, 0, 0)

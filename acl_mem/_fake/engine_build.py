@@ -36,7 +36,8 @@ SIDE_LIBRARIES = {"libacl_dvpp.so": ("dvpp.c",), "libacl_dvpp_mpi.so": ("mpi.c",
                       "libacl_tdt_queue.so", "libacl_rt_impl.so")}}
 #: Link flags of one side library.
 SIDE_LINK = {"libacl_rt.so": ("-Wl,--filter=libascendcl.so",)}
-HEADERS = ("engine.h", "acl_api.h", "share.h", "unsupported.h", "../include/acl_mem_fake.h")
+HEADERS = ("engine.h", "acl_api.h", "share.h", "unsupported.h", "tables.h",
+           "../include/acl_mem_fake.h")
 #: Releases whose libraries export less than the default build (CANN 8.5.0 has no
 #: aclrtMemGetAddressRange): each is built again into a directory of its own under the
 #: default one, playing only that release.

@@ -15,7 +15,8 @@ state). What the binding adds:
 - **Python call sites.** With the checker on, each allocation's Python stack is kept by
   address, for leak lists and findings.
 - **The release's functions.** One library plays every release; a function the release
-  lacks raises ``FunctionNotAvailableError`` as the Python fake does.
+  lacks raises ``FunctionNotAvailableError``, as the native backend does for a function
+  Huawei's library of that release lacks.
 """
 
 from __future__ import annotations
@@ -447,6 +448,7 @@ def _after_fork_in_child() -> None:
     devices), so their stacks go too; a lock another thread held at the fork is new."""
     for fake in list(_instances):
         fake._stacks_lock = threading.Lock()
+        fake._lock = fake._own["_lock"] = threading.Lock()  # the DVPP libraries' loading
         fake._stacks = {}
         fake._segments = {}
 

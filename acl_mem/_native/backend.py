@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import weakref
 from typing import Any
 
 from ..errors import FunctionNotAvailableError
@@ -32,6 +33,7 @@ class NativeBackend(NativeEvents, NativeVmm):
         self._dvpp: Any = None
         self._mpi: Any = None
         self._lock = threading.Lock()
+        _bindings.add(self)
         self._null = self.ffi.NULL
         # Parsed once: allocation and free are the calls users make most often.
         self._new = self.ffi.new
@@ -66,8 +68,11 @@ class NativeBackend(NativeEvents, NativeVmm):
         return text.decode(errors="replace") if isinstance(text, bytes) else text
 
     def _side_library(self, soname: str) -> Any:
+        attr = "_dvpp" if soname == "libacl_dvpp.so" else "_mpi"
+        lib = getattr(self, attr)
+        if lib is not None:  # loaded: no lock on the call path
+            return lib
         with self._lock:
-            attr = "_dvpp" if soname == "libacl_dvpp.so" else "_mpi"
             lib = getattr(self, attr)
             if lib is None:
                 lib, _ = load_library(self.ffi, soname, prefer=os.path.dirname(self.path))
@@ -281,3 +286,16 @@ def _quiet_library_recorder(path: str) -> None:
     switch.argtypes = [ctypes.c_int]
     switch.restype = ctypes.c_int
     switch(0)
+
+
+#: Every binding of the process, for the fork handler.
+_bindings: weakref.WeakSet[NativeBackend] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A lock another thread held at the fork stays held in the child: each is new."""
+    for binding in list(_bindings):
+        binding._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

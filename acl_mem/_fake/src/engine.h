@@ -69,7 +69,8 @@ enum {
  * are at its mirror, am.mirror_offset higher (docs/runtime-model.md §4.2): the first of
  * these offsets whose 8 TiB range is free when the library starts and clear of the
  * device space. The later ones make room for what got there first: another copy of the
- * library, a sanitizer, or acl_mem's Python fake (which takes [16 TiB, 64 TiB)). */
+ * library (the process's second engine, acl_mem.fake.make_backend(private=True)) or a
+ * sanitizer. */
 #define AM_VMM_BASE (16 * AM_TiB)
 #define AM_VMM_END (24 * AM_TiB)
 #define AM_MIRROR_OFFSETS {40 * AM_TiB, 48 * AM_TiB, 56 * AM_TiB}

@@ -1,6 +1,7 @@
 /* Leaks: the blocks still allocated, each with the return address of the call that made
- * it, and the virtual memory still held (reservations, physical handles, mappings). ACL_MEM_LEAK_REPORT=1 prints them when the program exits, in the format of the
- * Python fake's report (the C caller as a "File ..., line 0, in symbol+0xoffset" line);
+ * it, and the virtual memory still held (reservations, physical handles, mappings).
+ * ACL_MEM_LEAK_REPORT=1 prints them when the program exits, in the format of the Python
+ * binding's report (the C caller as a "File ..., line 0, in symbol+0xoffset" line);
  * acl_mem_fake_leaks() lists them for a binding. */
 #define _GNU_SOURCE
 #include <dlfcn.h>

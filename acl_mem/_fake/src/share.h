@@ -2,9 +2,10 @@
  * rows 50, 52, 55 to 57).
  *
  * An export writes a record into the user's share directory; an importer reads it and
- * opens the exporter's memfd through /proc/<pid>/fd. The records are the same files,
- * in the same format, that acl_mem's Python fake writes, so processes of either kind
- * share memory with each other and keep the directory tidy for each other.
+ * opens the exporter's memfd through /proc/<pid>/fd. Every process on acl_mem's library
+ * (a C program, Python on the fake backend, another build of the library) keeps the same
+ * records in the same directory, so they share memory with each other and keep the
+ * directory tidy for each other.
  *
  * share_dir.c chooses and checks the directory, share_record.c reads and writes one
  * record, share_registry.c does the read-modify-write of each call under the lock.

@@ -6,7 +6,7 @@
  * [pid, start, exact] triples, the holders as [pid, start] pairs and whether the exporter
  * has freed its handle. Reading is strict: anything but that object (bad JSON, a missing
  * or mistyped field, a number out of range) makes the record damaged. Keys it does not
- * know are skipped, as the Python fake does.
+ * know are skipped (a later version may add some).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>

@@ -1,0 +1,89 @@
+"""The process has one fake engine (acl_mem's library) and one private second engine: a
+newer fake takes the engine from an older one, which then refuses its calls instead of
+acting on the newer one's memory; a fake made active again starts afresh; a private fake
+leaves the active one alone."""
+
+from __future__ import annotations
+
+import pytest
+
+import acl_mem
+from acl_mem import _backend, raw
+from acl_mem.errors import BackendError, FreedBufferError
+from acl_mem.fake import make_backend
+
+
+def test_a_newer_fake_takes_the_engine_and_the_older_refuses_its_calls():
+    older = make_backend()
+    assert older.aclrtSetDevice(0) == 0
+    rc, ptr = older.aclrtMalloc(4096, 0)
+    assert rc == 0
+    newer = make_backend()
+    assert older.superseded and not newer.superseded
+    for call in (lambda: older.aclrtFree(ptr), lambda: older.aclrtMalloc(64, 0),
+                 older.live_blocks, lambda: older.inject_fault("aclrtMalloc")):
+        with pytest.raises(BackendError):
+            call()
+    # The newer fake's device is fresh: the older one's block is not there to free.
+    assert newer.aclrtSetDevice(0) == 0
+    assert newer.live_blocks() == []
+
+
+def test_the_active_fake_made_active_again_starts_afresh():
+    with _backend.using_backend(make_backend()):
+        dev = acl_mem.Device(0).use()
+        buf = dev.malloc(4096)
+        active = _backend.get()
+        with _backend.using_backend(make_backend()):  # takes the engine
+            assert active.superseded
+        assert not active.superseded  # restored: a fresh device
+        assert active.live_blocks() == []
+        with pytest.raises(FreedBufferError):
+            buf.copy_from(bytes(16))  # released from Python's side, not freed twice
+        raw.aclrtSetDevice(0)
+        raw.aclrtFree(raw.aclrtMalloc(64))
+        raw.aclrtResetDevice(0)
+
+
+def test_a_private_fake_leaves_the_active_fake_alone():
+    with _backend.using_backend(make_backend()), acl_mem.Device(0) as dev:
+        buf = dev.malloc(4096)
+        buf.copy_from(b"kept" * 1024)
+        private = make_backend(private=True)
+        assert private.aclrtSetDevice(0) == 0
+        rc, ptr = private.aclrtMalloc(4096, 0)
+        assert rc == 0 and ptr != buf.ptr
+        # Its DVPP calls reach its own engine, not the first one's.
+        rc, dvpp = private.acldvppMalloc(4096)
+        assert rc == 0
+        assert {b.api for b in private.live_blocks()} == {"aclrtMalloc", "acldvppMalloc"}
+        assert private.acldvppFree(dvpp) == 0 and private.aclrtFree(ptr) == 0
+        assert not _backend.get().superseded
+        assert buf.read() == b"kept" * 1024
+        assert [b.start for b in _backend.get().live_blocks()] == [buf.ptr]
+        buf.free()
+
+
+def test_a_newer_private_fake_takes_the_private_engine():
+    first = make_backend(private=True)
+    second = make_backend(private=True)
+    assert first.superseded and not second.superseded
+    with pytest.raises(BackendError):
+        first.aclrtSetDevice(0)
+    assert not _backend.get().superseded
+
+
+def test_an_in_process_replay_leaves_the_active_fake_alone(tmp_path):
+    from acl_mem.trace import read_trace, record, replay_trace
+
+    path = tmp_path / "run.jsonl"
+    with _backend.using_backend(make_backend()), acl_mem.Device(0) as dev:
+        with record(path):
+            dev.malloc(100).free()
+        buf = dev.malloc(4096)
+        buf.copy_from(b"mine" * 1024)
+        report = replay_trace(read_trace(path))
+        assert report.differences == 0 and report.replayed == report.calls > 0
+        assert not _backend.get().superseded
+        assert buf.read() == b"mine" * 1024
+        buf.free()
