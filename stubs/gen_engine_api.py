@@ -40,10 +40,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from acl_mem._hint_texts import PLACEHOLDERS as HINT_PLACEHOLDERS  # noqa: E402
-from acl_mem._hint_texts import TEXTS as HINT_TEXTS  # noqa: E402
 from acl_mem._fake.profiles import _ALIASES, PROFILES  # noqa: E402
 from acl_mem._fake.versions import VERSIONS  # noqa: E402
+from acl_mem._hint_texts import PLACEHOLDERS as HINT_PLACEHOLDERS  # noqa: E402
+from acl_mem._hint_texts import TEXTS as HINT_TEXTS  # noqa: E402
 from acl_mem._hints import _HEX  # noqa: E402
 from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
