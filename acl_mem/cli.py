@@ -24,6 +24,7 @@ from .device import Device
 from .errors import AclError, BackendError, FunctionNotAvailableError, SettingError
 from .pyacl._install import RUN_DESCRIPTION, RUN_EPILOG, add_run_arguments, run_script
 from .shim._cli import add_shim_parser, run_shim
+from .sizes import format_size
 from .trace._cli import add_trace_parser, run_trace
 from .versions import runtime_version
 
@@ -99,22 +100,6 @@ exit status: 0 no check failed (or no divergence); 1 a check failed (or the
 backends diverged); 2 nothing was checked: missing dependencies, no check
 selected by -k, native backend unavailable for --differential, bad arguments.
 """
-
-
-def format_size(n: int) -> str:
-    """Bytes in binary units with about three significant digits: 64 GiB, 63.9 GiB."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    value = float(n)
-    unit = 0
-    while abs(value) >= 1024 and unit < len(units) - 1:
-        value /= 1024
-        unit += 1
-    if unit == 0:
-        return f"{n} B"
-    text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return f"{text} {units[unit]}"
 
 
 def _memory_of(pools: dict[str, dict[str, int]]) -> tuple[str, int | None, int | None]:

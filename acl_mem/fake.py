@@ -32,7 +32,9 @@ from ._fake.config import (
     set_hazard_mode,
     set_profile,
 )
-from ._fake.versions import VERSIONS, resolve_cann
+from ._fake.library import is_engine_library, library_dir
+from ._fake.profiles import profile_for_soc
+from ._fake.versions import VERSIONS, CannVersion, closest_release, resolve_cann
 from ._lifecycle import state
 
 if TYPE_CHECKING:
@@ -42,15 +44,24 @@ __all__ = [
     "PROFILES",
     "VERSIONS",
     "Allocation",
+    "CannVersion",
     "Profile",
     "cann",
+    "closest_release",
     "configure",
+    "forget_settings",
     "hazards",
     "inject_fault",
+    "is_fake",
+    "is_fake_library",
     "leaks",
+    "library_dir",
     "make_backend",
     "profile",
+    "profile_for_soc",
     "reset",
+    "resolve_cann",
+    "resolve_profile",
 ]
 
 
@@ -105,12 +116,24 @@ def configure(
     return chosen
 
 
-def reset() -> None:
-    """Back to ``ACL_MEM_FAKE_PROFILE`` (or atlas-a2) with a fresh device."""
+def is_fake_library(path: str) -> bool:
+    """Whether the ``libascendcl.so`` at ``path`` is acl_mem's own (the fake), not Huawei's
+    (for example found on the search path after sourcing acl_mem's ``set_env.sh``)."""
+    return is_engine_library(path)
+
+
+def forget_settings() -> None:
+    """Forget what :func:`configure` chose: the profile, release and modes are the
+    environment's (or the defaults) again for fakes made from now on."""
     set_profile(None)
     set_hazard_mode(None)
     set_check(None)
     set_cann(None)
+
+
+def reset() -> None:
+    """Back to ``ACL_MEM_FAKE_PROFILE`` (or atlas-a2) with a fresh device."""
+    forget_settings()
     _replace_active(fake_class()(current_profile(), hazards=current_hazard_mode(),
                                  check=current_check(), cann=current_cann()))
 

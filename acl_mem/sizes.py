@@ -28,6 +28,7 @@ __all__ = [
     "align_up",
     "allocation_size",
     "effective_policy",
+    "format_size",
     "page_kinds",
     "plan_segments",
     "segment_alignment",
@@ -227,3 +228,19 @@ def plan_segments(
         offsets.append(start)
         cursor = start + segment_size(length, padded=padded)
     return offsets, cursor
+
+
+def format_size(n: int) -> str:
+    """Bytes in binary units with about three significant digits: 64 GiB, 63.9 GiB."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    value = float(n)
+    unit = 0
+    while abs(value) >= 1024 and unit < len(units) - 1:
+        value /= 1024
+        unit += 1
+    if unit == 0:
+        return f"{n} B"
+    text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return f"{text} {units[unit]}"

@@ -6,9 +6,10 @@ to a new process's state before each check. Either way the same binding runs.
 from __future__ import annotations
 
 from acl_mem._backend import Backend
-from acl_mem._fake.library import EngineLibrary, is_engine_library, library_dir
+from acl_mem._fake.library import EngineLibrary, library_dir
 from acl_mem.conformance.providers import LibascendclProvider
 from acl_mem.errors import BackendError
+from acl_mem.fake import is_fake_library
 
 #: Child interpreters (checks that start one) reach the same library this way.
 SUBPROCESS_PRELUDE = """
@@ -23,7 +24,7 @@ _os.environ["LD_LIBRARY_PATH"] = _os.pathsep.join(
 
 def _is_acl_mem_library(backend: Backend) -> bool:
     path = getattr(backend, "path", None)
-    return isinstance(path, str) and is_engine_library(path)
+    return isinstance(path, str) and is_fake_library(path)
 
 
 class EngineProvider:

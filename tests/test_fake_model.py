@@ -7,7 +7,7 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
-from acl_mem._fake.hostmem import host_range_mapped
+from acl_mem._host_memory import host_range_mapped
 from acl_mem.enums import MallocPolicy, MemAttr
 
 GiB = 1 << 30

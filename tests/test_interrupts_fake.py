@@ -20,7 +20,7 @@ from injection import interrupted_runs, is_unsignalled, lock_is_free
 import acl_mem
 from acl_mem import MemAttr, MemcpyKind, raw
 from acl_mem._cffi_lite import LiteFFI
-from acl_mem._fake.hostmem import ffi as hostmem_ffi
+from acl_mem._host_memory import ffi as hostmem_ffi
 from acl_mem._hostbuf import ffi as hostbuf_ffi
 
 FAKE_ONLY = "interrupt injection drives the fake's internals"

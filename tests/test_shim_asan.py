@@ -22,7 +22,7 @@ def test_the_reservation_starts_after_memory_already_taken_at_the_window_start()
     window's mirror, so no host allocation lands on a device address."""
     script = textwrap.dedent("""
         import mmap
-        from acl_mem._fake import hostmem
+        from acl_mem import _host_memory as hostmem
         from acl_mem._fake.library import EngineLibrary
         from acl_mem.sizes import GiB, TiB
         # What ASan's shadow occupies: the first 2 GiB of [16 TiB, 24 TiB).

@@ -156,9 +156,6 @@ def _address_range(backend: Backend, ptr: int) -> tuple[int, int, int] | None:
 
 def _subject_and_reference() -> tuple[Backend, Backend]:
     from .. import fake
-    from .._fake.library import is_engine_library
-    from .._fake.profiles import profile_for_soc
-    from .._fake.versions import closest_release
     from .providers import native_provider
 
     native, source = native_provider().load()
@@ -170,16 +167,16 @@ def _subject_and_reference() -> tuple[Backend, Backend]:
     # The fake plays the release the library reports, so release differences are not
     # reported as divergences.
     rc, reported = native.aclsysGetVersionStr("runtime")
-    release = closest_release(reported if rc == 0 else "")
+    release = fake.closest_release(reported if rc == 0 else "")
     print(f"acl-mem conformance: the native runtime reports CANN {reported or '(unknown)'}; "
           f"the fake plays {release.name}", file=sys.stderr)
     # The native library may be acl_mem's own (its set_env.sh sourced): the fake is then
     # a second engine, or both sides would share one device.
-    own = is_engine_library(str(getattr(native, "path", "")))
+    own = fake.is_fake_library(str(getattr(native, "path", "")))
     if own:
         print("acl-mem conformance: the native library is acl_mem's own fake: the fake side "
               "runs on a private copy of it", file=sys.stderr)
-    subject = fake.make_backend(profile_for_soc(native.soc_name()), cann=release.name,
+    subject = fake.make_backend(fake.profile_for_soc(native.soc_name()), cann=release.name,
                                 hazards="warn", private=own)
     return subject, native
 

@@ -35,8 +35,6 @@ import pytest
 import acl_mem
 
 from .. import _backend, _env
-from .._fake import fake_class, is_fake
-from .._fake.config import current_cann, current_profile, set_profile
 from .._lifecycle import state
 from .providers import brief, native_provider
 from .runner import hypothesis_storage
@@ -90,7 +88,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     backend, source = native_provider().load()
     native = (f"native (CANN {_release_of(backend) or 'unknown'}): {source}"
               if backend is not None else f"native: unavailable ({brief(source)})")
-    return [f"acl_mem backends: fake (CANN {current_cann().name}), {native}"]
+    return [f"acl_mem backends: fake (CANN {acl_mem.fake.cann()}), {native}"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -140,8 +138,8 @@ def backend(request: pytest.FixtureRequest) -> Iterator[_backend.Backend]:
         provider.before_test()
         chosen: _backend.Backend = native
     else:
-        set_profile(None)
-        chosen = fake_class()(current_profile())
+        acl_mem.fake.forget_settings()
+        chosen = acl_mem.fake.make_backend(hazards="warn", check=False)
     releases = request.node.get_closest_marker("cann")
     if releases is not None and _release_of(chosen) not in releases.args:
         if request.param == "native":
@@ -175,7 +173,7 @@ def cann(backend: _backend.Backend) -> str:
 @pytest.fixture
 def fake(backend: _backend.Backend) -> Any:
     """The fake backend (only in checks marked ``fake_only``)."""
-    assert is_fake(backend), "the fake fixture needs the fake_only marker"
+    assert acl_mem.fake.is_fake(backend), "the fake fixture needs the fake_only marker"
     return backend
 
 
@@ -320,7 +318,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     report = config.stash[_REPORT]
     report.total = len(session.items)
     backends = _backends_checked(config)
-    described = [f"fake (CANN {current_cann().name})" if name == "fake" else _native_label()
+    described = [f"fake (CANN {acl_mem.fake.cann()})" if name == "fake" else _native_label()
                  for name in backends]
     terminal.write_line(f"acl_mem conformance: {report.total} checks on "
                         f"{' and '.join(described)}, one line per check file")

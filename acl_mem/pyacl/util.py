@@ -188,7 +188,7 @@ def _read_host(call: str, address: int, nbytes: int, *,
     # Reused from the fake's host-memory layer, which needs no device: small ranges are
     # copied by the kernel; larger ones have one byte per page read by the kernel (into
     # its own scratch, ``out`` is untouched), then PROVEN, and are copied here.
-    from .._fake.hostmem import KERNEL_COPY_LIMIT, PROVEN, REFUSED, address_of, prove_untrusted
+    from .._host_memory import KERNEL_COPY_LIMIT, PROVEN, REFUSED, address_of, prove_untrusted
 
     out = bytearray(nbytes if copy or nbytes <= KERNEL_COPY_LIMIT else 1)
     found = prove_untrusted(address_of(out), address, nbytes, "src")

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from .._fake.profiles import PROFILES
+from ..fake import PROFILES
 from ._format import Trace, TraceFormatError, read_trace
 from ._json_out import write_json
 from ._plot import FORMATS, PlotDependencyError, write_plot

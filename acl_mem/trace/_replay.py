@@ -16,12 +16,18 @@ from typing import Any
 
 from .. import _backend
 from .. import fake as _fake
-from .._fake.config import current_cann
-from .._fake.profiles import PROFILES, Profile, profile_for_soc, resolve_profile
-from .._fake.versions import VERSIONS, CannVersion, resolve_cann
 from .._lifecycle import state as raw_state
 from .._runtime_facts import padding_of
 from ..errors import error_name
+from ..fake import (
+    PROFILES,
+    VERSIONS,
+    CannVersion,
+    Profile,
+    profile_for_soc,
+    resolve_cann,
+    resolve_profile,
+)
 from ..pool.stats import PoolStats
 from ._figures import TraceSummary
 from ._format import Trace, call_label, prop_to_json, read_trace
@@ -183,7 +189,7 @@ def _target(header: Mapping[str, Any], options: ReplayOptions
     elif header.get("cann") in VERSIONS:
         release = VERSIONS[str(header["cann"])]
     else:
-        release = current_cann()
+        release = resolve_cann(_fake.cann())
         notes.append(f"the trace's CANN release {header.get('cann')!r} is not one the fake "
                      f"plays: replayed as {release.name}")
     return profile, release, notes

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..sizes import format_size
 from ._figures import HOST, UNKNOWN, Allocation, DeviceFigures, TraceSummary
 
 __all__ = ["device_lines", "format_summary", "size_text"]
@@ -14,8 +15,6 @@ __all__ = ["device_lines", "format_summary", "size_text"]
 
 def size_text(n: int) -> str:
     """Bytes in binary units (``64 GiB``), as ``acl-mem info`` prints them."""
-    from ..cli import format_size
-
     return format_size(n)
 
 

@@ -706,7 +706,7 @@ def test_memcpy_and_memset_size_max_count_is_107000(fake, dev):
 def test_spec_8_10_unwritable_or_inaccessible_host_memory_is_107000(dev, count):
     """docs/runtime-model.md §8.10 (fake choice): a mapped but read-only or PROT_NONE host range is
     not a copy target or source: 107000, never a crash, for small and large copies alike."""
-    from acl_mem._fake.hostmem import _libc, ffi
+    from acl_mem._host_memory import _libc, ffi
 
     device = raw.aclrtMalloc(count)
     inaccessible = int(ffi.cast("uintptr_t", _libc.mmap(ffi.NULL, count, 0, 0x22, -1, 0)))

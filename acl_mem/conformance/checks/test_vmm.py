@@ -45,7 +45,6 @@ from hypothesis.stateful import (
 
 import acl_mem
 from acl_mem import raw
-from acl_mem._fake.config import set_profile
 from acl_mem.conformance.providers import native_provider
 from acl_mem.enums import (
     MemAccessFlags,
@@ -1829,4 +1828,4 @@ def test_vmm_state_machine(fake):
                                                      HealthCheck.data_too_large]),
         )
     finally:
-        set_profile(None)
+        acl_mem.fake.forget_settings()

@@ -1,15 +1,13 @@
-"""Raw access to host memory for the fake: addresses checked before they are touched.
+"""Host memory read from Python at addresses it did not allocate: checked before touched.
 
-The fake copies to and from host addresses it did not allocate (numpy arrays,
-bytes, plain malloc memory). A wrong address must become an error code, not a
+``acl_mem.pyacl.util`` reads host addresses a pyACL program hands it (numpy arrays,
+bytes, plain malloc memory). A wrong address must become an error, not a
 segfault. Memory the Pythonic layer hands down from a buffer object it holds is
 vouched for (see ``acl_mem._hostbuf.vouching``) and copied directly. Any other range is
 proven by the kernel: small copies are done by ``process_vm_readv`` /
 ``process_vm_writev`` on this process (they fail with EFAULT instead of faulting), large
 ones first move one byte of every page that way, then copy with memmove. Only where
 those calls are forbidden (seccomp) are the permissions in ``/proc/self/maps`` read.
-Device addresses live in a range reserved here with PROT_NONE, so the host never maps
-anything there.
 """
 
 from __future__ import annotations
@@ -22,9 +20,9 @@ import sys
 from types import SimpleNamespace
 from typing import Any
 
-from .._cffi_lite import LiteFFI, libc_function
-from .._hostbuf import vouched
-from ..sizes import MiB
+from ._cffi_lite import LiteFFI, libc_function
+from ._hostbuf import vouched
+from .sizes import MiB
 
 __all__ = [
     "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "USER_SPACE_END",
