@@ -124,3 +124,36 @@ def test_python_enums_carry_the_cdef_values():
         for member in python_enum:
             c_name = ffi.typeof(c_enum).elements[int(member)]
             assert c_name.endswith(member.name), (c_name, member.name)
+
+
+def test_the_fast_declarations_are_the_same_functions():
+    """FAST_CDEF declares a few functions again with pointers as uintptr_t and enums as
+    unsigned int (the calling conventions pass them alike): nothing else may differ, and
+    the enums must really be unsigned 4-byte types."""
+    import cffi
+
+    main, fast = make_ffi(), cffi.FFI()
+    fast.cdef(cdef.FAST_CDEF)
+    names = [key.split(" ", 1)[1] for key in fast._parser._declarations
+             if key.startswith("function ")]
+    assert names
+    for name in names:
+        real, quick = _function_type(main, name), _function_type(fast, name)
+        assert len(real.args) == len(quick.args), name
+        assert quick.result.cname == "int" and main.sizeof(real.result) == 4, name
+        for a, b in zip(real.args, quick.args, strict=True):
+            if a.kind == "pointer" and a.item.kind == "pointer":
+                expected = "uintptr_t *"
+            elif a.kind == "pointer":
+                expected = "uintptr_t"
+            elif a.kind == "enum":
+                expected = "unsigned int"
+                assert main.sizeof(a) == 4 and int(main.cast(a, -1)) > 0, (name, a.cname)
+            else:
+                expected = a.cname
+            assert b.cname == expected, (name, a.cname, b.cname)
+
+
+def _function_type(ffi, name: str):
+    """The function type ``ffi`` declared for ``name``."""
+    return ffi.typeof(ffi._parser._declarations[f"function {name}"][0].get_c_name())

@@ -181,7 +181,7 @@ class EngineFake(NativeBackend):
 
     def _superseded(self) -> None:
         gone = _Superseded(self._profile.name)
-        self.__dict__.update(lib=gone, control=gone, _dvpp=gone, _mpi=gone)
+        self.__dict__.update(lib=gone, control=gone, _dvpp=gone, _mpi=gone, _fast=gone)
 
     @property
     def superseded(self) -> bool:
@@ -328,26 +328,42 @@ class EngineFake(NativeBackend):
             self._report()
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
-        result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
+        if null_outputs:
+            result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
+        else:
+            out = self._fast_new(self._uintptr_p)
+            try:
+                rc: int = self._fast.aclrtMalloc(out, size, policy)
+                result = rc, out[0] if rc == 0 else 0
+            except (OverflowError, TypeError):  # what the declared types convert
+                result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
         if self.checking or self._waiting[0]:
             self._after("aclrtMalloc", (size, policy), result)
         return result
 
     def aclrtFree(self, devPtr: int) -> int:
-        rc: int = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+        try:
+            rc: int = self._fast.aclrtFree(devPtr)
+        except (OverflowError, TypeError):
+            rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
         if self.checking or self._waiting[0]:
             self._after("aclrtFree", (devPtr,), rc)
         return rc
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
-        ptr = self._ptr
-        rc = int(self.lib.aclrtMemcpy(ptr(dst), destMax, ptr(src), count, kind))
+        try:
+            rc: int = self._fast.aclrtMemcpy(dst, destMax, src, count, kind)
+        except (OverflowError, TypeError):
+            rc = self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind)
         if self._waiting[0]:
             self._report()
         return rc
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
-        rc = int(self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count))
+        try:
+            rc: int = self._fast.aclrtMemset(devPtr, maxCount, value, count)
+        except (OverflowError, TypeError):
+            rc = self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count)
         if self._waiting[0]:
             self._report()
         return rc

@@ -13,8 +13,11 @@ import threading
 import weakref
 from typing import Any
 
+import cffi
+
 from ..errors import FunctionNotAvailableError
 from .events import NativeEvents
+from .cdef import FAST_CDEF
 from .loader import load_library, make_ffi
 from .vmm import NativeVmm
 
@@ -41,6 +44,11 @@ class NativeBackend(NativeEvents, NativeVmm):
         self._void_pp = self.ffi.typeof("void **")
         self._void_p = self.ffi.typeof("void *")
         self._uintptr = self.ffi.typeof("uintptr_t")
+        fast = cffi.FFI()
+        fast.cdef(FAST_CDEF)
+        self._fast: Any = fast.dlopen(self.path)
+        self._fast_new = fast.new
+        self._uintptr_p = fast.typeof("uintptr_t *")
 
     def describe(self) -> dict[str, object]:
         return {"library": self.path, "soc": self.soc_name()}
@@ -171,6 +179,13 @@ class NativeBackend(NativeEvents, NativeVmm):
         return rc, int(self._cast(self._uintptr, out[0])) if rc == 0 else 0
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
+        if not null_outputs:
+            out = self._fast_new(self._uintptr_p)
+            try:
+                rc: int = self._fast.aclrtMalloc(out, size, policy)
+            except (OverflowError, TypeError):  # what the declared types convert, below
+                return self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
+            return rc, out[0] if rc == 0 else 0
         return self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
 
     def aclrtMallocAlign32(
@@ -184,7 +199,10 @@ class NativeBackend(NativeEvents, NativeVmm):
         return self._alloc(self.lib.aclrtMallocCached, null_outputs, size, policy)
 
     def aclrtFree(self, devPtr: int) -> int:
-        rc: int = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+        try:
+            rc: int = self._fast.aclrtFree(devPtr)
+        except (OverflowError, TypeError):  # a negative int or a pointer object
+            rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
         return rc
 
     def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
@@ -214,10 +232,18 @@ class NativeBackend(NativeEvents, NativeVmm):
 
     # -- copies and queries ------------------------------------------------------------------------
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
-        return int(self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind))
+        try:
+            rc: int = self._fast.aclrtMemcpy(dst, destMax, src, count, kind)
+        except (OverflowError, TypeError):
+            rc = self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind)
+        return rc
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
-        return int(self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count))
+        try:
+            rc: int = self._fast.aclrtMemset(devPtr, maxCount, value, count)
+        except (OverflowError, TypeError):
+            rc = self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count)
+        return rc
 
     def aclrtGetMemInfo(self, attr: int, null_outputs: int = 0) -> tuple[int, int, int]:
         free = self._out("size_t *", bool(null_outputs & 1))

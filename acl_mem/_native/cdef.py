@@ -8,7 +8,7 @@ these against the real headers where they are available.
 
 from __future__ import annotations
 
-__all__ = ["CDEF", "DVPP_FUNCTIONS", "FUNCTIONS", "MPI_FUNCTIONS", "TYPES"]
+__all__ = ["CDEF", "DVPP_FUNCTIONS", "FAST_CDEF", "FUNCTIONS", "MPI_FUNCTIONS", "TYPES"]
 
 TYPES = """
 typedef int aclError;
@@ -229,3 +229,16 @@ hi_s32 hi_mpi_dvpp_free(hi_void *dev_ptr);
 """
 
 CDEF = TYPES + FUNCTIONS + DVPP_FUNCTIONS + MPI_FUNCTIONS
+
+#: The calls made most often, declared a second time with each pointer as ``uintptr_t``
+#: and each enum as its ``unsigned int``: Python ints then pass and come back without a
+#: cast or a pointer object (the pair costs about half). The calling conventions of the
+#: platforms CANN supports (x86-64 System V, AArch64) pass a pointer and a 64-bit integer
+#: alike, so these are the same functions; tests/test_native_headers.py checks that each
+#: differs from FUNCTIONS only so.
+FAST_CDEF = """
+int aclrtMalloc(uintptr_t *devPtr, size_t size, unsigned int policy);
+int aclrtFree(uintptr_t devPtr);
+int aclrtMemcpy(uintptr_t dst, size_t destMax, uintptr_t src, size_t count, unsigned int kind);
+int aclrtMemset(uintptr_t devPtr, size_t maxCount, int32_t value, size_t count);
+"""
