@@ -16,8 +16,8 @@ from typing import Any
 import cffi
 
 from ..errors import FunctionNotAvailableError
-from .events import NativeEvents
 from .cdef import FAST_CDEF
+from .events import NativeEvents
 from .loader import load_library, make_ffi
 from .vmm import NativeVmm
 
