@@ -7,9 +7,10 @@ load hits both alike. Each scenario starts on a fresh fake device (atlas-a2, haz
 counted, not warned). The table gives each figure with its goal and PASS/FAIL.
 
 1  peer: Device.malloc + copy_from + copy_to + free vs Numba's CUDA simulator
-   (cuda.to_device + copy_to_host) at 4 KiB and 16 MiB; numba time / acl_mem time,
-   goal >= 2 (skipped when numba is not installed: pip install -e ".[bench]")
-2  raw aclrtMalloc(4096) + aclrtFree pair vs a dict insert + delete; ratio, goal <= 40
+   (cuda.to_device + copy_to_host into a preallocated array, as acl_mem copies into
+   one) at 4 KiB and 16 MiB; numba time / acl_mem time, goal >= 1 at 4 KiB and >= 3 at
+   16 MiB (skipped when numba is not installed: pip install -e ".[bench]")
+2  raw aclrtMalloc(4096) + aclrtFree pair vs a dict insert + delete; ratio, goal <= 35
    (1 and 2 also time _python_floor.ToyDevice, a Python fake that checks nothing: the
    note gives its figure, the floor any engine in Python stands on)
 3  aclrtMemcpy H2D + D2H vs two bare memmoves (ctypes.memmove between two preallocated
@@ -25,7 +26,7 @@ counted, not warned). The table gives each figure with its goal and PASS/FAIL.
    c) malloc + free pair with 0 vs 1000 idle streams
    d) 4 KiB copy into VMM-mapped memory with 1 vs 30 000 live 2 MiB mappings
 5  two threads each copying 16 MiB (H2D + D2H, pageable) vs one thread: aggregate
-   throughput ratio, goal >= 1.3 (the same for bare memmove is shown as the machine's
+   throughput ratio, goal >= 1.7 (the same for bare memmove is shown as the machine's
    ceiling)
 6  RSS: write 100 000 blocks of 4 KiB, free them all: fraction of the RSS growth
    returned, goal >= 0.95 (fresh process, /proc/self/statm)
@@ -219,10 +220,10 @@ def bench_peer(scale: Scale) -> list[Figure]:
                     b.copy_to(y)
                     b.free()
 
-            def simulator(loops: int, x: np.ndarray = x) -> None:
+            def simulator(loops: int, x: np.ndarray = x, y: np.ndarray = y) -> None:
                 for _ in range(loops):
                     d = cuda.to_device(x)
-                    d.copy_to_host()
+                    d.copy_to_host(y)  # like for like: acl_mem copies into y too
 
             toy = ToyDevice(n, 4)
 
@@ -245,7 +246,8 @@ def bench_peer(scale: Scale) -> list[Figure]:
             if "floor" in t:
                 details["python_floor_us"] = t["floor"] * 1e6
                 note = f"a Python fake that checks nothing: {t['numba'] / t['floor']:.2f}"
-            figures.append(Figure(keys[n], titles[n], t["numba"] / t["acl_mem"], 2, ">=",
+            goal = 1 if n <= 4 * KiB else 3
+            figures.append(Figure(keys[n], titles[n], t["numba"] / t["acl_mem"], goal, ">=",
                                   details, note))
     return figures
 
@@ -281,7 +283,7 @@ def bench_malloc_pair(scale: Scale) -> list[Figure]:
         t = _interleaved({"acl_mem": malloc_free, "dict": dict_pair, "floor": floor},
                          scale.sample_s * 2, scale.repeats)
     return [Figure("2.malloc_pair", "raw aclrtMalloc(4 KiB)+aclrtFree vs dict insert+del",
-                   t["acl_mem"] / t["dict"], 40, "<=",
+                   t["acl_mem"] / t["dict"], 35, "<=",
                    {"raw_pair_us": t["acl_mem"] * 1e6, "dict_pair_us": t["dict"] * 1e6,
                     "python_floor_pair_us": t["floor"] * 1e6},
                    f"a Python fake that checks nothing: {t['floor'] / t['dict']:.1f}")]
@@ -603,7 +605,7 @@ def bench_threads(scale: Scale) -> list[Figure]:
     results["acl_mem_scaling_over_memmove_scaling"] = \
         results["acl_mem_scaling"] / results["memmove_scaling"]
     return [Figure("5.two_threads", "2 threads x 16 MiB H2D+D2H vs 1 thread, throughput",
-                   results["acl_mem_scaling"], 1.3, ">=", results,
+                   results["acl_mem_scaling"], 1.7, ">=", results,
                    note=f"bare memmove scales {results['memmove_scaling']:.2f}x here")]
 
 

