@@ -56,6 +56,9 @@ enum {
 #define AM_MAX_DEVICES 32
 /* Freed device blocks whose addresses the checker holds back, per device. */
 #define AM_QUARANTINE 64
+/* Small freed device blocks whose host pages wait to be given back, at most. */
+#define AM_PENDING_DISCARDS 256
+#define AM_PENDING_BYTES (4 * AM_MiB)
 /* The fake's device address space: slot d starts at am.device_base + d TiB, the first of
  * AM_DEVICE_BASES whose AM_MAX_DEVICES TiB are free when the library starts (else the
  * first, not reserved: device memory is then not at its device address in the host);
@@ -223,6 +226,12 @@ struct am_device {
      * they can be allocated again, so a stale pointer does not reach a new block. */
     uint64_t quarantine[AM_QUARANTINE][2]; /* start, extent */
     int quarantined;
+    /* Small freed blocks whose host pages are still resident: discarded together once
+     * there are AM_PENDING_DISCARDS of them or AM_PENDING_BYTES (one system call per
+     * free would cost more than the free). */
+    uint64_t pending[AM_PENDING_DISCARDS][2]; /* start, extent */
+    int pending_count;
+    uint64_t pending_bytes;
 };
 
 struct am_stream;

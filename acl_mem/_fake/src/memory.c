@@ -138,6 +138,48 @@ void am_quarantine_release(void)
     }
 }
 
+static int by_start(const void *a, const void *b)
+{
+    uint64_t x = ((const uint64_t *)a)[0], y = ((const uint64_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* Give back the host pages of the small blocks freed since the last time: of each free
+ * range holding one (its neighbours freed too make one range, one system call); a block
+ * allocated again since is not free and keeps its pages. */
+static void discard_pending(struct am_device *device)
+{
+    qsort(device->pending, (size_t)device->pending_count, sizeof device->pending[0], by_start);
+    uint64_t done_end = 0;
+    for (int i = 0; i < device->pending_count; i++) {
+        uint64_t start = device->pending[i][0], extent = device->pending[i][1];
+        if (start < done_end)
+            continue; /* inside the range discarded just before */
+        bool dvpp = start - device->dvpp.base < device->dvpp.size;
+        struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+        struct am_node *free_range = am_tree_floor(space->free, start);
+        if (free_range == NULL || free_range->key + free_range->len < start + extent)
+            continue; /* allocated again (or held back by the checker) */
+        am_os_discard(am_host_of(device, free_range->key), free_range->len);
+        done_end = free_range->key + free_range->len;
+    }
+    device->pending_count = 0;
+    device->pending_bytes = 0;
+}
+
+static void discard_later(struct am_device *device, uint64_t start, uint64_t extent)
+{
+    int last = device->pending_count - 1;
+    if (last >= 0 && device->pending[last][0] == start && device->pending[last][1] == extent)
+        return; /* the same block freed again (allocated and freed in a loop) */
+    device->pending[device->pending_count][0] = start;
+    device->pending[device->pending_count][1] = extent;
+    device->pending_bytes += extent;
+    if (++device->pending_count == AM_PENDING_DISCARDS ||
+        device->pending_bytes >= AM_PENDING_BYTES)
+        discard_pending(device);
+}
+
 void am_block_release(struct am_device *device, struct am_block *block)
 {
     uint64_t start = block->node.key, extent = block->node.len;
@@ -147,14 +189,17 @@ void am_block_release(struct am_device *device, struct am_block *block)
         device->normal_used -= extent;
     else
         device->huge_used -= extent;
-    /* Large blocks give their host pages back at once; small ones stay resident for the
-     * next allocation of the same addresses (a syscall per free would cost more). */
+    /* Large blocks give their host pages back at once; small ones a few at a time, or
+     * to the next allocation of the same addresses, whichever comes first. */
     if (extent >= AM_MiB)
         am_os_discard(am_host_of(device, start), extent);
-    if (am.check)
+    if (am.check) {
         quarantine_address(device, start, extent);
-    else
+    } else {
         am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
+        if (extent < AM_MiB)
+            discard_later(device, start, extent);
+    }
     if (am.segments != NULL || am.freed_segments != NULL)
         am_check_forget(start, extent); /* the block's pool segments went with it */
     free(block);

@@ -384,6 +384,8 @@ void am_release_device_memory(struct am_device *device)
     am_space_reset(&device->heap_space);
     am_space_reset(&device->dvpp_space);
     device->quarantined = 0; /* the spaces are whole again */
+    device->pending_count = 0;
+    device->pending_bytes = 0;
     discard_region(&device->heap);
     discard_region(&device->dvpp);
 }
@@ -529,6 +531,8 @@ static void release_everything(void)
         am_tree_clear(&device->heap_space.free, free_block);
         am_tree_clear(&device->dvpp_space.free, free_block);
         device->quarantined = 0;
+        device->pending_count = 0;
+        device->pending_bytes = 0;
     }
     /* Chunks stay (a fast path may be reading one); a reset starts the numbering again. */
     for (size_t i = 1; i < am.context_count; i++)
