@@ -301,7 +301,7 @@ def aclrtMalloc(size: int, policy: int = MallocPolicy.HUGE_FIRST) -> int:
     try:
         if rc:
             check(rc, "aclrtMalloc", size=size, policy=policy)
-        return int(ptr)
+        return ptr if type(ptr) is int else int(ptr)
     except BaseException:
         # Interrupted before the caller got the pointer: the allocation must not stay.
         if not rc and ptr:

@@ -67,6 +67,24 @@ def test_many_small_freed_blocks_return_host_ram(fake, dev):
     raw.aclrtFree(ptr)
 
 
+@pytest.mark.fake_only("freed device pages are returned to the host only in the fake")
+def test_only_the_last_freed_large_block_keeps_its_pages(fake, dev):
+    """The last freed block of up to 32 MiB keeps its host pages (a buffer freed and
+    allocated again in a loop does not fault them in anew); the next such free returns
+    them, so at most that much freed memory stays resident."""
+    before = fake.resident_bytes()
+    first, second = dev.malloc(16 * MiB), dev.malloc(16 * MiB)
+    first.memset(1)
+    second.memset(2)
+    assert fake.resident_bytes() - before >= 30 * MiB
+    first.free()
+    second.free()  # returns the first's pages, keeps its own
+    assert fake.resident_bytes() - before < 20 * MiB
+    third = dev.malloc(2 * MiB)
+    third.free()  # returns the second's
+    assert fake.resident_bytes() - before < 6 * MiB
+
+
 @pytest.mark.fake_only("device addresses are reserved away from the host only by the fake")
 def test_device_addresses_are_never_host_addresses(fake, dev):
     buf = dev.malloc(4096)

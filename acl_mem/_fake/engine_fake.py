@@ -181,7 +181,10 @@ class EngineFake(NativeBackend):
 
     def _superseded(self) -> None:
         gone = _Superseded(self._profile.name)
-        self.__dict__.update(lib=gone, control=gone, _dvpp=gone, _mpi=gone, _fast=gone)
+        # Everything that reaches the library: each raises once the engine is gone.
+        self.__dict__.update({name: gone for name in (
+            "lib", "control", "_dvpp", "_mpi", "_fast", "_c_malloc", "_c_free", "_c_memcpy",
+            "_c_memset")})
 
     @property
     def superseded(self) -> bool:
@@ -333,7 +336,7 @@ class EngineFake(NativeBackend):
         else:
             out = self._fast_new(self._uintptr_p)
             try:
-                rc: int = self._fast.aclrtMalloc(out, size, policy)
+                rc: int = self._c_malloc(out, size, policy)
                 result = rc, out[0] if rc == 0 else 0
             except (OverflowError, TypeError):  # what the declared types convert
                 result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
@@ -343,7 +346,7 @@ class EngineFake(NativeBackend):
 
     def aclrtFree(self, devPtr: int) -> int:
         try:
-            rc: int = self._fast.aclrtFree(devPtr)
+            rc: int = self._c_free(devPtr)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
         if self.checking or self._waiting[0]:
@@ -352,7 +355,7 @@ class EngineFake(NativeBackend):
 
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
         try:
-            rc: int = self._fast.aclrtMemcpy(dst, destMax, src, count, kind)
+            rc: int = self._c_memcpy(dst, destMax, src, count, kind)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind)
         if self._waiting[0]:
@@ -361,7 +364,7 @@ class EngineFake(NativeBackend):
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
         try:
-            rc: int = self._fast.aclrtMemset(devPtr, maxCount, value, count)
+            rc: int = self._c_memset(devPtr, maxCount, value, count)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count)
         if self._waiting[0]:

@@ -46,9 +46,15 @@ class NativeBackend(NativeEvents, NativeVmm):
         self._uintptr = self.ffi.typeof("uintptr_t")
         fast = cffi.FFI()
         fast.cdef(FAST_CDEF)
-        self._fast: Any = fast.dlopen(self.path)
+        fast_lib: Any = fast.dlopen(self.path)
+        self._fast = fast_lib
         self._fast_new = fast.new
         self._uintptr_p = fast.typeof("uintptr_t *")
+        # Looked up once: a library attribute costs a dictionary miss per call.
+        self._c_malloc = fast_lib.aclrtMalloc
+        self._c_free = fast_lib.aclrtFree
+        self._c_memcpy = fast_lib.aclrtMemcpy
+        self._c_memset = fast_lib.aclrtMemset
 
     def describe(self) -> dict[str, object]:
         return {"library": self.path, "soc": self.soc_name()}
@@ -182,7 +188,7 @@ class NativeBackend(NativeEvents, NativeVmm):
         if not null_outputs:
             out = self._fast_new(self._uintptr_p)
             try:
-                rc: int = self._fast.aclrtMalloc(out, size, policy)
+                rc: int = self._c_malloc(out, size, policy)
             except (OverflowError, TypeError):  # what the declared types convert, below
                 return self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
             return rc, out[0] if rc == 0 else 0
@@ -200,7 +206,7 @@ class NativeBackend(NativeEvents, NativeVmm):
 
     def aclrtFree(self, devPtr: int) -> int:
         try:
-            rc: int = self._fast.aclrtFree(devPtr)
+            rc: int = self._c_free(devPtr)
         except (OverflowError, TypeError):  # a negative int or a pointer object
             rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
         return rc
@@ -233,14 +239,14 @@ class NativeBackend(NativeEvents, NativeVmm):
     # -- copies and queries ------------------------------------------------------------------------
     def aclrtMemcpy(self, dst: int, destMax: int, src: int, count: int, kind: int) -> int:
         try:
-            rc: int = self._fast.aclrtMemcpy(dst, destMax, src, count, kind)
+            rc: int = self._c_memcpy(dst, destMax, src, count, kind)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind)
         return rc
 
     def aclrtMemset(self, devPtr: int, maxCount: int, value: int, count: int) -> int:
         try:
-            rc: int = self._fast.aclrtMemset(devPtr, maxCount, value, count)
+            rc: int = self._c_memset(devPtr, maxCount, value, count)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count)
         return rc

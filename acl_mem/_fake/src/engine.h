@@ -59,6 +59,7 @@ enum {
 /* Small freed device blocks whose host pages wait to be given back, at most. */
 #define AM_PENDING_DISCARDS 256
 #define AM_PENDING_BYTES (4 * AM_MiB)
+#define AM_KEPT_LARGE (32 * AM_MiB)
 /* The fake's device address space: slot d starts at am.device_base + d TiB, the first of
  * AM_DEVICE_BASES whose AM_MAX_DEVICES TiB are free when the library starts (else the
  * first, not reserved: device memory is then not at its device address in the host);
@@ -232,6 +233,10 @@ struct am_device {
     uint64_t pending[AM_PENDING_DISCARDS][2]; /* start, extent */
     int pending_count;
     uint64_t pending_bytes;
+    /* The last freed block of 1 MiB to AM_KEPT_LARGE keeps its host pages until another
+     * such block is freed: a buffer freed and allocated again in a loop (a training
+     * step's) does not fault its pages in anew each time. start, extent; 0 when none. */
+    uint64_t kept_large[2];
 };
 
 struct am_stream;

@@ -167,6 +167,25 @@ static void discard_pending(struct am_device *device)
     device->pending_bytes = 0;
 }
 
+/* The host pages of [start, start + extent) if it is still free. */
+static void discard_if_free(struct am_device *device, uint64_t start, uint64_t extent)
+{
+    bool dvpp = start - device->dvpp.base < device->dvpp.size;
+    struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+    struct am_node *free_range = am_tree_floor(space->free, start);
+    if (free_range != NULL && free_range->key + free_range->len >= start + extent)
+        am_os_discard(am_host_of(device, start), extent);
+}
+
+static void keep_large(struct am_device *device, uint64_t start, uint64_t extent)
+{
+    uint64_t old = device->kept_large[0], old_extent = device->kept_large[1];
+    if (old != 0 && (old != start || old_extent != extent))
+        discard_if_free(device, old, old_extent);
+    device->kept_large[0] = start;
+    device->kept_large[1] = extent;
+}
+
 static void discard_later(struct am_device *device, uint64_t start, uint64_t extent)
 {
     int last = device->pending_count - 1;
@@ -189,15 +208,19 @@ void am_block_release(struct am_device *device, struct am_block *block)
         device->normal_used -= extent;
     else
         device->huge_used -= extent;
-    /* Large blocks give their host pages back at once; small ones a few at a time, or
-     * to the next allocation of the same addresses, whichever comes first. */
-    if (extent >= AM_MiB)
+    /* Host pages go back to the system: a large block's at once (the last one freed up
+     * to AM_KEPT_LARGE when the next is), small ones a few at a time, unless the same
+     * addresses are allocated again first. */
+    bool keep = !am.check && extent >= AM_MiB && extent <= AM_KEPT_LARGE;
+    if (extent >= AM_MiB && !keep)
         am_os_discard(am_host_of(device, start), extent);
     if (am.check) {
         quarantine_address(device, start, extent);
     } else {
         am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
-        if (extent < AM_MiB)
+        if (keep)
+            keep_large(device, start, extent);
+        else if (extent < AM_MiB)
             discard_later(device, start, extent);
     }
     if (am.segments != NULL || am.freed_segments != NULL)

@@ -386,6 +386,7 @@ void am_release_device_memory(struct am_device *device)
     device->quarantined = 0; /* the spaces are whole again */
     device->pending_count = 0;
     device->pending_bytes = 0;
+    device->kept_large[0] = device->kept_large[1] = 0;
     discard_region(&device->heap);
     discard_region(&device->dvpp);
 }
@@ -533,6 +534,7 @@ static void release_everything(void)
         device->quarantined = 0;
         device->pending_count = 0;
         device->pending_bytes = 0;
+        device->kept_large[0] = device->kept_large[1] = 0;
     }
     /* Chunks stay (a fast path may be reading one); a reset starts the numbering again. */
     for (size_t i = 1; i < am.context_count; i++)
