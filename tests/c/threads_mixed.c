@@ -16,12 +16,16 @@
 
 #define ROUNDS 400
 #define SIZE 4096
+/* Copies this large move their bytes with no engine lock held: the churners' calls that
+ * take the whole engine wait for them. */
+#define BIG (1024 * 1024)
 
 struct worker {
     int index;
     int device;
     int failed;
     char why[200];
+    unsigned char *big_in, *big_out; /* BIG bytes each, for the copiers */
 };
 
 static pthread_barrier_t start;
@@ -60,6 +64,19 @@ static void *copier(void *arg)
         }
         CHECK(w, aclrtFree(a));
         CHECK(w, aclrtFree(b));
+        if (round % 8 == 0) {
+            void *big = NULL;
+            memset(w->big_in, round & 0xFF, BIG);
+            CHECK(w, aclrtMalloc(&big, BIG, ACL_MEM_MALLOC_HUGE_FIRST));
+            CHECK(w, aclrtMemcpy(big, BIG, w->big_in, BIG, ACL_MEMCPY_HOST_TO_DEVICE));
+            CHECK(w, aclrtMemcpy(w->big_out, BIG, big, BIG, ACL_MEMCPY_DEVICE_TO_HOST));
+            CHECK(w, aclrtFree(big));
+            if (memcmp(w->big_in, w->big_out, BIG) != 0) {
+                snprintf(w->why, sizeof w->why, "round %d: large copy differs", round);
+                w->failed = 1;
+                return NULL;
+            }
+        }
     }
     CHECK(w, aclrtResetDevice(w->device));
     return NULL;
@@ -121,6 +138,12 @@ int main(void)
         /* Copiers on their own devices; churners beside them (on a board with one
          * device, everything shares device 0). */
         workers[i].device = count > 1 ? i % (int)count : 0;
+        workers[i].big_in = malloc(BIG);
+        workers[i].big_out = malloc(BIG);
+        if (workers[i].big_in == NULL || workers[i].big_out == NULL) {
+            printf("FAIL setup\n");
+            return 1;
+        }
         pthread_create(&ids[i], NULL, i % 2 == 0 ? copier : churner, &workers[i]);
     }
     int failed = 0;
@@ -132,6 +155,8 @@ int main(void)
         } else {
             printf("worker %d ok\n", i);
         }
+        free(workers[i].big_in);
+        free(workers[i].big_out);
     }
     pthread_barrier_destroy(&start);
     if (failed || aclFinalize() != ACL_SUCCESS)

@@ -168,9 +168,16 @@ bool am_set_pageable(unsigned char *host, int value, uint64_t count)
 
 #define MEMCPY_CALL "aclrtMemcpy"
 
-/* aclrtMemcpy's checks and copy, with the locks of the devices it touches held. */
+/* A copy whose checks passed, left to its caller to move with the locks released. */
+struct am_unlocked {
+    bool pending;
+    struct am_located target, source;
+};
+
+/* aclrtMemcpy's checks and copy, with the locks of the devices it touches held. With
+ * `later` (the fast path), a large copy is only checked, and left in *later. */
 static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t count,
-                              aclrtMemcpyKind kind)
+                              aclrtMemcpyKind kind, struct am_unlocked *later)
 {
     /* The call's text is made only when it fails: a copy that succeeds formats nothing. */
     /* The ACL layer: 9.1.0 checks count 0 first (success), then NULL, then the kind; older
@@ -210,6 +217,12 @@ static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t
         am_check_bounds((uintptr_t)dst, count, "aclrtMemcpy write");
         am_check_bounds((uintptr_t)src, count, "aclrtMemcpy read");
     }
+    if (later != NULL && count >= AM_UNLOCKED_COPY) {
+        later->pending = true;
+        later->target = target;
+        later->source = source;
+        return (AM_SUCCESS);
+    }
     if (!am_copy_now(&target, &source, count))
         return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory "
                                    "%p + %zu bytes is not mapped %s", target.where ==
@@ -239,12 +252,25 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
     int first, second;
     fast_devices(dst, src, &first, &second);
     if (am_fast_lock(first, second)) {
-        aclError code = memcpy_locked(dst, destMax, src, count, kind);
+        struct am_unlocked later = {.pending = false};
+        aclError code = memcpy_locked(dst, destMax, src, count, kind, &later);
+        if (!later.pending) {
+            am_fast_unlock(first, second);
+            return code;
+        }
+        __atomic_add_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
         am_fast_unlock(first, second);
-        return code;
+        bool copied = am_copy_now(&later.target, &later.source, count);
+        __atomic_sub_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
+        if (!copied)
+            return am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory %p + %zu bytes "
+                           "is not mapped %s", later.target.where == AM_PAGEABLE ? dst : src,
+                           count, later.target.where == AM_PAGEABLE ? "writable"
+                                                                     : "readable");
+        return am_hazard_result(AM_SUCCESS, "aclrtMemcpy");
     }
     ENTER(MEMCPY_CALL);
-    return unlock_with(memcpy_locked(dst, destMax, src, count, kind));
+    return unlock_with(memcpy_locked(dst, destMax, src, count, kind, NULL));
 }
 
 static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size_t count)

@@ -56,6 +56,8 @@ enum {
 #define AM_MAX_DEVICES 32
 /* Freed device blocks whose addresses the checker holds back, per device. */
 #define AM_QUARANTINE 64
+/* Copies from this size on move their bytes with the device lock released. */
+#define AM_UNLOCKED_COPY AM_MiB
 /* Small freed device blocks whose host pages wait to be given back, at most. */
 #define AM_PENDING_DISCARDS 256
 #define AM_PENDING_BYTES (4 * AM_MiB)
@@ -279,6 +281,10 @@ struct am_segment {
 
 struct am_engine {
     pthread_mutex_t lock;
+    /* Large copies of the fast path move their bytes with no lock held (another thread
+     * can use the device meanwhile); while any runs, am_lock() waits, so nothing a copy
+     * may touch is unmapped under it (those changes all take the engine lock). */
+    unsigned long unlocked_copies;
     /* Bumped by reset and in a forked child: thread-local state of an older generation
      * is stale (no current context). */
     uint64_t generation;

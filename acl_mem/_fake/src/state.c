@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sched.h>
 #include <time.h>
 
 #include "engine.h"
@@ -679,6 +680,10 @@ void am_lock(void)
     for (int i = 0; i < count; i++)
         pthread_mutex_lock(&am.devices[i].lock);
     am.locked_devices = count;
+    /* No new one can start now (each needs a device lock); those running end on their
+     * own, taking no lock. */
+    while (__atomic_load_n(&am.unlocked_copies, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
 }
 
 void am_unlock(void)
