@@ -26,7 +26,7 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._context import ensure_context
-from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes, vouched_spans
+from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes
 from ._lifecycle import HOST, State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
@@ -717,12 +717,6 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         )
     if n == 0:
         return
-    if dst_buf is not None:
-        spans: tuple[tuple[int, int], ...] = () if src_buf is not None else \
-            ((src_addr, src_size),)
-    else:
-        spans = ((dst_addr, dst_size),) if src_buf is not None else \
-            ((dst_addr, dst_size), (src_addr, src_size))
     # The kind follows from where the two sides live.
     dst_dev = dst_buf is not None and dst_buf.is_device
     src_dev = src_buf is not None and src_buf.is_device
@@ -732,15 +726,12 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         owner = dst_buf if dst_dev or src_buf is None else src_buf
         if owner is not None:
             ensure_context(owner._device._id)
-    try:
-        vouched_spans.spans = spans  # vouching(spans), without the call
-        if stream is None:
-            raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n, kind)
-        else:
-            raw.aclrtMemcpyAsync(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
-                                 kind, stream.handle)
-    finally:
-        vouched_spans.spans = ()  # vouching(())
-        del dst_keep, src_keep
+    # The host objects (dst_keep, src_keep) stay alive until the call returns.
+    if stream is None:
+        raw.aclrtMemcpy(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n, kind)
+    else:
+        raw.aclrtMemcpyAsync(dst_addr + d_off, dst_size - d_off, src_addr + s_off, n,
+                             kind, stream.handle)
+    del dst_keep, src_keep
 
 
