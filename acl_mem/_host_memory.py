@@ -2,9 +2,7 @@
 
 ``acl_mem.pyacl.util`` reads host addresses a pyACL program hands it (numpy arrays,
 bytes, plain malloc memory). A wrong address must become an error, not a
-segfault. Memory the Pythonic layer hands down from a buffer object it holds is
-vouched for (see ``acl_mem._hostbuf.vouching``) and copied directly. Any other range is
-proven by the kernel: small copies are done by ``process_vm_readv`` /
+segfault. Each range is proven by the kernel: small copies are done by ``process_vm_readv`` /
 ``process_vm_writev`` on this process (they fail with EFAULT instead of faulting), large
 ones first move one byte of every page that way, then copy with memmove. Only where
 those calls are forbidden (seccomp) are the permissions in ``/proc/self/maps`` read.
@@ -21,7 +19,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from ._cffi_lite import LiteFFI, libc_function
-from ._hostbuf import vouched
 from .sizes import MiB
 
 __all__ = [
@@ -120,8 +117,6 @@ def prove_untrusted(dst: int, src: int, count: int, untrusted: str) -> int:
     """
     global _kernel_copy
     address = dst if untrusted == "dst" else src
-    if vouched(address, count):
-        return PROVEN
     if _kernel_copy:
         if count <= KERNEL_COPY_LIMIT:
             done = _kernel_move(dst, src, count, untrusted)

@@ -12,8 +12,7 @@ import _cffi_backend
 
 from ._cffi_lite import LiteFFI
 
-__all__ = ["BufferSlots", "HostSpan", "ffi", "freed_variant", "host_bytes", "host_span",
-           "vouched", "vouched_spans", "vouching"]
+__all__ = ["BufferSlots", "HostSpan", "ffi", "freed_variant", "host_bytes", "host_span"]
 
 # Types built at import (acl_mem/_cffi_lite.py): no C parser, nothing parsed on a call path.
 ffi = LiteFFI()
@@ -23,31 +22,6 @@ _CHAR_ARRAY = ffi.typeof("char[]")
 _UINTPTR = ffi.typeof("uintptr_t")
 _from_buffer = _cffi_backend.from_buffer
 _cast = _cffi_backend.cast
-#: This thread's vouched host ranges in ``.spans`` (see vouching; the Pythonic layer's
-#: copies set it directly).
-vouched_spans = _vouched = threading.local()
-
-
-def vouching(spans: tuple[tuple[int, int], ...]) -> None:
-    """This thread's next calls pass host ranges ``(address, nbytes)`` of buffer objects
-    the caller holds alive; ``vouching(())`` ends it.
-
-    The fake proves every other host range usable before touching it (a wild pointer
-    must give 107000, not a crash), which costs system calls; these need no proof.
-    """
-    _vouched.spans = spans
-
-
-def vouched(address: int, count: int) -> bool:
-    """Whether ``[address, address+count)`` lies in a range this thread vouched for."""
-    spans: tuple[tuple[int, int], ...] = getattr(_vouched, "spans", ())
-    # A plain loop: any() over a generator costs a frame on every copy.
-    for start, size in spans:  # noqa: SIM110
-        if start <= address and address + count <= start + size:
-            return True
-    return False
-
-
 class HostSpan:
     """Address and length of a buffer-protocol object, kept alive while in use."""
 
