@@ -87,3 +87,24 @@ def test_an_in_process_replay_leaves_the_active_fake_alone(tmp_path):
         assert not _backend.get().superseded
         assert buf.read() == b"mine" * 1024
         buf.free()
+
+
+def test_the_private_engine_is_an_unnamed_copy_no_other_user_can_swap(tmp_path):
+    """The second engine is loaded from an unnamed file of the process: nothing is
+    written to TMPDIR (a shared directory there could let another user replace the copy
+    before it is loaded)."""
+    import os
+    import subprocess
+    import sys
+
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    script = ("import acl_mem\n"
+              "fake = acl_mem.fake.make_backend(private=True)\n"
+              "assert fake.aclrtSetDevice(0) == 0\n"
+              "print(fake.path)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TMPDIR": str(shared)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("/proc/self/fd/")
+    assert list(shared.iterdir()) == []

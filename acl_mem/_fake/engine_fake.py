@@ -448,11 +448,11 @@ def _private_engine() -> tuple[EngineLibrary, NativeBackend]:
     with _bindings_lock:
         found = _private.get(str(directory))
         if found is None:
-            with private_copy(directory) as place:
-                control, binding = EngineLibrary(place), NativeBackend(str(place))
-                # Its DVPP libraries would reach the first engine (by the soname they
-                # need): the copy's own entry points stand in for them.
-                side = _EngineSide(binding.ffi, binding.path)
+            path = private_copy(directory)
+            control, binding = EngineLibrary(path=path), NativeBackend(library_path=path)
+            # Its DVPP libraries would reach the first engine (by the soname they need):
+            # the copy's own entry points stand in for them.
+            side = _EngineSide(binding.ffi, path)
             binding.__dict__.update(_dvpp=side, _mpi=side)
             found = _private[str(directory)] = (control, binding)
         return found

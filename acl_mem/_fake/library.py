@@ -7,14 +7,10 @@ control functions (reset, configure, describe, hazards) are bound here.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 import re
-import shutil
-import tempfile
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -84,21 +80,34 @@ def is_engine_library(path: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def private_copy(directory: Path | None = None) -> Iterator[Path]:
-    """A directory holding a copy of the library in ``directory`` (default:
-    :func:`library_dir`'s), removed on leaving: what is loaded from it inside is a second
-    engine in this process (the loader keeps one instance per file), for comparing two
-    fakes. The DVPP calls of such a copy are not available (the DVPP libraries reach the
-    engine by its soname, which names the first copy); a third engine gets no fixed device
-    window."""
+def private_copy(directory: Path | None = None) -> str:
+    """The path of a copy of the library in ``directory`` (default: :func:`library_dir`'s),
+    in an unnamed file of this process (``/proc/self/fd/N``, open for the process's life):
+    what is loaded from it is a second engine (the loader keeps one instance per file),
+    and no directory exists where another user could swap the copy before it is loaded.
+    The DVPP libraries of such a copy are not loaded (they would reach the first engine
+    by its soname); a third engine gets no fixed device window. BackendError when the
+    copy cannot be made."""
     source = (directory or library_dir()) / "libascendcl.so"
-    place = tempfile.mkdtemp(prefix="acl_mem-engine-")  # 0700: no one else can swap it
     try:
-        shutil.copy2(source, os.path.join(place, "libascendcl.so"))
-        yield Path(place)
-    finally:
-        shutil.rmtree(place, ignore_errors=True)
+        fd = os.memfd_create("acl_mem-engine", os.MFD_CLOEXEC)
+    except (AttributeError, OSError) as exc:
+        raise BackendError(f"a private copy of acl_mem's library needs memfd_create: {exc}") \
+            from None
+    try:
+        with open(source, "rb") as original:
+            data = original.read()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        os.close(fd)
+        raise BackendError(f"a private copy of {source} could not be made: {exc}") from None
+    path = f"/proc/self/fd/{fd}"
+    if not os.path.exists(path):
+        os.close(fd)
+        raise BackendError("a private copy of acl_mem's library needs /proc mounted")
+    return path
 
 
 @dataclass(frozen=True)
@@ -138,10 +147,10 @@ class EngineLibrary:
     _lock = threading.Lock()
     _instances: ClassVar[dict[Path, EngineLibrary]] = {}
 
-    def __init__(self, directory: Path | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, path: str | None = None) -> None:
         self.ffi = cffi.FFI()
         self.ffi.cdef(control_cdef())
-        self.path = str((directory or library_dir()) / "libascendcl.so")
+        self.path = path or str((directory or library_dir()) / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
 
     @classmethod

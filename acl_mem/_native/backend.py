@@ -29,9 +29,13 @@ class NativeBackend(NativeEvents, NativeVmm):
 
     name = "native"
 
-    def __init__(self, library_dir: str | None = None) -> None:
+    def __init__(self, library_dir: str | None = None, *,
+                 library_path: str | None = None) -> None:
         self.ffi = make_ffi()
-        self.lib, self.path = load_library(self.ffi, "libascendcl.so", prefer=library_dir)
+        if library_path is not None:  # this very file (a private copy of acl_mem's)
+            self.lib, self.path = self.ffi.dlopen(library_path), library_path
+        else:
+            self.lib, self.path = load_library(self.ffi, "libascendcl.so", prefer=library_dir)
         _quiet_library_recorder(self.path)
         self._dvpp: Any = None
         self._mpi: Any = None
