@@ -175,6 +175,8 @@ class EngineFake(NativeBackend):
         with self._stacks_lock:
             self._stacks.clear()
             self._segments.clear()
+        self.findings.clear()
+        self.hazards.seen.clear()
         for other in list(_instances):
             if other is not self and other._own["control"] is control:
                 other._superseded()
