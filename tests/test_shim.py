@@ -101,6 +101,19 @@ def test_build_out_copies_a_prefix_that_works_elsewhere(tmp_path):
     assert _shim("build", "--out", str(out)).returncode == 0
 
 
+def test_build_out_copies_the_libraries_acl_mem_fake_library_dir_names(tmp_path):
+    """Another build of the library (ACL_MEM_FAKE_LIBRARY_DIR, e.g. with sanitizers) is
+    what the copied prefix carries, as every other shim command uses it."""
+    other = tmp_path / "other"
+    shutil.copytree(LIBRARY_DIR, other)
+    (other / "libascendcl.so").write_bytes((other / "libascendcl.so").read_bytes() + b"mark")
+    out = tmp_path / "prefix"
+    done = _shim("build", "--out", str(out), ACL_MEM_FAKE_LIBRARY_DIR=str(other))
+    assert done.returncode == 0, done.stderr
+    assert (out / "lib64" / "libascendcl.so").read_bytes().endswith(b"mark")
+    assert (out / "lib64" / "cann-8.5.0" / "libascendcl.so").is_file()
+
+
 def test_build_out_onto_a_file_is_refused(tmp_path):
     target = tmp_path / "file"
     target.write_text("mine")

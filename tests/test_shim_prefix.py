@@ -98,6 +98,23 @@ def test_set_env_points_like_cann_s_at_the_prefix(prefix, tmp_path):
     assert library_path == f"{prefix.resolve()}/lib64"
 
 
+@pytest.mark.parametrize(("value", "subdirectory"), [
+    ("8.5.0", "/cann-8.5.0"), (" 8.5.0\t", "/cann-8.5.0"), ("9.1.0", ""), ("", ""),
+    ("8. 5.0", "")])
+def test_set_env_picks_the_release_library_as_the_library_reads_the_setting(
+        prefix, tmp_path, monkeypatch, value, subdirectory):
+    """ACL_MEM_FAKE_CANN=8.5.0 puts lib64/cann-8.5.0 first, with blanks around the value
+    as the library and acl_mem's Python side read it; anything else the newest library."""
+    from acl_mem._fake.library import LIBRARY_DIR, library_dir
+
+    monkeypatch.setenv("ACL_MEM_FAKE_CANN", value)
+    monkeypatch.delenv("ACL_MEM_FAKE_LIBRARY_DIR", raising=False)
+    done = _set_env(prefix, tmp_path, 'echo "${LD_LIBRARY_PATH%%:*}"')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{prefix.resolve()}/lib64{subdirectory}"
+    assert str(library_dir()) == f"{LIBRARY_DIR}{subdirectory}"
+
+
 @pytest.mark.parametrize("library", ["acl_rt", "ascendcl"])
 def test_a_cmake_project_builds_and_runs_against_the_prefix(prefix, tmp_path, library):
     """tests/cann_project, as the runtime's examples are built: its CMakeLists.txt finds

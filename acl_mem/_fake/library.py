@@ -63,7 +63,7 @@ def library_dir(cann: str | None = None) -> Path:
         where = f"{LIBRARY_DIR} (built when acl_mem is installed, with a C compiler; " \
                 "reinstall acl_mem)"
     release = cann if cann is not None else _env.raw("ACL_MEM_FAKE_CANN")
-    own = RELEASE_DIRS.get(release or "")
+    own = RELEASE_DIRS.get((release or "").strip())  # blanks do not count, as in the library
     if own is not None:
         directory = directory / own
         where += f", {own}/"

@@ -95,14 +95,17 @@ def _libdir() -> Path | None:
 
 
 def _copy_prefix(out: Path) -> bool:
-    """Copy the installed prefix into ``out`` (which may exist): False, said, on failure."""
-    from .._fake.library import PREFIX
+    """Copy the installed prefix into ``out`` (which may exist), its libraries from
+    ACL_MEM_FAKE_LIBRARY_DIR when that names another build: False, said, on failure."""
+    from .._fake.library import PREFIX, library_dir
 
     try:
         if out.exists() and not out.is_dir():
             raise NotADirectoryError(f"{out} is not a directory")
-        for part in ("include", "lib64", "bin", "tikcpp"):
-            shutil.copytree(PREFIX / part, out / part, symlinks=False, dirs_exist_ok=True,
+        libraries = library_dir("9.1.0")  # the newest release's: cann-8.5.0/ is inside
+        for part, source in (("include", PREFIX / "include"), ("lib64", libraries),
+                             ("bin", PREFIX / "bin"), ("tikcpp", PREFIX / "tikcpp")):
+            shutil.copytree(source, out / part, symlinks=False, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(PREFIX / "set_env.sh", out / "set_env.sh")
     except OSError as exc:

@@ -11,10 +11,14 @@ _acl_mem_prefix="$(cd "$(dirname "$_acl_mem_prefix")/.." && pwd -P)"
 export ASCEND_HOME_PATH="$_acl_mem_prefix"
 export ASCEND_TOOLKIT_HOME="$_acl_mem_prefix"
 export ASCEND_INSTALL_PATH="$_acl_mem_prefix"
-# CANN 8.5.0 has a library of its own (it lacks a function later releases export).
+# CANN 8.5.0 has a library of its own (it lacks a function later releases export); blanks
+# around the value do not count, as the library reads it.
 _acl_mem_lib="$_acl_mem_prefix/lib64"
-if [ "${ACL_MEM_FAKE_CANN:-}" = "8.5.0" ]; then
+_acl_mem_cann="${ACL_MEM_FAKE_CANN:-}"
+_acl_mem_cann="${_acl_mem_cann#"${_acl_mem_cann%%[![:space:]]*}"}"
+_acl_mem_cann="${_acl_mem_cann%"${_acl_mem_cann##*[![:space:]]}"}"
+if [ "$_acl_mem_cann" = "8.5.0" ]; then
     _acl_mem_lib="$_acl_mem_lib/cann-8.5.0"
 fi
 export LD_LIBRARY_PATH="$_acl_mem_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-unset _acl_mem_prefix _acl_mem_lib
+unset _acl_mem_prefix _acl_mem_lib _acl_mem_cann
