@@ -139,6 +139,8 @@ class EngineFake(NativeBackend):
         self._stacks: dict[int, Stack] = {}
         self._segments: dict[int, int] = {}  # segment start -> its parent block
         self._stacks_lock = threading.Lock()
+        #: Findings of other live Python threads' calls, until those threads report them.
+        self._stashed: dict[int, list[tuple[str, str]]] = {}
         # The library ACL_MEM_FAKE_CANN chose at first use, one per process (a second copy
         # would be a second engine, and the DVPP libraries reach the engine by its
         # soname). The newest release's library plays every release; CANN 8.5.0's own
@@ -177,6 +179,7 @@ class EngineFake(NativeBackend):
             self._segments.clear()
         self.findings.clear()
         self.hazards.seen.clear()
+        self._stashed.clear()
         for other in list(_instances):
             if other is not self and other._own["control"] is control:
                 other._superseded()
@@ -208,7 +211,7 @@ class EngineFake(NativeBackend):
     # -- what the library reports, as Python reports it ---------------------------------------
     def _report(self) -> None:
         raised: list[tuple[type[Exception], str]] = []
-        for kind, text in self.control.findings():
+        for kind, text in self._mine():
             checker = kind in CHECKER_KINDS
             if checker:
                 text = self._python_site(text)
@@ -223,6 +226,29 @@ class EngineFake(NativeBackend):
             error, first = raised[0]
             more = f" (and {len(raised) - 1} more)" if len(raised) > 1 else ""
             raise error(first + more)
+
+    def _mine(self) -> list[tuple[str, str]]:
+        """The findings to report in this thread: the ones its calls made, and those of
+        threads that cannot report them (C threads, threads that ended). Findings of
+        another live Python thread wait for that thread's next call."""
+        me = threading.get_ident()
+        taken = self.control.findings_of()
+        alive: set[int | None] | None = None
+        mine: list[tuple[str, str]] = []
+        with self._stacks_lock:
+            if self._stashed:
+                alive = {thread.ident for thread in threading.enumerate()}
+                for thread in [t for t in self._stashed if t == me or t not in alive]:
+                    mine += self._stashed.pop(thread)
+            for kind, text, thread in taken:
+                if thread and thread != me:
+                    if alive is None:
+                        alive = {t.ident for t in threading.enumerate()}
+                    if thread in alive:
+                        self._stashed.setdefault(thread, []).append((kind, text))
+                        continue
+                mine.append((kind, text))
+        return mine
 
     def _python_site(self, text: str) -> str:
         """The library names the allocating C caller, which for a Python program is the
@@ -249,7 +275,7 @@ class EngineFake(NativeBackend):
         if not self.checking:
             return []
         self.control.check()
-        if self._waiting[0]:
+        if self._waiting[0] or self._stashed:
             self._report()
         return list(self.findings)
 
@@ -264,7 +290,7 @@ class EngineFake(NativeBackend):
     def checker_segment_freed(self, start: int) -> None:
         if self.checking:
             self.control.segment_freed(start)
-            if self._waiting[0]:
+            if self._waiting[0] or self._stashed:
                 self._report()
 
     def check_pending(self, start: int, size: int, *, access: str, what: str,
@@ -272,7 +298,7 @@ class EngineFake(NativeBackend):
         """The host reads or writes ``[start, start+size)`` itself: a hazard when queued
         stream work races with it (``access`` "read", "write" or "free")."""
         self.control.host_access(start, size, write=access != "read", what=what)
-        if self._waiting[0]:
+        if self._waiting[0] or self._stashed:
             self._report()
 
     # -- what is held (leak lists, tests) ------------------------------------------------------
@@ -329,7 +355,7 @@ class EngineFake(NativeBackend):
     def _after(self, name: str, args: tuple[Any, ...], result: Any) -> None:
         if self.checking and (name in ALLOCATING or name in FREEING):
             _note(self, name, args, result)
-        if self._waiting[0]:
+        if self._waiting[0] or self._stashed:
             self._report()
 
     def aclrtMalloc(self, size: int, policy: int, null_outputs: int = 0) -> tuple[int, int]:
@@ -342,7 +368,7 @@ class EngineFake(NativeBackend):
                 result = rc, out[0] if rc == 0 else 0
             except (OverflowError, TypeError):  # what the declared types convert
                 result = self._alloc(self.lib.aclrtMalloc, null_outputs, size, policy)
-        if self.checking or self._waiting[0]:
+        if self.checking or self._waiting[0] or self._stashed:
             self._after("aclrtMalloc", (size, policy), result)
         return result
 
@@ -351,7 +377,7 @@ class EngineFake(NativeBackend):
             rc: int = self._c_free(devPtr)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
-        if self.checking or self._waiting[0]:
+        if self.checking or self._waiting[0] or self._stashed:
             self._after("aclrtFree", (devPtr,), rc)
         return rc
 
@@ -360,7 +386,7 @@ class EngineFake(NativeBackend):
             rc: int = self._c_memcpy(dst, destMax, src, count, kind)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemcpy(self._ptr(dst), destMax, self._ptr(src), count, kind)
-        if self._waiting[0]:
+        if self._waiting[0] or self._stashed:
             self._report()
         return rc
 
@@ -369,7 +395,7 @@ class EngineFake(NativeBackend):
             rc: int = self._c_memset(devPtr, maxCount, value, count)
         except (OverflowError, TypeError):
             rc = self.lib.aclrtMemset(self._ptr(devPtr), maxCount, value, count)
-        if self._waiting[0]:
+        if self._waiting[0] or self._stashed:
             self._report()
         return rc
 
@@ -470,6 +496,7 @@ def _after_fork_in_child() -> None:
     for fake in list(_instances):
         fake._stacks_lock = threading.Lock()
         fake._lock = fake._own["_lock"] = threading.Lock()  # the DVPP libraries' loading
+        fake._stashed = {}  # the parent's other threads are not in the child
         fake._stacks = {}
         fake._segments = {}
 
@@ -482,7 +509,7 @@ def _reporting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     and frees keep the Python stacks while the checker is on."""
     def call(self: EngineFake, *args: Any, **kwargs: Any) -> Any:
         result = method(self, *args, **kwargs)
-        if self.checking or self._waiting[0]:
+        if self.checking or self._waiting[0] or self._stashed:
             self._after(name, args, result)
         return result
 

@@ -229,12 +229,18 @@ class EngineLibrary:
     def findings(self) -> list[tuple[str, str]]:
         """The queued hazards, oldest first, as (kind, text); taken from the queue. The
         waiting counter is read first, so an empty queue costs one load."""
-        found: list[tuple[str, str]] = []
+        return [(kind, text) for kind, text, _ in self.findings_of()]
+
+    def findings_of(self) -> list[tuple[str, str, int]]:
+        """:meth:`findings`, each with the thread whose call made it (its
+        ``threading.get_ident()``; 0 for the "dropped" count)."""
+        found: list[tuple[str, str, int]] = []
         if self.lib.acl_mem_fake_findings_waiting == 0:
             return found
         kind, text = self.ffi.new("char[64]"), self.ffi.new("char[1100]")
-        while self.lib.acl_mem_fake_next_finding(kind, 64, text, 1100) == 1:
-            found.append((self._text(kind), self._text(text)))
+        thread = self.ffi.new("unsigned long *")
+        while self.lib.acl_mem_fake_next_finding_of(kind, 64, text, 1100, thread) == 1:
+            found.append((self._text(kind), self._text(text), int(thread[0])))
         return found
 
     def host_access(self, start: int, size: int, *, write: bool, what: str) -> None:

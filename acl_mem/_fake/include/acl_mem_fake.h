@@ -82,6 +82,11 @@ extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_findings_waiting;
 ACL_MEM_FAKE_API int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text,
                                                size_t text_size);
 
+/* The same, and the thread whose call made the finding (its pthread_self()) in *thread:
+ * a binding with threads of its own reports each finding in the thread that made it. */
+ACL_MEM_FAKE_API int acl_mem_fake_next_finding_of(char *kind, size_t kind_size, char *text,
+                                                  size_t text_size, unsigned long *thread);
+
 /* A block still allocated: what made it, where, and the return address of that call
  * (in the program or library that called; NULL when unknown). */
 struct acl_mem_fake_leak {

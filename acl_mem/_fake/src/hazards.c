@@ -31,6 +31,7 @@ static const char *const kinds[] = {
 struct finding {
     char kind[40];
     char text[1024];
+    unsigned long thread; /* pthread_self() of the call that made it */
 };
 
 static enum mode mode = WARN;
@@ -111,6 +112,7 @@ static void report(const char *what, const char *kind, const char *format, va_li
         struct finding *slot = &queue[(queue_head + queue_length) % QUEUE_SIZE];
         snprintf(slot->kind, sizeof slot->kind, "%s", kind);
         snprintf(slot->text, sizeof slot->text, "%s", text);
+        slot->thread = (unsigned long)pthread_self();
         queue_length++;
         publish();
         return;
@@ -188,8 +190,16 @@ unsigned long acl_mem_fake_hazard_count(const char *kind)
 
 int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text, size_t text_size)
 {
-    if (kind == NULL || text == NULL || kind_size == 0 || text_size == 0)
+    unsigned long thread;
+    return acl_mem_fake_next_finding_of(kind, kind_size, text, text_size, &thread);
+}
+
+int acl_mem_fake_next_finding_of(char *kind, size_t kind_size, char *text, size_t text_size,
+                                 unsigned long *thread)
+{
+    if (kind == NULL || text == NULL || kind_size == 0 || text_size == 0 || thread == NULL)
         return -AM_INVALID_PARAM;
+    *thread = 0;
     am_lock();
     if (queue_length == 0) {
         unsigned long dropped = queue_dropped;
@@ -206,6 +216,7 @@ int acl_mem_fake_next_finding(char *kind, size_t kind_size, char *text, size_t t
     struct finding *slot = &queue[queue_head];
     snprintf(kind, kind_size, "%s", slot->kind);
     snprintf(text, text_size, "%s", slot->text);
+    *thread = slot->thread;
     queue_head = (queue_head + 1) % QUEUE_SIZE;
     queue_length--;
     publish();
