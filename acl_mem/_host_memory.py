@@ -21,12 +21,8 @@ from typing import Any
 from ._cffi_lite import LiteFFI, libc_function
 from .sizes import MiB
 
-__all__ = [
-    "COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "USER_SPACE_END",
-    "address_of",
-    "ffi", "host_range_mapped", "plausible_host_range", "prove_untrusted",
-    "reserve_address_space",
-]
+__all__ = ["COPIED", "HOST_PAGE", "KERNEL_COPY_LIMIT", "PROVEN", "REFUSED", "address_of", "ffi",
+           "host_range_mapped", "prove_untrusted"]
 
 # The C library's functions with their prototypes, and the C types, built at import from
 # _cffi_backend (acl_mem/_cffi_lite.py): no C parser, and nothing parsed or resolved on a
@@ -41,30 +37,13 @@ _libc: Any = SimpleNamespace(
     process_vm_writev=libc_function("long", "process_vm_writev", "int",
                                     "const struct iovec *", "unsigned long",
                                     "const struct iovec *", "unsigned long", "unsigned long"),
-    fallocate=libc_function("int", "fallocate", "int", "int", "long", "long"),
 )
 HOST_PAGE = mmap.PAGESIZE
-_MAP_PRIVATE = 0x02
-_MAP_ANONYMOUS = 0x20 if sys.platform.startswith("linux") else 0x1000
-_MAP_NORESERVE = 0x4000 if sys.platform.startswith("linux") else 0
-_MAP_FIXED_NOREPLACE = 0x100000 if sys.platform.startswith("linux") else 0
-_PROT_NONE = 0
 
 
 def address_of(buffer: Any) -> int:
     """Address of the first byte of a writable or read-only buffer object."""
     return int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
-
-
-def reserve_address_space(base: int, size: int) -> bool:
-    """Map ``[base, base+size)`` PROT_NONE so no host allocation can land there.
-
-    Returns False when the range is taken or the platform cannot pin it; the fake
-    still works, only the "never a host address" guarantee is lost.
-    """
-    flags = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_NORESERVE | _MAP_FIXED_NOREPLACE
-    got = _libc.mmap(ffi.cast("void *", base), size, _PROT_NONE, flags, -1, 0)
-    return int(ffi.cast("uintptr_t", got)) == base
 
 
 def host_range_mapped(address: int, size: int) -> bool:
@@ -83,24 +62,18 @@ def host_range_mapped(address: int, size: int) -> bool:
     return True
 
 
-#: Up to this size an unvouched host range is copied by the kernel, which checks it;
+#: Up to this size a host range is copied by the kernel, which checks it;
 #: above, one byte of each page is moved by the kernel first and the bytes by memmove.
 KERNEL_COPY_LIMIT = 64 << 10
-#: Above this an unvouched range over anonymous memory is checked against the maps, not
+#: Above this a range over anonymous memory is checked against the maps, not
 #: probed page by page.
 _PROBE_LIMIT = 2 * MiB
 #: Pages probed per system call (the kernel's IOV_MAX).
 _PROBE_PAGES = 1024
 #: No user-space host address reaches this (x86-64 and AArch64 with 5-level tables: 2**56).
-USER_SPACE_END = _USER_SPACE_END = 1 << 56
+_USER_SPACE_END = 1 << 56
 _kernel_copy = sys.platform.startswith("linux")
 _scratch = bytearray(_PROBE_PAGES)
-
-
-def plausible_host_range(address: int, count: int) -> bool:
-    """False for ranges no host mapping can hold (NULL page, past the user address space).
-    (AddressMap.resolve spells it out.)"""
-    return address >= HOST_PAGE and address + count <= _USER_SPACE_END
 
 
 #: What :func:`prove_untrusted` found.
