@@ -3,11 +3,13 @@ reachable (docs/fidelity.md), and a child that sets its device works normally.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -64,33 +66,39 @@ def _code(call: Callable[[], object]) -> int:
     return 0
 
 
-@pytest.mark.fake_only(FAKE_ONLY)
-def test_child_does_not_hang_when_another_thread_held_the_fake(fake, dev):
-    """The binding loads the DVPP libraries under a lock of its own (and takes it on each
-    DVPP call): a child forked while another thread held it still makes DVPP calls."""
-    inside = threading.Event()
-    release = threading.Event()
+@contextlib.contextmanager
+def _held_by_another_thread(lock: Any) -> Iterator[None]:
+    """``lock`` held by another thread for the duration of the block."""
+    inside, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with fake._lock:
+        with lock:
             inside.set()
             release.wait(5)
 
     holder = threading.Thread(target=hold)
     holder.start()
-    inside.wait(5)
+    assert inside.wait(5)
     try:
-        def child() -> dict[str, object]:
-            raw.aclrtSetDevice(0)
-            ptr = raw.aclrtMalloc(4096, 0)
-            raw.aclrtFree(ptr)
-            raw.acldvppFree(raw.acldvppMalloc(4096))
-            return {"ok": True}
-
-        assert _in_child(child) == {"ok": True}
+        yield
     finally:
         release.set()
         holder.join()
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
+def test_child_does_not_hang_when_another_thread_held_the_fake(fake, dev):
+    """The binding loads the DVPP libraries under a lock of its own (and takes it on each
+    DVPP call): a child forked while another thread held it still makes DVPP calls."""
+    def child() -> dict[str, object]:
+        raw.aclrtSetDevice(0)
+        ptr = raw.aclrtMalloc(4096, 0)
+        raw.aclrtFree(ptr)
+        raw.acldvppFree(raw.acldvppMalloc(4096))
+        return {"ok": True}
+
+    with _held_by_another_thread(fake._lock):
+        assert _in_child(child) == {"ok": True}
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
@@ -127,28 +135,17 @@ def test_children_forked_while_threads_allocate_with_the_checker_on(fake):
 def test_child_does_not_hang_when_another_thread_held_the_stack_lock(fake):
     """The C engine's binding keeps Python stacks under a lock of its own while the
     checker is on: a child forked while another thread held it still allocates."""
-    lock = fake._stacks_lock
     acl_mem.fake.configure(check=True, hazards="count")
-    inside, release = threading.Event(), threading.Event()
 
-    def hold() -> None:
-        with lock:
-            inside.set()
-            release.wait(5)
+    def child() -> dict[str, object]:
+        with acl_mem.Device(0) as mine:
+            mine.malloc(100).free()
+        return {"ok": True}
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    inside.wait(5)
     try:
-        def child() -> dict[str, object]:
-            with acl_mem.Device(0) as mine:
-                mine.malloc(100).free()
-            return {"ok": True}
-
-        assert _in_child(child) == {"ok": True}
+        with _held_by_another_thread(fake._stacks_lock):
+            assert _in_child(child) == {"ok": True}
     finally:
-        release.set()
-        holder.join()
         acl_mem.fake.reset()
 
 

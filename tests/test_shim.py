@@ -114,6 +114,18 @@ def test_build_out_copies_the_libraries_acl_mem_fake_library_dir_names(tmp_path)
     assert (out / "lib64" / "cann-8.5.0" / "libascendcl.so").is_file()
 
 
+def test_build_out_from_a_library_dir_without_the_newest_library_says_so(tmp_path):
+    """ACL_MEM_FAKE_LIBRARY_DIR holding only CANN 8.5.0's library (while 8.5.0 is played):
+    the copy needs the newest one too, and the command says it is missing."""
+    other = tmp_path / "other"
+    shutil.copytree(LIBRARY_DIR / "cann-8.5.0", other / "cann-8.5.0")
+    out = tmp_path / "prefix"
+    done = _shim("build", "--out", str(out), ACL_MEM_FAKE_LIBRARY_DIR=str(other),
+                 ACL_MEM_FAKE_CANN="8.5.0")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+
+
 def test_build_out_onto_a_file_is_refused(tmp_path):
     target = tmp_path / "file"
     target.write_text("mine")

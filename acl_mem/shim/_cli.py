@@ -98,6 +98,7 @@ def _copy_prefix(out: Path) -> bool:
     """Copy the installed prefix into ``out`` (which may exist), its libraries from
     ACL_MEM_FAKE_LIBRARY_DIR when that names another build: False, said, on failure."""
     from .._fake.library import PREFIX, library_dir
+    from ..errors import BackendError, SettingError
 
     try:
         if out.exists() and not out.is_dir():
@@ -108,7 +109,7 @@ def _copy_prefix(out: Path) -> bool:
             shutil.copytree(source, out / part, symlinks=False, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy2(PREFIX / "set_env.sh", out / "set_env.sh")
-    except OSError as exc:
+    except (OSError, BackendError, SettingError) as exc:
         print(f"acl-mem shim build: cannot copy the prefix into {out}: {exc}", file=sys.stderr)
         return False
     return True
