@@ -30,7 +30,8 @@ PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "global_owner.cpp", "streams.c", "raii_streams.cpp", "host_guard.c",
             "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
             "overwrite.c", "engine_edges.c", "share_ipc.c", "sample_memory.c", "unsupported.c",
-            "toolkit_libraries.c", "data_buffer.c", "teardown_errors.c", "init_defaults.c"]
+            "toolkit_libraries.c", "data_buffer.c", "teardown_errors.c", "init_defaults.c",
+            "arenas.c"]
 #: Programs linked with other libraries than libascendcl.so and libacl_dvpp.so.
 LIBRARIES = {"toolkit_libraries": ("-lascendcl", "-lmsprofiler", "-lacl_op_compiler",
                                    "-lacl_cblas", "-lacl_tdt_channel", "-lacl_tdt_queue")}
@@ -124,6 +125,16 @@ def test_threads_on_two_devices(programs):
     lines = _ok(_run(programs["threads"]))
     assert sorted(line for line in lines if line.startswith("thread ")) == [
         f"thread {i} device {i % 2} ok" for i in range(4)]
+
+
+def test_threads_sharing_one_device(programs):
+    """More threads than arenas on one device: blocks used, copied and freed across
+    arenas, the free memory exact at every point, and an arena's reserve of the pool
+    taken back when another thread needs the pool whole."""
+    lines = _ok(_run(programs["arenas"]))
+    assert lines[-1] == "done"
+    assert "ok the whole pool beside another arena's reserve" in lines
+    assert "ok the reserve went back to the pool" in lines
 
 
 def test_threads_on_fast_paths_beside_whole_engine_calls(programs):

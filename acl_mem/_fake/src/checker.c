@@ -237,9 +237,9 @@ void am_check_pinned_unmapping(struct am_pinned_freed *freed)
 static struct am_block *block_holding(uint64_t address)
 {
     struct am_device *device = am_device_of(address);
-    struct am_node *node = device != NULL ? am_tree_containing(device->blocks, address)
-                                          : am_tree_containing(am.pinned, address);
-    return (struct am_block *)node;
+    if (device != NULL)
+        return am_block_holding(device, address);
+    return (struct am_block *)am_tree_containing(am.pinned, address);
 }
 
 /* A copy or memset touching pool segments: true when the segments decided (a finding
@@ -307,9 +307,9 @@ void am_check_all(const char *when)
 {
     for (int d = 0; d < am.device_count; d++) {
         struct am_device *device = &am.devices[d];
-        for (struct am_node *node = am_tree_after(device->blocks, 0); node != NULL;
-             node = am_tree_after(device->blocks, node->key))
-            am_check_freeing((struct am_block *)node, am_host_of(device, node->key), when);
+        for (struct am_block *block = am_block_after(device, 0); block != NULL;
+             block = am_block_after(device, block->node.key))
+            am_check_freeing(block, am_host_of(device, block->node.key), when);
     }
     for (struct am_node *node = am_tree_after(am.pinned, 0); node != NULL;
          node = am_tree_after(am.pinned, node->key))

@@ -13,7 +13,8 @@ static bool covered(struct am_device *device, struct am_node *first, uint64_t en
 {
     struct am_node *block = first;
     while (block->key + block->len < end) {
-        struct am_node *next = am_tree_find(device->blocks, block->key + block->len);
+        struct am_node *next =
+            (struct am_node *)am_block_starting(device, block->key + block->len);
         if (next == NULL)
             return false;
         block = next;
@@ -30,7 +31,7 @@ struct am_located am_locate(uint64_t address, uint64_t count)
         struct am_device *device = am_device_of(address);
         if (device == NULL)
             return found;
-        struct am_node *block = am_tree_containing(device->blocks, address);
+        struct am_node *block = (struct am_node *)am_block_holding(device, address);
         if (block == NULL || address + count < address)
             return found;
         if (address + count > block->key + block->len && !covered(device, block, address + count))
@@ -231,43 +232,70 @@ static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t
     return (am_hazard_result(AM_SUCCESS, "aclrtMemcpy"));
 }
 
-/* The locks a synchronous copy or set takes on its fast path: the devices of its
- * pointers, or the thread's current device when both are host memory. */
-static void fast_devices(const void *dst, const void *src, int *first, int *second)
+/* The arena locks a synchronous copy or set takes on its fast path: those of the blocks
+ * its ranges are in (device_slots), or the thread's own on its current device when both
+ * are host memory; false when a range is in no block or in blocks of several arenas
+ * (the engine lock then). */
+struct am_slots {
+    int dst, src;       /* am_slot_of each range (-1: host memory) */
+    int first, second;  /* the locks */
+};
+
+static bool fast_slots(const void *dst, const void *src, uint64_t count, struct am_slots *out)
 {
-    *first = am_device_index(dst);
-    *second = src == NULL ? -1 : am_device_index(src);
-    if (*first < 0) {
-        *first = *second;
-        *second = -1;
+    out->dst = am_slot_of((uintptr_t)dst, count);
+    out->src = src == NULL ? -1 : am_slot_of((uintptr_t)src, count);
+    if (out->dst == -2 || out->src == -2)
+        return false;
+    out->first = out->dst >= 0 ? out->dst : out->src;
+    out->second = out->dst >= 0 ? out->src : -1;
+    if (out->first < 0) {
+        int device = am_fast_current_device();
+        out->first = device < 0 ? -1 : device * AM_ARENAS + am_thread_arena();
     }
-    if (*first < 0)
-        *first = am_fast_current_device();
+    return out->first >= 0;
+}
+
+/* Under the locks: the ranges are still in the arenas chosen (an address no block holds
+ * may have changed owner meanwhile). */
+static bool same_slots(const void *dst, const void *src, uint64_t count,
+                       const struct am_slots *slots)
+{
+    return (slots->dst < 0 || am_slot_of((uintptr_t)dst, count) == slots->dst) &&
+           (slots->src < 0 || am_slot_of((uintptr_t)src, count) == slots->src);
+}
+
+/* A copy on the fast path, the locks of slots first and second held; they are released
+ * before it returns (before a large copy moves its bytes). */
+static aclError memcpy_fast(void *dst, size_t destMax, const void *src, size_t count,
+                            aclrtMemcpyKind kind, int first, int second)
+{
+    struct am_unlocked later = {.pending = false};
+    aclError code = memcpy_locked(dst, destMax, src, count, kind, &later);
+    if (!later.pending) {
+        am_fast_unlock(first, second);
+        return code;
+    }
+    __atomic_add_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
+    am_fast_unlock(first, second);
+    bool copied = am_copy_now(&later.target, &later.source, count);
+    __atomic_sub_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
+    if (!copied)
+        return am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory %p + %zu bytes "
+                       "is not mapped %s", later.target.where == AM_PAGEABLE ? dst : src,
+                       count, later.target.where == AM_PAGEABLE ? "writable" : "readable");
+    return am_hazard_result(AM_SUCCESS, "aclrtMemcpy");
 }
 
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
                      aclrtMemcpyKind kind)
 {
     AM_ARGS(aclrtMemcpy);
-    int first, second;
-    fast_devices(dst, src, &first, &second);
-    if (am_fast_lock(first, second)) {
-        struct am_unlocked later = {.pending = false};
-        aclError code = memcpy_locked(dst, destMax, src, count, kind, &later);
-        if (!later.pending) {
-            am_fast_unlock(first, second);
-            return code;
-        }
-        __atomic_add_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
-        am_fast_unlock(first, second);
-        bool copied = am_copy_now(&later.target, &later.source, count);
-        __atomic_sub_fetch(&am.unlocked_copies, 1, __ATOMIC_ACQ_REL);
-        if (!copied)
-            return am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "host memory %p + %zu bytes "
-                           "is not mapped %s", later.target.where == AM_PAGEABLE ? dst : src,
-                           count, later.target.where == AM_PAGEABLE ? "writable"
-                                                                     : "readable");
-        return am_hazard_result(AM_SUCCESS, "aclrtMemcpy");
+    struct am_slots slots;
+    if (fast_slots(dst, src, count, &slots) && am_fast_lock(slots.first, slots.second)) {
+        if (same_slots(dst, src, count, &slots))
+            return memcpy_fast(dst, destMax, src, count, kind, slots.first, slots.second);
+        am_fast_unlock(slots.first, slots.second);
     }
     ENTER(MEMCPY_CALL);
     return unlock_with(memcpy_locked(dst, destMax, src, count, kind, NULL));
@@ -311,12 +339,14 @@ static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
 {
     AM_ARGS(aclrtMemset);
-    int first, second;
-    fast_devices(devPtr, NULL, &first, &second);
-    if (am_fast_lock(first, second)) {
-        aclError code = memset_locked(devPtr, maxCount, value, count);
-        am_fast_unlock(first, second);
-        return code;
+    struct am_slots slots;
+    if (fast_slots(devPtr, NULL, count, &slots) && am_fast_lock(slots.first, slots.second)) {
+        if (same_slots(devPtr, NULL, count, &slots)) {
+            aclError code = memset_locked(devPtr, maxCount, value, count);
+            am_fast_unlock(slots.first, slots.second);
+            return code;
+        }
+        am_fast_unlock(slots.first, slots.second);
     }
     ENTER(MEMSET_CALL);
     return unlock_with(memset_locked(devPtr, maxCount, value, count));

@@ -209,32 +209,70 @@ struct am_region {
     uint64_t skew;
 };
 
-/* Each device on its own cache lines, with its own lock: threads on different devices
- * do not share a line on their allocation and copy paths. */
-struct am_device {
+/* Threads allocate from arenas (docs/runtime-model.md §4.1): each device has AM_ARENAS,
+ * each with its own lock on its own cache lines, and a thread uses the same one on every
+ * device, so threads on one device do not wait for each other on their allocation and
+ * copy paths. Every block lives in the arena of the thread that allocated it; which one
+ * an address is in, the owner table says (by granule). */
+#define AM_ARENAS 4
+/* The owner table's unit: large blocks start on one and take whole ones. */
+#define AM_GRANULE (2 * AM_MiB)
+/* Small blocks (normal pages, extent up to AM_SMALL) come from address space an arena
+ * takes AM_CHUNK at a time, and from normal-pool bytes granted AM_QUOTA at a time: the
+ * arena's lock alone covers them. Anything else takes the engine lock. */
+#define AM_SMALL AM_MiB
+#define AM_CHUNK (32 * AM_MiB)
+#define AM_QUOTA (64 * AM_MiB)
+/* An owner-table entry: the arena + 1; with AM_OWNER_CHUNK the granule is in an arena's
+ * chunk (small blocks), else in a large block. 0: nothing. */
+#define AM_OWNER_CHUNK 0x80
+/* The table has a leaf per GiB of a device slot, made when first needed and kept (fast
+ * paths read it before they hold any lock). */
+#define AM_OWNER_LEAF (AM_GiB / AM_GRANULE)
+#define AM_OWNER_LEAVES (AM_DEVICE_SLOT / AM_GiB)
+
+struct am_arena {
     _Alignas(64) pthread_mutex_t lock;
-    uint64_t serial; /* blocks made on this device (block serials) */
-    int id;
+    uint64_t serial; /* blocks made in this arena: kept across resets (block serials) */
+    /* The engine lock's holder takes this arena's lock too (set under both locks); an
+     * arena a thread has not used on this device yet is not, and its fast paths wait. */
+    bool active;
+    /* Normal-pool bytes granted to the arena and not used: counted as used in the
+     * device's pool until the engine lock is next taken, which takes them back. */
+    uint64_t quota;
+    struct am_space space; /* the free ranges of its chunks */
+    struct am_node *blocks;
+    uint64_t *chunks; /* chunk starts: count of them, room for capacity */
+    size_t chunk_count, chunk_capacity;
+    /* Small freed blocks whose host pages are still resident: discarded together once
+     * there are AM_PENDING_DISCARDS of them or AM_PENDING_BYTES (one system call per
+     * free would cost more than the free). Made on first use. */
+    uint64_t (*pending)[2]; /* start, extent */
+    int pending_count;
+    uint64_t pending_bytes;
+};
+
+struct am_device {
+    struct am_arena arenas[AM_ARENAS];
+    /* Owner-table leaves (AM_OWNER_LEAVES pointers, __atomic). */
+    uint8_t *owners[AM_OWNER_LEAVES];
+    /* Everything from here is laid out anew by a reset. */
+    _Alignas(64) int id;
     int references; /* aclrtSetDevice minus aclrtResetDevice */
     int created;    /* live contexts made by aclrtCreateContext */
     uint64_t primary; /* the default context's handle, 0 when none */
+    /* Pool bytes used, arena quotas included (the engine lock's holder sees none). */
     uint64_t normal_total, huge_total, normal_used, huge_used;
     /* Of the used bytes, what physical memory (aclrtMallocPhysical) holds: it outlives
      * the device's contexts. */
     uint64_t normal_physical, huge_physical;
     struct am_region heap, dvpp;
+    /* Address space for large blocks and arena chunks (engine lock). */
     struct am_space heap_space, dvpp_space;
-    struct am_node *blocks;
     /* With the checker on, the addresses of freed blocks wait here (oldest first) before
      * they can be allocated again, so a stale pointer does not reach a new block. */
     uint64_t quarantine[AM_QUARANTINE][2]; /* start, extent */
     int quarantined;
-    /* Small freed blocks whose host pages are still resident: discarded together once
-     * there are AM_PENDING_DISCARDS of them or AM_PENDING_BYTES (one system call per
-     * free would cost more than the free). */
-    uint64_t pending[AM_PENDING_DISCARDS][2]; /* start, extent */
-    int pending_count;
-    uint64_t pending_bytes;
     /* The last freed block of 1 MiB to AM_KEPT_LARGE keeps its host pages until another
      * such block is freed: a buffer freed and allocated again in a loop (a training
      * step's) does not fault its pages in anew each time. start, extent; 0 when none. */
@@ -304,7 +342,8 @@ struct am_engine {
     struct am_context *context_chunks[AM_CONTEXT_CHUNKS];
     size_t context_count; /* slots ever used; __atomic: read by the fast paths */
     size_t context_free;  /* the first free slot + 1 (slots of ended contexts), 0: none */
-    int locked_devices;   /* device locks the holder of the engine lock took */
+    /* The arenas whose locks the engine lock's holder took, a bit each, by device. */
+    uint8_t locked_arenas[AM_MAX_DEVICES];
     struct am_node *pinned;
     struct am_node *pinned_freed;
     struct am_node *segments, *freed_segments; /* the checker's pool segments */
@@ -391,6 +430,7 @@ struct am_thread {
     uint64_t args[AM_MAX_ARGS];
     uint64_t entry_ns; /* while tracing: when it entered */
     bool traced;       /* its trace record is written */
+    int arena; /* + 1: the arena it allocates from on every device; 0 until it asks */
 };
 
 AM_HIDDEN struct am_thread *am_thread(void);
@@ -412,23 +452,28 @@ AM_HIDDEN void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uin
                        uint64_t a3, uint64_t a4, uint64_t a5);
 #include "calls.h"
 
-/* Take the engine lock (initialising the engine on first use): the whole engine, every
- * device's lock included. */
+/* Take the engine lock (initialising the engine on first use): the whole engine, the
+ * lock of every arena in use included; the arenas' quotas go back to their pools. */
 AM_HIDDEN void am_lock(void);
 AM_HIDDEN void am_unlock(void);
 /* am_lock, giving up after about `milliseconds` (at exit another thread may hold it). */
 AM_HIDDEN bool am_lock_within(int milliseconds);
-/* The fast paths (allocation, free, synchronous copies) take only the locks of the
- * devices they touch, and only while no queued work exists and the settings are usable;
- * everything they read besides their devices changes only under the engine lock, which
- * holds every device lock. Lock order: the engine lock, then devices by id. These take
- * device `first` and `second` (-1: none; equal ids once) and say whether the fast path
- * may run; on false nothing is held and the caller takes the engine lock. */
+/* The fast paths (small allocations, frees, synchronous copies) take only the locks of
+ * the arenas they touch, and only while no queued work exists and the settings are
+ * usable; everything they read besides their arenas changes only under the engine lock,
+ * which holds every arena lock in use. Lock order: the engine lock, then arenas by slot
+ * (device * AM_ARENAS + arena). These take slots `first` and `second` (-1: none; equal
+ * slots once) and say whether the fast path may run; on false nothing is held and the
+ * caller takes the engine lock. */
 AM_HIDDEN bool am_fast_lock(int first, int second);
 AM_HIDDEN void am_fast_unlock(int first, int second);
 /* The device of the calling thread's current context, read without a lock (-1: none);
  * am_fast_lock then checks it still holds. */
 AM_HIDDEN int am_fast_current_device(void);
+/* The calling thread's arena (the same index on every device). */
+AM_HIDDEN int am_thread_arena(void);
+/* Take arena `index` of `device` into the engine lock's holding (the engine lock held). */
+AM_HIDDEN struct am_arena *am_arena_activate(struct am_device *device, int index);
 /* The context in slot `sequence` (0 < sequence < count), or NULL; and its handle. */
 AM_HIDDEN struct am_context *am_context_at(size_t sequence);
 AM_HIDDEN uint64_t am_context_handle(size_t sequence);
@@ -480,17 +525,24 @@ AM_HIDDEN void am_release_device_memory(struct am_device *device);
 AM_HIDDEN void am_end_context(uint64_t handle);
 
 /* Blocks (memory.c) */
-AM_HIDDEN struct am_block *am_block_allocate(struct am_device *device, uint8_t api,
-                                             uint64_t padded, const uint32_t *kinds,
-                                             int kind_count, bool dvpp, uint64_t requested,
-                                             const void *caller);
 AM_HIDDEN const char *am_api_name(uint8_t api);
-AM_HIDDEN void am_block_release(struct am_device *device, struct am_block *block);
 /* The checker's held-back addresses of every device go back to their spaces. */
 AM_HIDDEN void am_quarantine_release(void);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
 /* The device slot an address lies in by arithmetic alone (-1: none), for choosing a lock. */
 AM_HIDDEN int am_device_index(const void *pointer);
+/* The arena slot (device * AM_ARENAS + arena) whose blocks hold every granule of
+ * [address, address + count), by the owner table and without a lock: -1 when the range
+ * is not device memory, -2 when some granule has no owner or another one. */
+AM_HIDDEN int am_slot_of(uint64_t address, uint64_t count);
+/* The block starting at / holding / next after an address of a device (any arena; the
+ * caller holds the lock of the arena the address is in, or the engine lock). */
+AM_HIDDEN struct am_block *am_block_starting(struct am_device *device, uint64_t start);
+AM_HIDDEN struct am_block *am_block_holding(struct am_device *device, uint64_t address);
+AM_HIDDEN struct am_block *am_block_after(struct am_device *device, uint64_t address);
+/* Forget every block and chunk of the device's arenas (the engine lock held); the
+ * owner table with them. */
+AM_HIDDEN void am_arenas_clear(struct am_device *device);
 AM_HIDDEN unsigned char *am_host_of(struct am_device *device, uint64_t address);
 
 /* ---- streams and events (streams.c, events.c) --------------------------------------- */

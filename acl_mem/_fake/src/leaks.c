@@ -60,9 +60,9 @@ static void each_held(void (*visit)(const struct am_held *, void *), void *conte
 {
     struct visiting visiting = {visit, context};
     for (int d = 0; d < am.device_count; d++)
-        for (struct am_node *node = am_tree_after(am.devices[d].blocks, 0); node != NULL;
-             node = am_tree_after(am.devices[d].blocks, node->key))
-            visit_block((const struct am_block *)node, &visiting);
+        for (struct am_block *block = am_block_after(&am.devices[d], 0); block != NULL;
+             block = am_block_after(&am.devices[d], block->node.key))
+            visit_block(block, &visiting);
     for (struct am_node *node = am_tree_after(am.pinned, 0); node != NULL;
          node = am_tree_after(am.pinned, node->key))
         visit_block((const struct am_block *)node, &visiting);

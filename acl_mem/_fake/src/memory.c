@@ -70,20 +70,243 @@ static aclError out_of_memory(const char *call, const struct am_device *device, 
                    pools_text(device).text);
 }
 
-struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64_t padded,
-                                   const uint32_t *kinds, int kind_count, bool dvpp,
-                                   uint64_t requested, const void *caller)
+/* ---- the owner table ------------------------------------------------------------------ */
+
+static uint64_t slot_base(const struct am_device *device)
 {
-    struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+    return am_device_base() + (uint64_t)device->id * AM_DEVICE_SLOT;
+}
+
+/* The entry of the granule holding address (a device address of `device`); NULL when its
+ * leaf does not exist and `make` is false or it cannot be made. */
+static uint8_t *owner_entry(struct am_device *device, uint64_t address, bool make)
+{
+    uint64_t granule = (address - slot_base(device)) / AM_GRANULE;
+    uint8_t **leaf = &device->owners[granule / AM_OWNER_LEAF];
+    uint8_t *entries = __atomic_load_n(leaf, __ATOMIC_ACQUIRE);
+    if (entries == NULL && make) {
+        entries = calloc(AM_OWNER_LEAF, 1);
+        if (entries == NULL)
+            return NULL;
+        __atomic_store_n(leaf, entries, __ATOMIC_RELEASE);
+    }
+    return entries == NULL ? NULL : &entries[granule % AM_OWNER_LEAF];
+}
+
+static uint8_t owner_at(struct am_device *device, uint64_t address)
+{
+    const uint8_t *entry = owner_entry(device, address, false);
+    return entry == NULL ? 0 : __atomic_load_n(entry, __ATOMIC_RELAXED);
+}
+
+/* Mark the granules of [start, start + size) (the engine lock held); false, with nothing
+ * marked, when a leaf cannot be made. */
+static bool set_owner(struct am_device *device, uint64_t start, uint64_t size, uint8_t value)
+{
+    for (uint64_t at = start; at < start + size; at += AM_GRANULE)
+        if (owner_entry(device, at, value != 0) == NULL && value != 0)
+            return false;
+    for (uint64_t at = start; at < start + size; at += AM_GRANULE) {
+        uint8_t *entry = owner_entry(device, at, false);
+        if (entry != NULL)
+            __atomic_store_n(entry, value, __ATOMIC_RELAXED);
+    }
+    return true;
+}
+
+static struct am_arena *arena_at(struct am_device *device, uint64_t address)
+{
+    uint8_t owner = owner_at(device, address);
+    return owner == 0 ? NULL : &device->arenas[(owner & ~AM_OWNER_CHUNK) - 1];
+}
+
+int am_slot_of(uint64_t address, uint64_t count)
+{
+    uint64_t base = am_device_base();
+    if (address < base || address - base >= AM_MAX_DEVICES * AM_DEVICE_SLOT)
+        return -1;
+    uint64_t index = (address - base) / AM_DEVICE_SLOT;
+    uint64_t offset = (address - base) % AM_DEVICE_SLOT;
+    if (count == 0)
+        count = 1;
+    if (count > AM_DEVICE_SLOT - offset)
+        return -2;
+    struct am_device *device = &am.devices[index];
+    int owner = 0;
+    for (uint64_t at = offset / AM_GRANULE * AM_GRANULE; at < offset + count; at += AM_GRANULE) {
+        int here = owner_at(device, address - offset + at) & ~AM_OWNER_CHUNK;
+        if (here == 0 || (owner != 0 && here != owner))
+            return -2;
+        owner = here;
+    }
+    return (int)index * AM_ARENAS + owner - 1;
+}
+
+struct am_block *am_block_starting(struct am_device *device, uint64_t start)
+{
+    struct am_arena *arena = arena_at(device, start);
+    return arena == NULL ? NULL : (struct am_block *)am_tree_find(arena->blocks, start);
+}
+
+struct am_block *am_block_holding(struct am_device *device, uint64_t address)
+{
+    struct am_arena *arena = arena_at(device, address);
+    return arena == NULL ? NULL : (struct am_block *)am_tree_containing(arena->blocks, address);
+}
+
+struct am_block *am_block_after(struct am_device *device, uint64_t address)
+{
+    struct am_node *next = NULL;
+    for (int i = 0; i < AM_ARENAS; i++) {
+        struct am_node *candidate = am_tree_after(device->arenas[i].blocks, address);
+        if (candidate != NULL && (next == NULL || candidate->key < next->key))
+            next = candidate;
+    }
+    return (struct am_block *)next;
+}
+
+static void free_node(struct am_node *node)
+{
+    free(node);
+}
+
+void am_arenas_clear(struct am_device *device)
+{
+    for (int i = 0; i < AM_ARENAS; i++) {
+        struct am_arena *arena = &device->arenas[i];
+        am_tree_clear(&arena->blocks, free_node);
+        am_tree_clear(&arena->space.free, free_node);
+        arena->chunk_count = 0;
+        arena->quota = 0;
+        arena->pending_count = 0;
+        arena->pending_bytes = 0;
+    }
+    for (size_t i = 0; i < AM_OWNER_LEAVES; i++) {
+        uint8_t *entries = __atomic_load_n(&device->owners[i], __ATOMIC_RELAXED);
+        if (entries != NULL)
+            for (size_t j = 0; j < AM_OWNER_LEAF; j++)
+                __atomic_store_n(&entries[j], 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* ---- address space --------------------------------------------------------------------- */
+
+static bool in_dvpp(const struct am_device *device, uint64_t address)
+{
+    return address - device->dvpp.base < device->dvpp.size;
+}
+
+/* Give every chunk no block holds back to the device's space (the engine lock held): a
+ * large block may need the room. Returns how many went. */
+static int reclaim_chunks(struct am_device *device)
+{
+    int reclaimed = 0;
+    for (int i = 0; i < AM_ARENAS; i++) {
+        struct am_arena *arena = &device->arenas[i];
+        for (size_t j = 0; j < arena->chunk_count;) {
+            uint64_t chunk = arena->chunks[j];
+            if (!am_space_take_at(&arena->space, chunk, AM_CHUNK)) {
+                j++;
+                continue; /* a block (or the checker's hold) is in it */
+            }
+            set_owner(device, chunk, AM_CHUNK, 0);
+            am_os_discard(am_host_of(device, chunk), AM_CHUNK);
+            am_space_give(&device->heap_space, chunk, AM_CHUNK);
+            arena->chunks[j] = arena->chunks[--arena->chunk_count];
+            reclaimed++;
+        }
+    }
+    return reclaimed;
+}
+
+static uint64_t take_space(struct am_device *device, struct am_space *space, uint64_t size,
+                           uint64_t alignment)
+{
+    uint64_t start = am_space_take(space, size, alignment);
+    if (start == 0 && space == &device->heap_space && reclaim_chunks(device) > 0)
+        start = am_space_take(space, size, alignment);
+    return start;
+}
+
+/* Another chunk of address space for the arena's small blocks (the engine lock held). */
+static bool grow_arena(struct am_device *device, int index)
+{
+    struct am_arena *arena = &device->arenas[index];
+    if (arena->chunk_count == arena->chunk_capacity) {
+        size_t grown = arena->chunk_capacity ? 2 * arena->chunk_capacity : 8;
+        uint64_t *chunks = realloc(arena->chunks, grown * sizeof *chunks);
+        if (chunks == NULL)
+            return false;
+        arena->chunks = chunks;
+        arena->chunk_capacity = grown;
+    }
+    uint64_t chunk = take_space(device, &device->heap_space, AM_CHUNK, AM_CHUNK);
+    if (chunk == 0)
+        return false;
+    if (!set_owner(device, chunk, AM_CHUNK, (uint8_t)(index + 1) | AM_OWNER_CHUNK) ||
+        !am_space_give(&arena->space, chunk, AM_CHUNK)) {
+        set_owner(device, chunk, AM_CHUNK, 0);
+        am_space_give(&device->heap_space, chunk, AM_CHUNK);
+        return false;
+    }
+    arena->chunks[arena->chunk_count++] = chunk;
+    return true;
+}
+
+static uint64_t round_up(uint64_t value, uint64_t to)
+{
+    return (value + to - 1) / to * to;
+}
+
+/* A small block: normal pages and at most AM_SMALL; it lives in an arena's chunk. */
+static bool small_block(uint32_t kind, uint64_t extent, bool dvpp)
+{
+    return !dvpp && kind == AM_NORMAL_PAGE && extent <= AM_SMALL;
+}
+
+/* Allocate in arena `index` of the device. With `fast` only the arena's lock is held: a
+ * block that needs more sets *needs_engine (nothing changed); the caller then takes the
+ * engine lock and asks again. */
+static struct am_block *block_allocate(struct am_device *device, int index, uint8_t api,
+                                       uint64_t padded, const uint32_t *kinds,
+                                       int kind_count, bool dvpp, uint64_t requested,
+                                       const void *caller, bool fast, bool *needs_engine)
+{
+    struct am_arena *arena = &device->arenas[index];
     for (int i = 0; i < kind_count; i++) {
         uint32_t kind = kinds[i];
-        uint64_t extent = (padded + kind - 1) / kind * kind;
-        if (extent < padded || extent > pool_free(device, kind))
+        uint64_t extent = round_up(padded, kind);
+        if (extent < padded)
+            continue;
+        bool small = small_block(kind, extent, dvpp);
+        if (fast && (!small || extent > arena->quota)) {
+            *needs_engine = true;
+            return NULL;
+        }
+        if (!fast && extent > pool_free(device, kind))
             continue;
         struct am_block *block = calloc(1, sizeof *block);
         if (block == NULL)
             return NULL;
-        uint64_t start = am_space_take(space, extent, kind);
+        uint64_t start = 0;
+        if (small) {
+            start = am_space_take(&arena->space, extent, kind);
+            if (start == 0 && fast) {
+                free(block);
+                *needs_engine = true;
+                return NULL;
+            }
+            if (start == 0 && grow_arena(device, index))
+                start = am_space_take(&arena->space, extent, kind);
+        } else {
+            uint64_t span = round_up(extent, AM_GRANULE);
+            struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+            start = take_space(device, space, span, kind > AM_GRANULE ? kind : AM_GRANULE);
+            if (start != 0 && !set_owner(device, start, span, (uint8_t)(index + 1))) {
+                am_space_give(space, start, span);
+                start = 0;
+            }
+        }
         if (start == 0) {
             free(block);
             continue;
@@ -95,16 +318,37 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
         block->page_size = kind;
         block->api = api;
         block->device = (int8_t)device->id;
-        block->serial = (uint64_t)(device->id + 1) << 48 | ++device->serial;
+        block->serial = (uint64_t)(device->id + 1) << 48 | (uint64_t)index << 44 |
+                        ++arena->serial;
         block->caller = caller;
-        if (kind == AM_NORMAL_PAGE)
+        if (fast)
+            arena->quota -= extent;
+        else if (kind == AM_NORMAL_PAGE)
             device->normal_used += extent;
         else
             device->huge_used += extent;
-        am_tree_insert(&device->blocks, &block->node);
+        if (!fast && small) {
+            /* Bytes for this arena's next small blocks, so they need no engine lock. */
+            uint64_t grant = pool_free(device, AM_NORMAL_PAGE);
+            grant = grant < AM_QUOTA ? grant : AM_QUOTA;
+            device->normal_used += grant;
+            arena->quota += grant;
+        }
+        am_tree_insert(&arena->blocks, &block->node);
         return block;
     }
     return NULL;
+}
+
+/* Give a range held back or freed to the space it came from. */
+static void give_back(struct am_device *device, uint64_t start, uint64_t extent)
+{
+    uint8_t owner = owner_at(device, start);
+    if (owner & AM_OWNER_CHUNK)
+        am_space_give(&device->arenas[(owner & ~AM_OWNER_CHUNK) - 1].space, start, extent);
+    else
+        am_space_give(in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space,
+                      start, extent);
 }
 
 /* Hold the freed range back (the checker's quarantine); the oldest goes back to its
@@ -112,9 +356,7 @@ struct am_block *am_block_allocate(struct am_device *device, uint8_t api, uint64
 static void quarantine_address(struct am_device *device, uint64_t start, uint64_t extent)
 {
     if (device->quarantined == AM_QUARANTINE) {
-        uint64_t old = device->quarantine[0][0], old_extent = device->quarantine[0][1];
-        bool old_dvpp = old - device->dvpp.base < device->dvpp.size;
-        am_space_give(old_dvpp ? &device->dvpp_space : &device->heap_space, old, old_extent);
+        give_back(device, device->quarantine[0][0], device->quarantine[0][1]);
         memmove(device->quarantine[0], device->quarantine[1],
                 sizeof device->quarantine[0] * (AM_QUARANTINE - 1));
         device->quarantined--;
@@ -128,12 +370,8 @@ void am_quarantine_release(void)
 {
     for (int i = 0; i < am.device_count; i++) {
         struct am_device *device = &am.devices[i];
-        for (int j = 0; j < device->quarantined; j++) {
-            uint64_t start = device->quarantine[j][0];
-            bool dvpp = start - device->dvpp.base < device->dvpp.size;
-            am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start,
-                          device->quarantine[j][1]);
-        }
+        for (int j = 0; j < device->quarantined; j++)
+            give_back(device, device->quarantine[j][0], device->quarantine[j][1]);
         device->quarantined = 0;
     }
 }
@@ -147,31 +385,47 @@ static int by_start(const void *a, const void *b)
 /* Give back the host pages of the small blocks freed since the last time: of each free
  * range holding one (its neighbours freed too make one range, one system call); a block
  * allocated again since is not free and keeps its pages. */
-static void discard_pending(struct am_device *device)
+static void discard_pending(struct am_device *device, struct am_arena *arena)
 {
-    qsort(device->pending, (size_t)device->pending_count, sizeof device->pending[0], by_start);
+    qsort(arena->pending, (size_t)arena->pending_count, sizeof arena->pending[0], by_start);
     uint64_t done_end = 0;
-    for (int i = 0; i < device->pending_count; i++) {
-        uint64_t start = device->pending[i][0], extent = device->pending[i][1];
+    for (int i = 0; i < arena->pending_count; i++) {
+        uint64_t start = arena->pending[i][0], extent = arena->pending[i][1];
         if (start < done_end)
             continue; /* inside the range discarded just before */
-        bool dvpp = start - device->dvpp.base < device->dvpp.size;
-        struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
-        struct am_node *free_range = am_tree_floor(space->free, start);
+        struct am_node *free_range = am_tree_floor(arena->space.free, start);
         if (free_range == NULL || free_range->key + free_range->len < start + extent)
-            continue; /* allocated again (or held back by the checker) */
+            continue; /* allocated again, held back by the checker, or its chunk went */
         am_os_discard(am_host_of(device, free_range->key), free_range->len);
         done_end = free_range->key + free_range->len;
     }
-    device->pending_count = 0;
-    device->pending_bytes = 0;
+    arena->pending_count = 0;
+    arena->pending_bytes = 0;
 }
 
-/* The host pages of [start, start + extent) if it is still free. */
+static void discard_later(struct am_device *device, struct am_arena *arena, uint64_t start,
+                          uint64_t extent)
+{
+    if (arena->pending == NULL &&
+        (arena->pending = malloc(AM_PENDING_DISCARDS * sizeof *arena->pending)) == NULL) {
+        am_os_discard(am_host_of(device, start), extent); /* no room to wait: now */
+        return;
+    }
+    int last = arena->pending_count - 1;
+    if (last >= 0 && arena->pending[last][0] == start && arena->pending[last][1] == extent)
+        return; /* the same block freed again (allocated and freed in a loop) */
+    arena->pending[arena->pending_count][0] = start;
+    arena->pending[arena->pending_count][1] = extent;
+    arena->pending_bytes += extent;
+    if (++arena->pending_count == AM_PENDING_DISCARDS ||
+        arena->pending_bytes >= AM_PENDING_BYTES)
+        discard_pending(device, arena);
+}
+
+/* The host pages of [start, start + extent) if it is still free (a large block's). */
 static void discard_if_free(struct am_device *device, uint64_t start, uint64_t extent)
 {
-    bool dvpp = start - device->dvpp.base < device->dvpp.size;
-    struct am_space *space = dvpp ? &device->dvpp_space : &device->heap_space;
+    struct am_space *space = in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space;
     struct am_node *free_range = am_tree_floor(space->free, start);
     if (free_range != NULL && free_range->key + free_range->len >= start + extent)
         am_os_discard(am_host_of(device, start), extent);
@@ -186,42 +440,45 @@ static void keep_large(struct am_device *device, uint64_t start, uint64_t extent
     device->kept_large[1] = extent;
 }
 
-static void discard_later(struct am_device *device, uint64_t start, uint64_t extent)
-{
-    int last = device->pending_count - 1;
-    if (last >= 0 && device->pending[last][0] == start && device->pending[last][1] == extent)
-        return; /* the same block freed again (allocated and freed in a loop) */
-    device->pending[device->pending_count][0] = start;
-    device->pending[device->pending_count][1] = extent;
-    device->pending_bytes += extent;
-    if (++device->pending_count == AM_PENDING_DISCARDS ||
-        device->pending_bytes >= AM_PENDING_BYTES)
-        discard_pending(device);
-}
-
-void am_block_release(struct am_device *device, struct am_block *block)
+/* Free a block whose owner-table entry is `owner`. With `fast` only its arena's lock is
+ * held: it is a small block and no pool segment exists. */
+static void block_release(struct am_device *device, struct am_block *block, uint8_t owner,
+                          bool fast)
 {
     uint64_t start = block->node.key, extent = block->node.len;
-    bool dvpp = start - device->dvpp.base < device->dvpp.size;
-    am_tree_remove(&device->blocks, start);
-    if (block->page_size == AM_NORMAL_PAGE)
+    struct am_arena *arena = &device->arenas[(owner & ~AM_OWNER_CHUNK) - 1];
+    am_tree_remove(&arena->blocks, start);
+    if (fast)
+        arena->quota += extent;
+    else if (block->page_size == AM_NORMAL_PAGE)
         device->normal_used -= extent;
     else
         device->huge_used -= extent;
-    /* Host pages go back to the system: a large block's at once (the last one freed up
-     * to AM_KEPT_LARGE when the next is), small ones a few at a time, unless the same
-     * addresses are allocated again first. */
-    bool keep = !am.check && extent >= AM_MiB && extent <= AM_KEPT_LARGE;
-    if (extent >= AM_MiB && !keep)
-        am_os_discard(am_host_of(device, start), extent);
-    if (am.check) {
-        quarantine_address(device, start, extent);
+    if (owner & AM_OWNER_CHUNK) {
+        /* Its host pages go back to the system a few blocks at a time, unless the same
+         * addresses are allocated again first. */
+        if (am.check) {
+            quarantine_address(device, start, extent);
+        } else {
+            am_space_give(&arena->space, start, extent);
+            discard_later(device, arena, start, extent);
+        }
     } else {
-        am_space_give(dvpp ? &device->dvpp_space : &device->heap_space, start, extent);
-        if (keep)
-            keep_large(device, start, extent);
-        else if (extent < AM_MiB)
-            discard_later(device, start, extent);
+        /* A large block's pages go at once, but the last one freed up to AM_KEPT_LARGE
+         * keeps them until the next one is. */
+        uint64_t span = round_up(extent, AM_GRANULE);
+        set_owner(device, start, span, 0);
+        bool keep = !am.check && extent <= AM_KEPT_LARGE;
+        if (!keep)
+            am_os_discard(am_host_of(device, start), extent);
+        if (am.check) {
+            quarantine_address(device, start, span);
+        } else {
+            am_space_give(in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space,
+                          start, span);
+            if (keep)
+                keep_large(device, start, span);
+        }
     }
     if (am.segments != NULL || am.freed_segments != NULL)
         am_check_forget(start, extent); /* the block's pool segments went with it */
@@ -291,10 +548,15 @@ static int page_kinds(uint64_t padded, uint32_t chosen, uint32_t kinds[2])
     }
 }
 
-/* The malloc family's checks and allocation, with the locks `device` needs held;
- * `device` is the thread's current one, NULL when it has none. */
+/* What a fast path returns when the call needs the engine lock (before it changed
+ * anything); never an exported call's result. */
+#define NEEDS_ENGINE ((aclError)-1)
+
+/* The malloc family's checks and allocation; `device` is the thread's current one, NULL
+ * when it has none. With `fast` only the thread's arena lock on it is held. */
 static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t policy,
-                              struct am_device *device, const void *caller)
+                              struct am_device *device, const void *caller, bool fast,
+                              int arena)
 {
     /* The call's text is made only when it fails. */
 #define MALLOC_CALL am_api_name(api)
@@ -329,8 +591,13 @@ static aclError malloc_locked(uint8_t api, void **devPtr, size_t size, uint32_t 
     uint64_t padded = ((uint64_t)size + rounding) / 32 * 32;
     uint32_t kinds[2];
     int count = page_kinds(padded, chosen, kinds);
-    struct am_block *block = am_block_allocate(device, api, padded, kinds, count, false, size,
-                                               caller);
+    if (!fast)
+        am_arena_activate(device, arena);
+    bool needs_engine = false;
+    struct am_block *block = block_allocate(device, arena, api, padded, kinds, count, false,
+                                            size, caller, fast, &needs_engine);
+    if (needs_engine)
+        return NEEDS_ENGINE;
     if (block != NULL && am.check)
         am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
@@ -343,18 +610,25 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
                               aclrtMemMallocPolicy policy_value, const void *caller)
 {
     uint32_t policy = (uint32_t)policy_value;
-    int current = am_fast_current_device();
-    if (am_fast_lock(current, -1)) {
-        struct am_device *device = am_current_device();
-        if (device != NULL && device->id == current) {
-            aclError code = malloc_locked(api, devPtr, size, policy, device, caller);
-            am_fast_unlock(current, -1);
+    struct am_thread *self = am_thread();
+    int arena = self->arena != 0 ? self->arena - 1 : am_thread_arena();
+    struct am_context *context = am_context_of(self->cur);
+    int current = context == NULL ? -1 : __atomic_load_n(&context->device, __ATOMIC_RELAXED);
+    int slot = current < 0 ? -1 : current * AM_ARENAS + arena;
+    if (am_fast_lock(slot, -1)) {
+        /* Again under the lock: the context may have ended and its slot been reused. */
+        context = am_context_of(self->cur);
+        aclError code = NEEDS_ENGINE;
+        if (context != NULL && context->alive && context->device == current)
+            code = malloc_locked(api, devPtr, size, policy, &am.devices[current], caller, true,
+                                 arena);
+        am_fast_unlock(slot, -1);
+        if (code != NEEDS_ENGINE)
             return code;
-        }
-        am_fast_unlock(current, -1);
     }
     ENTER(MALLOC_CALL);
-    return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device(), caller));
+    return unlock_with(malloc_locked(api, devPtr, size, policy, am_current_device(), caller,
+                                     false, arena));
 }
 
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
@@ -385,16 +659,25 @@ static void freed_while_queued(const struct am_block *block)
     am_check_queued(block->node.key, block->node.len, false, "free-while-queued", what);
 }
 
-/* Free the block starting at ptr if one of `apis` made it, with the locks held. */
-static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
+/* Free the block starting at ptr if one of `apis` made it. With `slot` >= 0 (the fast
+ * path) only that arena's lock is held: the call needs the engine lock unless ptr is a
+ * small block of it (the owner of an address no block holds may have changed since the
+ * slot was chosen), and no pool segment exists. */
+static aclError free_locked(const char *name, void *ptr, bool dvpp_family, int slot)
 {
 #define FREE_CALL name
     uint64_t address = (uintptr_t)ptr;
     if (address == 0)
         return (am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
     struct am_device *device = am_device_of(address);
-    struct am_block *block = device == NULL ? NULL
-        : (struct am_block *)am_tree_find(device->blocks, address);
+    uint8_t owner = device == NULL ? 0 : owner_at(device, address);
+    int arena = (owner & ~AM_OWNER_CHUNK) - 1;
+    bool fast = slot >= 0;
+    if (fast && (!(owner & AM_OWNER_CHUNK) || device->id * AM_ARENAS + arena != slot ||
+                 am.segments != NULL || am.freed_segments != NULL))
+        return NEEDS_ENGINE;
+    struct am_block *block = owner == 0 ? NULL
+        : (struct am_block *)am_tree_find(device->arenas[arena].blocks, address);
     bool family = block != NULL &&
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);
@@ -406,20 +689,21 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
         freed_while_queued(block);
     if (am.check)
         am_check_freeing(block, am_host_of(device, address), "free");
-    am_block_release(device, block);
+    block_release(device, block, owner, fast);
     return (am_hazard_result(AM_SUCCESS, name));
 }
 
 static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 {
-    int device = am_device_index(ptr);
-    if (device >= 0 && am_fast_lock(device, -1)) {
-        aclError code = free_locked(name, ptr, dvpp_family);
-        am_fast_unlock(device, -1);
-        return code;
+    int slot = am_slot_of((uintptr_t)ptr, 1);
+    if (slot >= 0 && am_fast_lock(slot, -1)) {
+        aclError code = free_locked(name, ptr, dvpp_family, slot);
+        am_fast_unlock(slot, -1);
+        if (code != NEEDS_ENGINE)
+            return code;
     }
     ENTER(FREE_CALL);
-    return unlock_with(free_locked(name, ptr, dvpp_family));
+    return unlock_with(free_locked(name, ptr, dvpp_family, -1));
 }
 
 aclError aclrtFree(void *devPtr)
@@ -451,8 +735,11 @@ static aclError dvpp_malloc(uint8_t api, void **devPtr, size_t size, const void 
                                    am.profile->soc_name));
     uint64_t padded = ((uint64_t)size + 63) / 32 * 32;
     uint32_t kinds[1] = {AM_HUGE_PAGE};
-    struct am_block *block = am_block_allocate(device, api, padded, kinds, 1, true, size,
-                                               caller);
+    int arena = am_thread_arena();
+    am_arena_activate(device, arena);
+    bool needs_engine = false;
+    struct am_block *block = block_allocate(device, arena, api, padded, kinds, 1, true, size,
+                                            caller, false, &needs_engine);
     if (block != NULL && am.check)
         am_check_allocated(block, am_host_of(device, block->node.key));
     if (block == NULL)
@@ -671,7 +958,7 @@ static struct am_block *block_at(uint64_t address)
 {
     struct am_device *device = am_device_of(address);
     if (device != NULL)
-        return (struct am_block *)am_tree_containing(device->blocks, address);
+        return am_block_holding(device, address);
     return (struct am_block *)am_tree_containing(am.pinned, address);
 }
 

@@ -14,10 +14,10 @@
 
 struct am_engine am = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* Device locks spin a little before sleeping (glibc): their critical sections are a few
- * hundred nanoseconds, shorter than a sleep and a wake-up (2 threads on one device: 0.3x
+/* Arena locks spin a little before sleeping (glibc): their critical sections are a few
+ * hundred nanoseconds, shorter than a sleep and a wake-up (2 threads sharing one: 0.3x
  * the rounds of one thread with a plain mutex, 0.7x with this). */
-static void device_lock_init(pthread_mutex_t *lock)
+static void arena_lock_init(pthread_mutex_t *lock)
 {
     pthread_mutexattr_t attributes;
     pthread_mutexattr_init(&attributes);
@@ -41,6 +41,30 @@ struct am_thread *am_thread(void)
         self->ref = self->ctx = self->cur = 0;
     }
     return self;
+}
+
+int am_thread_arena(void)
+{
+    static unsigned next;
+    struct am_thread *self = &thread_state;
+    if (self->arena == 0)
+        self->arena = (int)(__atomic_fetch_add(&next, 1, __ATOMIC_RELAXED) % AM_ARENAS) + 1;
+    return self->arena - 1;
+}
+
+static void init_arena_locks(void)
+{
+    for (int i = 0; i < AM_MAX_DEVICES; i++)
+        for (int j = 0; j < AM_ARENAS; j++)
+            arena_lock_init(&am.devices[i].arenas[j].lock);
+}
+
+struct am_arena *am_arena_activate(struct am_device *device, int index)
+{
+    /* am_lock took it: the calling thread's arena on every device. */
+    struct am_arena *arena = &device->arenas[index];
+    arena->active = true;
+    return arena;
 }
 
 static const char *code_name(aclError code)
@@ -298,9 +322,14 @@ static void layout_devices(void)
         span = AM_DEVICE_SLOT - 2 * AM_DVPP_WINDOW;
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
-        /* The lock (held by whoever lays devices out) and the serial counter stay. */
+        /* The arenas keep their locks (held by whoever lays devices out), serial counters
+         * and chunk arrays; the owner table keeps its leaves. */
+        am_arenas_clear(device);
         memset(&device->id, 0, sizeof *device - offsetof(struct am_device, id));
         device->id = i;
+        /* Arena 0 only, until threads use the others: the engine lock takes fewer. */
+        for (int j = 0; j < AM_ARENAS; j++)
+            device->arenas[j].active = j == 0;
         uint64_t slot = am_device_base() + (uint64_t)i * AM_DEVICE_SLOT;
         device->heap.base = slot;
         device->heap.size = span;
@@ -379,14 +408,12 @@ void am_release_device_memory(struct am_device *device)
 {
     am_check_forget(am_device_base() + (uint64_t)device->id * AM_DEVICE_SLOT,
                     AM_DEVICE_SLOT);
-    am_tree_clear(&device->blocks, free_block);
+    am_arenas_clear(device);
     device->normal_used = device->normal_physical;
     device->huge_used = device->huge_physical;
     am_space_reset(&device->heap_space);
     am_space_reset(&device->dvpp_space);
     device->quarantined = 0; /* the spaces are whole again */
-    device->pending_count = 0;
-    device->pending_bytes = 0;
     device->kept_large[0] = device->kept_large[1] = 0;
     discard_region(&device->heap);
     discard_region(&device->dvpp);
@@ -529,12 +556,10 @@ static void release_everything(void)
     am_vmm_clear(false);
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         struct am_device *device = &am.devices[i];
-        am_tree_clear(&device->blocks, free_block);
+        am_arenas_clear(device);
         am_tree_clear(&device->heap_space.free, free_block);
         am_tree_clear(&device->dvpp_space.free, free_block);
         device->quarantined = 0;
-        device->pending_count = 0;
-        device->pending_bytes = 0;
         device->kept_large[0] = device->kept_large[1] = 0;
     }
     /* Chunks stay (a fast path may be reading one); a reset starts the numbering again. */
@@ -608,9 +633,8 @@ static void after_fork_in_child(void)
 {
     pthread_mutex_init(&am.lock, NULL);
     am_trace_after_fork(true);
-    for (int i = 0; i < AM_MAX_DEVICES; i++)
-        device_lock_init(&am.devices[i].lock);
-    am.locked_devices = 0;
+    init_arena_locks();
+    memset(am.locked_arenas, 0, sizeof am.locked_arenas);
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         am.devices[i].references = am.devices[i].created = 0;
         am.devices[i].primary = 0;
@@ -655,8 +679,7 @@ static void reserve_address_space(void)
 
 static void initialise(void)
 {
-    for (int i = 0; i < AM_MAX_DEVICES; i++)
-        device_lock_init(&am.devices[i].lock);
+    init_arena_locks();
     read_settings();
     if (am.setting_error[0] != '\0')
         fprintf(stderr, "acl_mem: %s; every ACL call fails with 507000\n", am.setting_error);
@@ -672,25 +695,71 @@ void am_ready(void)
     pthread_once(&once, initialise);
 }
 
+/* Every arena's quota back to its device's pool: the engine lock's holder sees the
+ * pools as they are. */
+static void take_back_quotas(void)
+{
+    for (int i = 0; i < am.device_count; i++) {
+        struct am_device *device = &am.devices[i];
+        for (int j = 0; j < AM_ARENAS; j++) {
+            device->normal_used -= device->arenas[j].quota;
+            device->arenas[j].quota = 0;
+        }
+    }
+}
+
+/* Take the arena locks the engine lock's holder needs, in slot order, with the engine
+ * lock held: every arena of every device with `everything`, else those in use and the
+ * calling thread's own (which a slow call may start to use). With `milliseconds` >= 0,
+ * give up (releasing all) after about that long; returns whether they are held. */
+static bool lock_arenas(bool everything, int milliseconds)
+{
+    int mine = am_thread_arena();
+    int count = everything ? AM_MAX_DEVICES : am.device_count;
+    struct timespec pause = {0, 1000000};
+    int tries = 0;
+    for (int i = 0; i < count; i++) {
+        for (int j = 0; j < AM_ARENAS; j++) {
+            struct am_arena *arena = &am.devices[i].arenas[j];
+            if (!everything && !arena->active && j != mine)
+                continue;
+            if (milliseconds < 0) {
+                pthread_mutex_lock(&arena->lock);
+            } else {
+                while (pthread_mutex_trylock(&arena->lock) != 0) {
+                    if (++tries > milliseconds) {
+                        am_unlock();
+                        return false;
+                    }
+                    nanosleep(&pause, NULL);
+                }
+            }
+            am.locked_arenas[i] |= (uint8_t)(1u << j);
+        }
+    }
+    /* No new one can start now (each needs an arena lock); those running end on their
+     * own, taking no lock. */
+    while (__atomic_load_n(&am.unlocked_copies, __ATOMIC_ACQUIRE) != 0)
+        sched_yield();
+    take_back_quotas();
+    return true;
+}
+
 void am_lock(void)
 {
     pthread_once(&once, initialise);
     pthread_mutex_lock(&am.lock);
-    int count = am.device_count;
-    for (int i = 0; i < count; i++)
-        pthread_mutex_lock(&am.devices[i].lock);
-    am.locked_devices = count;
-    /* No new one can start now (each needs a device lock); those running end on their
-     * own, taking no lock. */
-    while (__atomic_load_n(&am.unlocked_copies, __ATOMIC_ACQUIRE) != 0)
-        sched_yield();
+    lock_arenas(false, -1);
 }
 
 void am_unlock(void)
 {
-    for (int i = am.locked_devices - 1; i >= 0; i--)
-        pthread_mutex_unlock(&am.devices[i].lock);
-    am.locked_devices = 0;
+    for (int i = AM_MAX_DEVICES - 1; i >= 0; i--) {
+        for (int j = AM_ARENAS - 1; j >= 0; j--)
+            if (am.locked_arenas[i] & (1u << j))
+                pthread_mutex_unlock(&am.devices[i].arenas[j].lock);
+        am.locked_arenas[i] = 0;
+    }
     pthread_mutex_unlock(&am.lock);
 }
 
@@ -704,26 +773,30 @@ bool am_lock_within(int milliseconds)
             return false;
         nanosleep(&pause, NULL);
     }
-    int count = am.device_count;
-    for (int i = 0; i < count; i++) {
-        while (pthread_mutex_trylock(&am.devices[i].lock) != 0) {
-            if (++tries > milliseconds) {
-                while (--i >= 0)
-                    pthread_mutex_unlock(&am.devices[i].lock);
-                pthread_mutex_unlock(&am.lock);
-                return false;
-            }
-            nanosleep(&pause, NULL);
-        }
-    }
-    am.locked_devices = count;
-    return true;
+    return lock_arenas(false, milliseconds > tries ? milliseconds - tries : 0);
 }
 
 int am_fast_current_device(void)
 {
     struct am_context *context = am_context_of(am_thread()->cur);
     return context == NULL ? -1 : __atomic_load_n(&context->device, __ATOMIC_RELAXED);
+}
+
+static struct am_arena *slot_arena(int slot)
+{
+    return &am.devices[slot / AM_ARENAS].arenas[slot % AM_ARENAS];
+}
+
+/* Lock an arena a fast path may use: false (not held) when the engine lock's holder does
+ * not take it (the thread's first call on it goes through the engine lock). */
+static bool lock_active(int slot)
+{
+    struct am_arena *arena = slot_arena(slot);
+    pthread_mutex_lock(&arena->lock);
+    if (arena->active)
+        return true;
+    pthread_mutex_unlock(&arena->lock);
+    return false;
 }
 
 bool am_fast_lock(int first, int second)
@@ -734,14 +807,19 @@ bool am_fast_lock(int first, int second)
         second = first;
         first = lower;
     }
-    if (first < 0 || first >= AM_MAX_DEVICES || second >= AM_MAX_DEVICES)
+    if (first < 0 || first >= AM_MAX_DEVICES * AM_ARENAS ||
+        second >= AM_MAX_DEVICES * AM_ARENAS)
         return false;
-    pthread_mutex_lock(&am.devices[first].lock);
-    if (second >= 0 && second != first)
-        pthread_mutex_lock(&am.devices[second].lock);
-    /* Stable now: these change only under the engine lock, which holds our devices. */
-    if (first < am.device_count && second < am.device_count && am.queued_ops == 0 &&
-        am.setting_error[0] == '\0' && am.fault_count == 0 && !am.check && !am.tracing)
+    if (!lock_active(first))
+        return false;
+    if (second >= 0 && second != first && !lock_active(second)) {
+        pthread_mutex_unlock(&slot_arena(first)->lock);
+        return false;
+    }
+    /* Stable now: these change only under the engine lock, which holds our arenas. */
+    if (first / AM_ARENAS < am.device_count && second / AM_ARENAS < am.device_count &&
+        am.queued_ops == 0 && am.setting_error[0] == '\0' && am.fault_count == 0 &&
+        !am.check && !am.tracing)
         return true;
     am_fast_unlock(first, second);
     return false;
@@ -750,20 +828,19 @@ bool am_fast_lock(int first, int second)
 void am_fast_unlock(int first, int second)
 {
     if (second >= 0 && second != first)
-        pthread_mutex_unlock(&am.devices[second].lock);
-    pthread_mutex_unlock(&am.devices[first].lock);
+        pthread_mutex_unlock(&slot_arena(second)->lock);
+    pthread_mutex_unlock(&slot_arena(first)->lock);
 }
 
 /* ---- the control API ------------------------------------------------------------------ */
 #include "../include/acl_mem_fake.h"
 
-/* The engine lock plus every device's, for what changes the device count. */
+/* The engine lock plus every arena's lock, for what changes the device count. */
 static void lock_everything(void)
 {
-    am_lock();
-    for (int i = am.locked_devices; i < AM_MAX_DEVICES; i++)
-        pthread_mutex_lock(&am.devices[i].lock);
-    am.locked_devices = AM_MAX_DEVICES;
+    pthread_once(&once, initialise);
+    pthread_mutex_lock(&am.lock);
+    lock_arenas(true, -1);
 }
 
 int acl_mem_fake_reset(void)

@@ -140,8 +140,9 @@ static bool target_live(const struct am_target *target)
     if (target->start >= AM_VMM_BASE && target->start < AM_VMM_END)
         return am_vmm_live(target->start, target->serial);
     struct am_device *device = am_device_of(target->start);
-    struct am_node *node = device != NULL ? am_tree_find(device->blocks, target->start)
-                                          : am_tree_find(am.pinned, target->start);
+    struct am_node *node = device != NULL
+        ? (struct am_node *)am_block_starting(device, target->start)
+        : am_tree_find(am.pinned, target->start);
     return node != NULL && ((struct am_block *)node)->serial == target->serial;
 }
 
@@ -151,8 +152,9 @@ static struct am_block *live_block(const struct am_target *target)
     if (target->start >= AM_VMM_BASE && target->start < AM_VMM_END)
         return NULL;
     struct am_device *device = am_device_of(target->start);
-    struct am_node *node = device != NULL ? am_tree_find(device->blocks, target->start)
-                                          : am_tree_find(am.pinned, target->start);
+    struct am_node *node = device != NULL
+        ? (struct am_node *)am_block_starting(device, target->start)
+        : am_tree_find(am.pinned, target->start);
     struct am_block *block = (struct am_block *)node;
     return block != NULL && block->serial == target->serial ? block : NULL;
 }
@@ -392,7 +394,7 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
     } else if (where.where == AM_ON_DEVICE) {
         struct am_device *device = &am.devices[where.device];
         for (struct am_node *node = &where.block->node; node != NULL && node->key < start + size;
-             node = am_tree_after(device->blocks, node->key)) {
+             node = (struct am_node *)am_block_after(device, node->key)) {
             if (((struct am_block *)node)->queued != 0) {
                 named = true;
                 break;
@@ -658,7 +660,8 @@ static size_t name_side(const struct am_located *where, uint64_t start, uint64_t
         return taken;
     struct am_device *device = block->device >= 0 ? &am.devices[block->device] : NULL;
     for (struct am_node *node = &block->node; node != NULL && node->key < end;
-         node = device != NULL ? am_tree_find(device->blocks, node->key + node->len) : NULL) {
+         node = device != NULL
+             ? (struct am_node *)am_block_starting(device, node->key + node->len) : NULL) {
         if (out != NULL)
             out[taken] = (struct am_target){node->key, ((struct am_block *)node)->serial};
         taken++;
