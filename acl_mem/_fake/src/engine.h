@@ -254,8 +254,11 @@ struct am_arena {
 
 struct am_device {
     struct am_arena arenas[AM_ARENAS];
-    /* Owner-table leaves (AM_OWNER_LEAVES pointers, __atomic). */
+    /* Owner-table leaves (AM_OWNER_LEAVES pointers, __atomic), and which exist (a reset
+     * clears those, touching none of the others' pages). */
     uint8_t *owners[AM_OWNER_LEAVES];
+    uint16_t owners_made[AM_OWNER_LEAVES];
+    uint32_t owners_made_count;
     /* Everything from here is laid out anew by a reset. */
     _Alignas(64) int id;
     int references; /* aclrtSetDevice minus aclrtResetDevice */

@@ -89,6 +89,8 @@ static uint8_t *owner_entry(struct am_device *device, uint64_t address, bool mak
         if (entries == NULL)
             return NULL;
         __atomic_store_n(leaf, entries, __ATOMIC_RELEASE);
+        device->owners_made[device->owners_made_count++] =
+            (uint16_t)(granule / AM_OWNER_LEAF);
     }
     return entries == NULL ? NULL : &entries[granule % AM_OWNER_LEAF];
 }
@@ -181,11 +183,10 @@ void am_arenas_clear(struct am_device *device)
         arena->pending_count = 0;
         arena->pending_bytes = 0;
     }
-    for (size_t i = 0; i < AM_OWNER_LEAVES; i++) {
-        uint8_t *entries = __atomic_load_n(&device->owners[i], __ATOMIC_RELAXED);
-        if (entries != NULL)
-            for (size_t j = 0; j < AM_OWNER_LEAF; j++)
-                __atomic_store_n(&entries[j], 0, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < device->owners_made_count; i++) {
+        uint8_t *entries = device->owners[device->owners_made[i]];
+        for (size_t j = 0; j < AM_OWNER_LEAF; j++)
+            __atomic_store_n(&entries[j], 0, __ATOMIC_RELAXED);
     }
 }
 
