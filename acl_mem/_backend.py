@@ -220,7 +220,19 @@ def _load(name: str) -> Backend:
     from ._fake import fake_class
 
     fake: Backend = fake_class().from_environment()
+    _point_leak_report_here()
     return fake
+
+
+def _current() -> Backend | None:
+    return _active
+
+
+def _point_leak_report_here() -> None:
+    """The exit leak report (ACL_MEM_LEAK_REPORT) reads the active backend from here."""
+    from ._fake import leak_report
+
+    leak_report.active_backend = _current
 
 
 def _choose(requested: str | None) -> tuple[Backend, str]:
@@ -334,6 +346,8 @@ def _install(backend: Backend | None, reason: str = "installed by tests") -> Bac
 
         state.teardown()
         backend.resume()  # type: ignore[union-attr]
+    if backend is not None and backend.name == "fake":
+        _point_leak_report_here()
     with _lock:
         previous = _active
         _active, _reason = backend, reason if backend is not None else _reason

@@ -24,11 +24,71 @@ runtime's answer, as before).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from . import _backend, raw
+from ._args import c_int
 from ._lifecycle import state
 from ._raw_events import aclrtGetCurrentContext, aclrtSetCurrentContext
 
-__all__ = ["ensure_context"]
+if TYPE_CHECKING:
+    from .device import Device
+
+__all__ = ["as_device", "device_id", "ensure_context", "is_device", "keep_device",
+           "register_device_type"]
+
+#: acl_mem.device.Device, registered by that module as it loads. The modules below it
+#: (streams, events, buffers, arrays) never import it: they make a Device from a user's
+#: device id, or tell one apart, through the functions here, so the Pythonic layer's
+#: imports run one way (the README's "How acl_mem is built").
+_device_type: type[Device] | None = None
+
+
+def register_device_type(cls: type[Device]) -> None:
+    global _device_type
+    _device_type = cls
+
+
+def _device_class() -> type[Device]:
+    if _device_type is None:  # acl_mem/__init__ imports acl_mem.device first
+        raise RuntimeError("acl_mem.device was not imported")
+    return _device_type
+
+
+def is_device(value: object) -> bool:
+    return isinstance(value, _device_class())
+
+
+def as_device(call: str, device: object) -> Device:
+    """``device`` as a Device: a Device, an int id, or None for the calling thread's
+    current device (ContextNullError, 107002, when there is none)."""
+    cls = _device_class()
+    if device is None:
+        return cls.current()
+    if isinstance(device, cls):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return cls(device)
+    raise TypeError(f"{call}: device must be an acl_mem.Device, a device id or None, got "
+                    f"{type(device).__name__}")
+
+
+def device_id(device: Device | int, call: str, name: str = "device") -> int:
+    """The id of ``device``: a :class:`Device` or its int id, as every Pythonic call takes."""
+    if isinstance(device, _device_class()):
+        return device.id
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise TypeError(f"{call}: {name} must be a Device or an int device id, "
+                        f"got {type(device).__name__}")
+    return c_int(device, call, name)
+
+
+def keep_device(device: int) -> None:
+    """aclrtSetDevice once for this process's acl_mem objects: ``Device.use()``."""
+    with state.lock:
+        if not state.kept(device):
+            raw.aclrtSetDevice(device)
+            state.keep(device)
 
 
 def ensure_context(device: int) -> None:
@@ -48,9 +108,7 @@ def _adopt(device: int) -> None:
         if handle is None:
             handle = state.created_context(device)
         if handle is None:
-            from .device import Device
-
-            Device(device).use()
+            keep_device(device)
             return
         aclrtSetCurrentContext(handle)
 

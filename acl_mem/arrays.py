@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from typing_extensions import Self
 
 from ._args import c_uint
+from ._context import is_device
 from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer
 from .errors import FreedBufferError
@@ -93,8 +94,6 @@ class DeviceArray:
     def __init__(self, shape: int | Iterable[int], dtype: DTypeLike,
                  buffer: DeviceBuffer | None = None, *, device: Device | None = None) -> None:
         numpy = _numpy("DeviceArray")
-        from .device import Device
-
         dims = _shape("DeviceArray", shape)
         chosen = _dtype(numpy, "DeviceArray", dtype)
         if chosen.subdtype is not None:  # as numpy: a subarray's dimensions join the shape
@@ -111,7 +110,7 @@ class DeviceArray:
             strides.append(step)
             step *= dim
         self._strides = tuple(reversed(strides))
-        if device is not None and not isinstance(device, Device):
+        if device is not None and not is_device(device):
             raise TypeError(f"DeviceArray: device must be an acl_mem.Device or None, got "
                             f"{type(device).__name__}")
         if buffer is None:
@@ -327,9 +326,7 @@ def empty(device: Device, shape: int | Iterable[int], dtype: DTypeLike) -> Devic
     docs/runtime-model.md §3.5); a zero-size one allocates nothing."""
     call = "acl_mem.arrays.empty"
     numpy = _numpy(call)
-    from .device import Device
-
-    if not isinstance(device, Device):
+    if not is_device(device):
         raise TypeError(f"{call}: device must be an acl_mem.Device, got "
                         f"{type(device).__name__}")
     dims = _shape(call, shape)

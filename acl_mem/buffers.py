@@ -25,7 +25,7 @@ from typing_extensions import Self
 
 from . import _backend, raw
 from ._args import c_uint
-from ._context import ensure_context
+from ._context import as_device, ensure_context
 from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes
 from ._lifecycle import HOST, State, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
@@ -389,20 +389,6 @@ def _wrap_args(call: str, ptr: object, size: object, owned: object) -> tuple[int
     return address, nbytes
 
 
-def _wrap_device(call: str, device: object) -> Device:
-    """``device`` as a Device; None means the calling thread's current device."""
-    from .device import Device
-
-    if device is None:
-        return Device.current()  # ContextNullError (107002) when there is none
-    if isinstance(device, Device):
-        return device
-    if isinstance(device, int) and not isinstance(device, bool):
-        return Device(device)
-    raise TypeError(f"{call}: device must be an acl_mem.Device, a device id or None, got "
-                    f"{type(device).__name__}")
-
-
 class DeviceBuffer(Buffer):
     """Device memory from aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached or DVPP."""
 
@@ -433,7 +419,7 @@ class DeviceBuffer(Buffer):
                              f"{', '.join(a.value for a in _DEVICE_APIS)}, got {api!r}") from None
         if chosen not in _DEVICE_APIS:
             raise ValueError(f"{call}: api must be a device allocation call, got {chosen.value}")
-        return cls(address, nbytes, chosen, _wrap_device(call, device),
+        return cls(address, nbytes, chosen, as_device(call, device),
                    c_uint(policy, call, "policy", 32, "aclrtMemMallocPolicy"), owned=owned)
 
 
@@ -485,7 +471,7 @@ class HostBuffer(Buffer, BufferSlots):
         call = f"{cls.__name__}.from_ptr"
         address, nbytes = _wrap_args(call, ptr, size, owned)
         _check_host_range(call, address, nbytes)
-        return cls(address, nbytes, AllocApi.MALLOC_HOST, _wrap_device(call, device),
+        return cls(address, nbytes, AllocApi.MALLOC_HOST, as_device(call, device),
                    owned=owned)
 
     def __del__(self) -> None:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from typing_extensions import Self
 
-from . import _backend, raw
+from . import _backend, arrays, raw
 from ._args import c_int
+from ._context import device_id, keep_device, register_device_type
 from ._lifecycle import close_on_exit, state
 from .buffers import DeviceBuffer, HostBuffer
 from .enums import MallocPolicy, MemAttr
@@ -22,6 +23,7 @@ from .errors import (
     InvalidDeviceIdError,
     InvalidMemoryTypeError,
 )
+from .events import Context
 from .sizes import AllocApi
 from .stream import Stream
 
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
     from .arrays import DeviceArray
-    from .events import Context
 
 __all__ = ["Device", "MemInfo", "device_id"]
 
@@ -112,10 +113,7 @@ class Device:
         reference. The device is released by :meth:`reset` (or aclFinalize), not by
         threads ending.
         """
-        with state.lock:
-            if not state.kept(self._id):
-                raw.aclrtSetDevice(self._id)
-                state.keep(self._id)
+        keep_device(self._id)
         return self
 
     def set_current(self) -> Device:
@@ -215,14 +213,10 @@ class Device:
         """A new :class:`~acl_mem.DeviceArray` holding a copy of the numpy ``array`` (same
         shape and dtype); asynchronous on ``stream``, where ``array`` must stay alive and
         unchanged until the stream is synchronised."""
-        from . import arrays
-
         return arrays.to_device(self, array, stream)
 
     def empty(self, shape: int | Iterable[int], dtype: DTypeLike) -> DeviceArray:
         """A new uninitialised :class:`~acl_mem.DeviceArray` of ``shape`` and ``dtype``."""
-        from . import arrays
-
         return arrays.empty(self, shape, dtype)
 
     # -- streams -----------------------------------------------------------------------------------
@@ -234,8 +228,6 @@ class Device:
     def context(self) -> Context:
         """aclrtCreateContext on this device: a new context, current for the calling thread,
         that holds the device open until destroyed (docs/runtime-model.md §3.3)."""
-        from .events import Context
-
         return Context(self)
 
     @property
@@ -265,16 +257,6 @@ class Device:
             except (FeatureNotSupportError, InvalidMemoryTypeError):
                 continue  # a pool the chip lacks, or an attribute older releases do not know
         return found
-
-
-def device_id(device: Device | int, call: str, name: str = "device") -> int:
-    """The id of ``device``: a :class:`Device` or its int id, as every Pythonic call takes."""
-    if isinstance(device, Device):
-        return device.id
-    if isinstance(device, bool) or not isinstance(device, int):
-        raise TypeError(f"{call}: {name} must be a Device or an int device id, "
-                        f"got {type(device).__name__}")
-    return c_int(device, call, name)
 
 
 _B = TypeVar("_B", DeviceBuffer, HostBuffer)
@@ -308,3 +290,6 @@ def _adopt(allocate: Callable[..., int], args: tuple[Any, ...], free: Callable[[
                 else:
                     free(ptr)
             raise
+
+
+register_device_type(Device)

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Self
 
 from . import _backend, raw
-from ._context import ensure_context
+from ._context import as_device, device_id, ensure_context
 from ._lifecycle import close_on_exit, state
-from .device import Device, device_id
 
 if TYPE_CHECKING:
+    from .device import Device
     from .stream import Stream
 
 __all__ = ["Context", "Event"]
@@ -141,7 +141,7 @@ class Context:
     __slots__ = ("_device", "_handle", "_token")
 
     def __init__(self, device: Device | int) -> None:
-        self._device = Device(device_id(device, "Context"))
+        self._device = as_device("Context", device_id(device, "Context"))
         self._handle = raw.aclrtCreateContext(self._device.id)
         self._token = state.token(self._device.id)
 

@@ -16,10 +16,10 @@ from . import raw
 from ._context import ensure_context
 from ._lifecycle import close_on_exit, state
 from .errors import DestroyedStreamError
+from .events import Event
 
 if TYPE_CHECKING:
     from .device import Device
-    from .events import Event
 
 __all__ = ["Stream"]
 
@@ -68,8 +68,6 @@ class Stream:
     def record(self, event: Event | None = None) -> Event:
         """aclrtRecordEvent: mark this point of the queue; returns the event (a new one
         unless given). Other streams :meth:`wait` for it; the host synchronises on it."""
-        from .events import Event
-
         handle = self.handle
         ensure_context(self._device.id)
         event = Event() if event is None else event

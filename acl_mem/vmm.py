@@ -29,13 +29,13 @@ from typing_extensions import Self
 
 from . import raw
 from ._args import c_uint
-from ._context import ensure_context
+from ._context import device_id, ensure_context
 from ._hostbuf import ffi, host_span
 from ._lifecycle import State, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from ._vmm_io import MappedIO
 from .buffers import _refuse_objects
-from .device import Device, device_id
+from .device import Device
 from .enums import MemAttr, MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, HazardError, MemoryCheckError, RtParamInvalidError
 

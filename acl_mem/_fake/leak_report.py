@@ -12,13 +12,24 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from .. import _backend, _env
+from .. import _env
 
 __all__ = ["arm", "report_leaks_at_exit"]
 
 _NO_STACK = "(stack recorded only with check=True)"
+
+
+
+def _no_backend() -> Any:
+    return None
+
+
+#: The active backend when the process exits: acl_mem._backend, which sits above the
+#: fakes that arm the report, sets it when it makes a fake active.
+active_backend: Callable[[], Any] = _no_backend
 _armed = False
 _arm_lock = threading.Lock()
 
@@ -43,7 +54,7 @@ def report_leaks_at_exit() -> None:
     recorded one."""
     from . import is_fake
 
-    active: Any = _backend._active
+    active: Any = active_backend()
     if active is None or not is_fake(active):
         return
     blocks = active.live_blocks()
