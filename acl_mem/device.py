@@ -129,12 +129,20 @@ class Device:
 
     def __enter__(self) -> Self:
         self.set_current()
+        # The process state this block's reference belongs to, for its end (per thread:
+        # one Device may be entered in several threads, and blocks nest).
+        _blocks_entered().append(state.global_epoch)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        entered = _blocks_entered()
+        if entered and entered.pop() != state.global_epoch:
+            # aclFinalize, a fork or a reconfigured fake released every device inside the
+            # block: its reference went with them, and a reset now would fail (507007).
+            return
         close_on_exit(self.reset, exc)
 
     def _require_current(self, call: str) -> None:
@@ -265,6 +273,17 @@ _B = TypeVar("_B", DeviceBuffer, HostBuffer)
 def _device_buffer(ptr: int, size: int, api: AllocApi, device: Device,
                    policy: int) -> DeviceBuffer:
     return DeviceBuffer(ptr, operator.index(size), api, device, operator.index(policy))
+
+
+_entered = threading.local()
+
+
+def _blocks_entered() -> list[int]:
+    """The calling thread's open ``with Device(...)`` blocks: the epoch each began in."""
+    blocks: list[int] | None = getattr(_entered, "blocks", None)
+    if blocks is None:
+        blocks = _entered.blocks = []
+    return blocks
 
 
 def _adopt(allocate: Callable[..., int], args: tuple[Any, ...], free: Callable[[int], None],

@@ -111,3 +111,24 @@ def test_the_private_engine_is_an_unnamed_copy_no_other_user_can_swap(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("/proc/self/fd/")
     assert list(shared.iterdir()) == []
+
+
+@pytest.mark.fake_only("reconfigures the fake inside a device block")
+def test_a_device_block_across_a_fake_reset_ends_quietly():
+    """fake.reset() inside ``with Device(0):`` released the block's reference with every
+    device: the block's end resets nothing (no ContextReleaseError), and a block entered
+    after the reset pairs its set and reset as usual, nested ones too."""
+    from acl_mem import fake
+
+    with acl_mem.Device(0) as dev:
+        buf = dev.malloc(64)
+        fake.reset()
+        assert buf.freed
+    with pytest.raises(acl_mem.ContextNullError):
+        acl_mem.Device.current()
+    with acl_mem.Device(0):
+        with acl_mem.Device(0):
+            pass
+        assert acl_mem.Device.current() == acl_mem.Device(0)  # the outer reference holds
+    with pytest.raises(acl_mem.ContextNullError):
+        acl_mem.Device.current()
