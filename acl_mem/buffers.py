@@ -396,6 +396,17 @@ class DeviceBuffer(Buffer):
 
     is_device = True
 
+    def free(self) -> None:
+        """Free now; a second call does nothing. Raises the runtime's AclError if it fails.
+
+        A borrowed buffer (``owned`` False) only lets go of the address: the memory stays
+        allocated for its owner.
+        """
+        # Buffer.free with _release spelled out: every device buffer's free runs this.
+        ptr, self._ptr = self._ptr, 0
+        if ptr and self._owned and state.is_live(self._owner, self._token):
+            self._raw_free(ptr)
+
     @classmethod
     def from_ptr(
         cls, ptr: int, size: int, *, device: Device | int | None = None, owned: bool = False,
