@@ -660,11 +660,8 @@ static void freed_while_queued(const struct am_block *block)
     am_check_queued(block->node.key, block->node.len, false, "free-while-queued", what);
 }
 
-/* Free the block starting at ptr if one of `apis` made it. With `slot` >= 0 (the fast
- * path) only that arena's lock is held: the call needs the engine lock unless ptr is a
- * small block of it (the owner of an address no block holds may have changed since the
- * slot was chosen), and no pool segment exists. */
-static aclError free_locked(const char *name, void *ptr, bool dvpp_family, int slot)
+/* Free the block starting at ptr if one of `apis` made it (the engine lock held). */
+static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
 {
 #define FREE_CALL name
     uint64_t address = (uintptr_t)ptr;
@@ -672,13 +669,9 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family, int s
         return (am_fail(AM_INVALID_PARAM, FREE_CALL, "the pointer is NULL"));
     struct am_device *device = am_device_of(address);
     uint8_t owner = device == NULL ? 0 : owner_at(device, address);
-    int arena = (owner & ~AM_OWNER_CHUNK) - 1;
-    bool fast = slot >= 0;
-    if (fast && (!(owner & AM_OWNER_CHUNK) || device->id * AM_ARENAS + arena != slot ||
-                 am.segments != NULL || am.freed_segments != NULL))
-        return NEEDS_ENGINE;
     struct am_block *block = owner == 0 ? NULL
-        : (struct am_block *)am_tree_find(device->arenas[arena].blocks, address);
+        : (struct am_block *)am_tree_find(
+              device->arenas[(owner & ~AM_OWNER_CHUNK) - 1].blocks, address);
     bool family = block != NULL &&
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);
@@ -690,21 +683,40 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family, int s
         freed_while_queued(block);
     if (am.check)
         am_check_freeing(block, am_host_of(device, address), "free");
-    block_release(device, block, owner, fast);
+    block_release(device, block, owner, false);
     return (am_hazard_result(AM_SUCCESS, name));
+}
+
+/* A free on the fast path, arena `slot` locked: a small aclrtMalloc-family block found in
+ * that arena's tree (so it is the arena's, whatever the owner table said before the
+ * lock), while no pool segment exists. Anything else, failures included, needs the
+ * engine lock (which words the failure). */
+static aclError free_fast(void *ptr, bool dvpp_family, int slot)
+{
+    if (dvpp_family || am.segments != NULL || am.freed_segments != NULL)
+        return NEEDS_ENGINE;
+    struct am_device *device = &am.devices[slot / AM_ARENAS];
+    int index = slot % AM_ARENAS;
+    struct am_block *block =
+        (struct am_block *)am_tree_find(device->arenas[index].blocks, (uintptr_t)ptr);
+    if (block == NULL || block->api > AM_API_MALLOC_CACHED ||
+        !small_block(block->page_size, block->node.len, false))
+        return NEEDS_ENGINE;
+    block_release(device, block, (uint8_t)(index + 1) | AM_OWNER_CHUNK, true);
+    return AM_SUCCESS; /* no hazard or finding: the fast path runs without either */
 }
 
 static aclError device_free(const char *name, void *ptr, bool dvpp_family)
 {
     int slot = am_slot_of((uintptr_t)ptr, 1);
     if (slot >= 0 && am_fast_lock(slot, -1)) {
-        aclError code = free_locked(name, ptr, dvpp_family, slot);
+        aclError code = free_fast(ptr, dvpp_family, slot);
         am_fast_unlock(slot, -1);
         if (code != NEEDS_ENGINE)
             return code;
     }
     ENTER(FREE_CALL);
-    return unlock_with(free_locked(name, ptr, dvpp_family, -1));
+    return unlock_with(free_locked(name, ptr, dvpp_family));
 }
 
 aclError aclrtFree(void *devPtr)
