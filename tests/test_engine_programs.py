@@ -138,7 +138,7 @@ def test_threads_sharing_one_device(programs):
 
 
 def test_threads_on_fast_paths_beside_whole_engine_calls(programs):
-    """Allocation and copies on each thread's own device (per-device locks) while other
+    """Allocation and copies on each thread's own device (its arenas' locks) while other
     threads use pinned memory, streams, events and contexts (the engine lock)."""
     lines = _ok(_run(programs["threads_mixed"]))
     assert lines[-1] == "done"

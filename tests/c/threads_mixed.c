@@ -1,4 +1,4 @@
-/* Threads on their own devices allocate, copy and free (the engine's per-device fast
+/* Threads on their own devices allocate, copy and free (the engine's per-arena fast
  * paths) while other threads do what takes the whole engine: pinned host memory,
  * streams with queued work, events, contexts, setting and resetting a device. Every
  * byte read back is checked. tests/test_engine_programs.py runs it, also against a

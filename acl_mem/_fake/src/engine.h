@@ -56,7 +56,7 @@ enum {
 #define AM_MAX_DEVICES 32
 /* Freed device blocks whose addresses the checker holds back, per device. */
 #define AM_QUARANTINE 64
-/* Copies from this size on move their bytes with the device lock released. */
+/* Copies from this size on move their bytes with the arena locks released. */
 #define AM_UNLOCKED_COPY AM_MiB
 /* Small freed device blocks whose host pages wait to be given back, at most. */
 #define AM_PENDING_DISCARDS 256
@@ -209,8 +209,8 @@ struct am_region {
     uint64_t skew;
 };
 
-/* Threads allocate from arenas (docs/runtime-model.md §4.1): each device has AM_ARENAS,
- * each with its own lock on its own cache lines, and a thread uses the same one on every
+/* Threads allocate from arenas (the README's "The fake library in C"): each device has
+ * AM_ARENAS, each with its own lock on its own cache lines; a thread uses the same one on every
  * device, so threads on one device do not wait for each other on their allocation and
  * copy paths. Every block lives in the arena of the thread that allocated it; which one
  * an address is in, the owner table says (by granule). */
