@@ -135,6 +135,7 @@ def test_threads_sharing_one_device(programs):
     assert lines[-1] == "done"
     assert "ok the whole pool beside another arena's reserve" in lines
     assert "ok the reserve went back to the pool" in lines
+    assert "ok resets beside busy threads" in lines
 
 
 def test_threads_on_fast_paths_beside_whole_engine_calls(programs):

@@ -5,14 +5,21 @@
  * the device reports free must be exact, whatever the arenas hold in reserve. Then the
  * main thread takes the whole normal-page pool while a worker's arena holds a reserve:
  * it must succeed, and the worker's next small block must then be refused (207001).
+ * Last, the fake is reset again and again while threads allocate (any result but a
+ * crash, a hang or a sanitizer report will do: their devices vanish under them).
  *
  * Output: "ok <step>" lines and "done"; a failure prints "FAIL ..." and exits 1. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "acl/acl.h"
+
+/* The fake's own control call (include/acl_mem_fake.h), declared here: the program is
+ * also compiled against the real headers, which do not have it. */
+int acl_mem_fake_reset(void);
 
 #define THREADS 6
 #define BLOCKS 48
@@ -101,6 +108,20 @@ static void *Holder(void *arg)
     return NULL;
 }
 
+static atomic_int stopChurning;
+
+static void *Churner(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stopChurning)) {
+        void *p = NULL;
+        if (aclrtSetDevice(0) == ACL_SUCCESS &&
+            aclrtMalloc(&p, SIZE, ACL_MEM_MALLOC_HUGE_FIRST) == ACL_SUCCESS)
+            aclrtFree(p);
+    }
+    return NULL;
+}
+
 int main(void)
 {
     if (aclInit(NULL) != ACL_SUCCESS || aclrtSetDevice(0) != ACL_SUCCESS) {
@@ -157,7 +178,15 @@ int main(void)
     }
     printf("ok the reserve went back to the pool\n");
     aclrtFree(whole);
-    aclrtResetDevice(0);
+    pthread_t churners[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&churners[i], NULL, Churner, NULL);
+    for (int i = 0; i < 20; i++)
+        acl_mem_fake_reset();
+    atomic_store(&stopChurning, 1);
+    for (int i = 0; i < 3; i++)
+        pthread_join(churners[i], NULL);
+    printf("ok resets beside busy threads\n");
     aclFinalize();
     printf("done\n");
     return 0;

@@ -234,8 +234,9 @@ struct am_region {
 struct am_arena {
     _Alignas(64) pthread_mutex_t lock;
     uint64_t serial; /* blocks made in this arena: kept across resets (block serials) */
-    /* The engine lock's holder takes this arena's lock too (set under both locks); an
-     * arena a thread has not used on this device yet is not, and its fast paths wait. */
+    /* Threads have used it (set under the engine lock, __atomic): the engine lock waits
+     * for the fast paths in it to end. A fast path in an arena not yet active takes the
+     * engine lock instead (the thread's first call on this device and arena). */
     bool active;
     /* Normal-pool bytes granted to the arena and not used: counted as used in the
      * device's pool until the engine lock is next taken, which takes them back. */
@@ -322,13 +323,19 @@ struct am_segment {
 
 struct am_engine {
     pthread_mutex_t lock;
+    /* Set while the engine lock is held (__atomic): fast paths that see it take the
+     * engine lock instead, and the holder, having passed through every active arena's
+     * lock once, knows none is running. On a line of its own: every fast path reads it. */
+    _Alignas(64) int engine_held;
     /* Large copies of the fast path move their bytes with no lock held (another thread
      * can use the device meanwhile); while any runs, am_lock() waits, so nothing a copy
-     * may touch is unmapped under it (those changes all take the engine lock). */
-    unsigned long unlocked_copies;
-    /* Bumped by reset and in a forked child: thread-local state of an older generation
-     * is stale (no current context). */
-    uint64_t generation;
+     * may touch is unmapped under it (those changes all take the engine lock). A line of
+     * its own too: copies write it. */
+    _Alignas(64) unsigned long unlocked_copies;
+    /* From here: read by the fast paths, written under the engine lock only. Bumped by
+     * reset and in a forked child: thread-local state of an older generation is stale
+     * (no current context). */
+    _Alignas(64) uint64_t generation;
     const struct am_profile *profile;
     const struct am_release *cann;
     int device_count;
@@ -345,8 +352,6 @@ struct am_engine {
     struct am_context *context_chunks[AM_CONTEXT_CHUNKS];
     size_t context_count; /* slots ever used; __atomic: read by the fast paths */
     size_t context_free;  /* the first free slot + 1 (slots of ended contexts), 0: none */
-    /* The arenas whose locks the engine lock's holder took, a bit each, by device. */
-    uint8_t locked_arenas[AM_MAX_DEVICES];
     struct am_node *pinned;
     struct am_node *pinned_freed;
     struct am_node *segments, *freed_segments; /* the checker's pool segments */
@@ -455,19 +460,20 @@ AM_HIDDEN void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uin
                        uint64_t a3, uint64_t a4, uint64_t a5);
 #include "calls.h"
 
-/* Take the engine lock (initialising the engine on first use): the whole engine, the
- * lock of every arena in use included; the arenas' quotas go back to their pools. */
+/* Take the engine lock (initialising the engine on first use): the whole engine, once
+ * the fast paths running have ended (and with new ones kept out: engine_held); the
+ * arenas' quotas go back to their pools. */
 AM_HIDDEN void am_lock(void);
 AM_HIDDEN void am_unlock(void);
 /* am_lock, giving up after about `milliseconds` (at exit another thread may hold it). */
 AM_HIDDEN bool am_lock_within(int milliseconds);
 /* The fast paths (small allocations, frees, synchronous copies) take only the locks of
- * the arenas they touch, and only while no queued work exists and the settings are
- * usable; everything they read besides their arenas changes only under the engine lock,
- * which holds every arena lock in use. Lock order: the engine lock, then arenas by slot
- * (device * AM_ARENAS + arena). These take slots `first` and `second` (-1: none; equal
- * slots once) and say whether the fast path may run; on false nothing is held and the
- * caller takes the engine lock. */
+ * the arenas they touch, and only while the engine lock is free, no queued work exists
+ * and the settings are usable; everything they read besides their arenas changes only
+ * under the engine lock, whose holder waits for them first. Lock order: the engine lock,
+ * then arenas by slot (device * AM_ARENAS + arena). These take slots `first` and
+ * `second` (-1: none; equal slots once) and say whether the fast path may run; on false
+ * nothing is held and the caller takes the engine lock. */
 AM_HIDDEN bool am_fast_lock(int first, int second);
 AM_HIDDEN void am_fast_unlock(int first, int second);
 /* The device of the calling thread's current context, read without a lock (-1: none);

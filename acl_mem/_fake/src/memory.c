@@ -72,16 +72,13 @@ static aclError out_of_memory(const char *call, const struct am_device *device, 
 
 /* ---- the owner table ------------------------------------------------------------------ */
 
-static uint64_t slot_base(const struct am_device *device)
-{
-    return am_device_base() + (uint64_t)device->id * AM_DEVICE_SLOT;
-}
-
 /* The entry of the granule holding address (a device address of `device`); NULL when its
- * leaf does not exist and `make` is false or it cannot be made. */
+ * leaf does not exist and `make` is false or it cannot be made. The granule comes from the
+ * address alone: fast paths read this before they hold a lock, while a reset may be
+ * laying the device out anew. */
 static uint8_t *owner_entry(struct am_device *device, uint64_t address, bool make)
 {
-    uint64_t granule = (address - slot_base(device)) / AM_GRANULE;
+    uint64_t granule = (address - am_device_base()) % AM_DEVICE_SLOT / AM_GRANULE;
     uint8_t **leaf = &device->owners[granule / AM_OWNER_LEAF];
     uint8_t *entries = __atomic_load_n(leaf, __ATOMIC_ACQUIRE);
     if (entries == NULL && make) {

@@ -61,9 +61,8 @@ static void init_arena_locks(void)
 
 struct am_arena *am_arena_activate(struct am_device *device, int index)
 {
-    /* am_lock took it: the calling thread's arena on every device. */
     struct am_arena *arena = &device->arenas[index];
-    arena->active = true;
+    __atomic_store_n(&arena->active, true, __ATOMIC_RELAXED);
     return arena;
 }
 
@@ -329,7 +328,7 @@ static void layout_devices(void)
         device->id = i;
         /* Arena 0 only, until threads use the others: the engine lock takes fewer. */
         for (int j = 0; j < AM_ARENAS; j++)
-            device->arenas[j].active = j == 0;
+            __atomic_store_n(&device->arenas[j].active, j == 0, __ATOMIC_RELAXED);
         uint64_t slot = am_device_base() + (uint64_t)i * AM_DEVICE_SLOT;
         device->heap.base = slot;
         device->heap.size = span;
@@ -634,7 +633,7 @@ static void after_fork_in_child(void)
     pthread_mutex_init(&am.lock, NULL);
     am_trace_after_fork(true);
     init_arena_locks();
-    memset(am.locked_arenas, 0, sizeof am.locked_arenas);
+    __atomic_store_n(&am.engine_held, 0, __ATOMIC_RELEASE);
     for (int i = 0; i < AM_MAX_DEVICES; i++) {
         am.devices[i].references = am.devices[i].created = 0;
         am.devices[i].primary = 0;
@@ -708,20 +707,22 @@ static void take_back_quotas(void)
     }
 }
 
-/* Take the arena locks the engine lock's holder needs, in slot order, with the engine
- * lock held: every arena of every device with `everything`, else those in use and the
- * calling thread's own (which a slow call may start to use). With `milliseconds` >= 0,
- * give up (releasing all) after about that long; returns whether they are held. */
-static bool lock_arenas(bool everything, int milliseconds)
+/* With the engine lock held: no fast path may run from now on (they see engine_held and
+ * take the engine lock instead), and those running end first (each active arena's lock
+ * taken and given back: every arena of every device with `everything`). Never more than
+ * one arena lock at a time (thread sanitizers track at most 64 held). With `milliseconds`
+ * >= 0, give up (releasing the engine lock) after about that long; returns whether the
+ * engine is held. */
+static bool close_arenas(bool everything, int milliseconds)
 {
-    int mine = am_thread_arena();
+    __atomic_store_n(&am.engine_held, 1, __ATOMIC_SEQ_CST);
     int count = everything ? AM_MAX_DEVICES : am.device_count;
     struct timespec pause = {0, 1000000};
     int tries = 0;
     for (int i = 0; i < count; i++) {
         for (int j = 0; j < AM_ARENAS; j++) {
             struct am_arena *arena = &am.devices[i].arenas[j];
-            if (!everything && !arena->active && j != mine)
+            if (!everything && !__atomic_load_n(&arena->active, __ATOMIC_RELAXED))
                 continue;
             if (milliseconds < 0) {
                 pthread_mutex_lock(&arena->lock);
@@ -734,10 +735,10 @@ static bool lock_arenas(bool everything, int milliseconds)
                     nanosleep(&pause, NULL);
                 }
             }
-            am.locked_arenas[i] |= (uint8_t)(1u << j);
+            pthread_mutex_unlock(&arena->lock);
         }
     }
-    /* No new one can start now (each needs an arena lock); those running end on their
+    /* No new one can start now (each needs a fast path); those running end on their
      * own, taking no lock. */
     while (__atomic_load_n(&am.unlocked_copies, __ATOMIC_ACQUIRE) != 0)
         sched_yield();
@@ -749,17 +750,12 @@ void am_lock(void)
 {
     pthread_once(&once, initialise);
     pthread_mutex_lock(&am.lock);
-    lock_arenas(false, -1);
+    close_arenas(false, -1);
 }
 
 void am_unlock(void)
 {
-    for (int i = AM_MAX_DEVICES - 1; i >= 0; i--) {
-        for (int j = AM_ARENAS - 1; j >= 0; j--)
-            if (am.locked_arenas[i] & (1u << j))
-                pthread_mutex_unlock(&am.devices[i].arenas[j].lock);
-        am.locked_arenas[i] = 0;
-    }
+    __atomic_store_n(&am.engine_held, 0, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&am.lock);
 }
 
@@ -773,7 +769,7 @@ bool am_lock_within(int milliseconds)
             return false;
         nanosleep(&pause, NULL);
     }
-    return lock_arenas(false, milliseconds > tries ? milliseconds - tries : 0);
+    return close_arenas(false, milliseconds > tries ? milliseconds - tries : 0);
 }
 
 int am_fast_current_device(void)
@@ -787,13 +783,14 @@ static struct am_arena *slot_arena(int slot)
     return &am.devices[slot / AM_ARENAS].arenas[slot % AM_ARENAS];
 }
 
-/* Lock an arena a fast path may use: false (not held) when the engine lock's holder does
- * not take it (the thread's first call on it goes through the engine lock). */
+/* Lock an arena for a fast path: false (not held) while the engine lock is held, and for
+ * an arena not active yet (the thread's first call on it goes through the engine lock). */
 static bool lock_active(int slot)
 {
     struct am_arena *arena = slot_arena(slot);
     pthread_mutex_lock(&arena->lock);
-    if (arena->active)
+    if (!__atomic_load_n(&am.engine_held, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&arena->active, __ATOMIC_RELAXED))
         return true;
     pthread_mutex_unlock(&arena->lock);
     return false;
@@ -816,7 +813,7 @@ bool am_fast_lock(int first, int second)
         pthread_mutex_unlock(&slot_arena(first)->lock);
         return false;
     }
-    /* Stable now: these change only under the engine lock, which holds our arenas. */
+    /* Stable now: these change only under the engine lock, whose holder waits for us. */
     if (first / AM_ARENAS < am.device_count && second / AM_ARENAS < am.device_count &&
         am.queued_ops == 0 && am.setting_error[0] == '\0' && am.fault_count == 0 &&
         !am.check && !am.tracing)
@@ -840,7 +837,7 @@ static void lock_everything(void)
 {
     pthread_once(&once, initialise);
     pthread_mutex_lock(&am.lock);
-    lock_arenas(true, -1);
+    close_arenas(true, -1);
 }
 
 int acl_mem_fake_reset(void)
