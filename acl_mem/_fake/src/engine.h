@@ -538,8 +538,6 @@ AM_HIDDEN const char *am_api_name(uint8_t api);
 /* The checker's held-back addresses of every device go back to their spaces. */
 AM_HIDDEN void am_quarantine_release(void);
 AM_HIDDEN struct am_device *am_device_of(uint64_t address);
-/* The device slot an address lies in by arithmetic alone (-1: none), for choosing a lock. */
-AM_HIDDEN int am_device_index(const void *pointer);
 /* The arena slot (device * AM_ARENAS + arena) whose blocks hold every granule of
  * [address, address + count), by the owner table and without a lock: -1 when the range
  * is not device memory, -2 when some granule has no owner or another one. */

@@ -483,15 +483,6 @@ static void block_release(struct am_device *device, struct am_block *block, uint
     free(block);
 }
 
-int am_device_index(const void *pointer)
-{
-    uint64_t address = (uintptr_t)pointer;
-    if (address < am_device_base() ||
-        address >= am_device_base() + AM_MAX_DEVICES * AM_DEVICE_SLOT)
-        return -1;
-    return (int)((address - am_device_base()) / AM_DEVICE_SLOT);
-}
-
 struct am_device *am_device_of(uint64_t address)
 {
     if (address < am_device_base())
