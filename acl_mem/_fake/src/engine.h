@@ -218,8 +218,8 @@ struct am_region {
 /* The owner table's unit: large blocks start on one and take whole ones. */
 #define AM_GRANULE (2 * AM_MiB)
 /* Small blocks (normal pages, extent up to AM_SMALL) come from address space an arena
- * takes AM_CHUNK at a time, and from normal-pool bytes granted AM_QUOTA at a time: the
- * arena's lock alone covers them. Anything else takes the engine lock. */
+ * takes AM_CHUNK at a time, and from normal-pool bytes granted up to AM_QUOTA at a
+ * time: the arena's lock alone covers them. Anything else takes the engine lock. */
 #define AM_SMALL AM_MiB
 #define AM_CHUNK (32 * AM_MiB)
 #define AM_QUOTA (64 * AM_MiB)

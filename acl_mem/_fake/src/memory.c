@@ -326,8 +326,10 @@ static struct am_block *block_allocate(struct am_device *device, int index, uint
         else
             device->huge_used += extent;
         if (!fast && small) {
-            /* Bytes for this arena's next small blocks, so they need no engine lock. */
-            uint64_t grant = pool_free(device, AM_NORMAL_PAGE);
+            /* Bytes for this arena's next small blocks, so they need no engine lock; never
+             * more than a share of what is free, so that every arena can hold some when
+             * the pool is small (else each would take it back from the others in turn). */
+            uint64_t grant = pool_free(device, AM_NORMAL_PAGE) / (2 * AM_ARENAS);
             grant = grant < AM_QUOTA ? grant : AM_QUOTA;
             device->normal_used += grant;
             arena->quota += grant;
