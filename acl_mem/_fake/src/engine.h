@@ -551,6 +551,11 @@ AM_HIDDEN struct am_block *am_block_after(struct am_device *device, uint64_t add
  * owner table with them. */
 AM_HIDDEN void am_arenas_clear(struct am_device *device);
 AM_HIDDEN unsigned char *am_host_of(struct am_device *device, uint64_t address);
+/* Whether a device address is in the device's DVPP window (else its heap). */
+static inline bool am_in_dvpp(const struct am_device *device, uint64_t address)
+{
+    return address - device->dvpp.base < device->dvpp.size;
+}
 
 /* ---- streams and events (streams.c, events.c) --------------------------------------- */
 #define AM_STREAM_BASE ((uint64_t)0x5A0000000000)

@@ -113,10 +113,16 @@ static bool set_owner(struct am_device *device, uint64_t start, uint64_t size, u
     return true;
 }
 
+/* The arena an owner-table entry names (`owner` not 0). */
+static struct am_arena *arena_of(struct am_device *device, uint8_t owner)
+{
+    return &device->arenas[(owner & ~AM_OWNER_CHUNK) - 1];
+}
+
 static struct am_arena *arena_at(struct am_device *device, uint64_t address)
 {
     uint8_t owner = owner_at(device, address);
-    return owner == 0 ? NULL : &device->arenas[(owner & ~AM_OWNER_CHUNK) - 1];
+    return owner == 0 ? NULL : arena_of(device, owner);
 }
 
 int am_slot_of(uint64_t address, uint64_t count)
@@ -189,9 +195,10 @@ void am_arenas_clear(struct am_device *device)
 
 /* ---- address space --------------------------------------------------------------------- */
 
-static bool in_dvpp(const struct am_device *device, uint64_t address)
+/* The device's address space a large block at `address` came from. */
+static struct am_space *device_space(struct am_device *device, uint64_t address)
 {
-    return address - device->dvpp.base < device->dvpp.size;
+    return am_in_dvpp(device, address) ? &device->dvpp_space : &device->heap_space;
 }
 
 /* Give every chunk no block holds back to the device's space (the engine lock held): a
@@ -345,10 +352,9 @@ static void give_back(struct am_device *device, uint64_t start, uint64_t extent)
 {
     uint8_t owner = owner_at(device, start);
     if (owner & AM_OWNER_CHUNK)
-        am_space_give(&device->arenas[(owner & ~AM_OWNER_CHUNK) - 1].space, start, extent);
+        am_space_give(&arena_of(device, owner)->space, start, extent);
     else
-        am_space_give(in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space,
-                      start, extent);
+        am_space_give(device_space(device, start), start, extent);
 }
 
 /* Hold the freed range back (the checker's quarantine); the oldest goes back to its
@@ -425,8 +431,7 @@ static void discard_later(struct am_device *device, struct am_arena *arena, uint
 /* The host pages of [start, start + extent) if it is still free (a large block's). */
 static void discard_if_free(struct am_device *device, uint64_t start, uint64_t extent)
 {
-    struct am_space *space = in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space;
-    struct am_node *free_range = am_tree_floor(space->free, start);
+    struct am_node *free_range = am_tree_floor(device_space(device, start)->free, start);
     if (free_range != NULL && free_range->key + free_range->len >= start + extent)
         am_os_discard(am_host_of(device, start), extent);
 }
@@ -446,7 +451,7 @@ static void block_release(struct am_device *device, struct am_block *block, uint
                           bool fast)
 {
     uint64_t start = block->node.key, extent = block->node.len;
-    struct am_arena *arena = &device->arenas[(owner & ~AM_OWNER_CHUNK) - 1];
+    struct am_arena *arena = arena_of(device, owner);
     am_tree_remove(&arena->blocks, start);
     if (fast)
         arena->quota += extent;
@@ -474,8 +479,7 @@ static void block_release(struct am_device *device, struct am_block *block, uint
         if (am.check) {
             quarantine_address(device, start, span);
         } else {
-            am_space_give(in_dvpp(device, start) ? &device->dvpp_space : &device->heap_space,
-                          start, span);
+            am_space_give(device_space(device, start), start, span);
             if (keep)
                 keep_large(device, start, span);
         }
@@ -660,8 +664,7 @@ static aclError free_locked(const char *name, void *ptr, bool dvpp_family)
     struct am_device *device = am_device_of(address);
     uint8_t owner = device == NULL ? 0 : owner_at(device, address);
     struct am_block *block = owner == 0 ? NULL
-        : (struct am_block *)am_tree_find(
-              device->arenas[(owner & ~AM_OWNER_CHUNK) - 1].blocks, address);
+        : (struct am_block *)am_tree_find(arena_of(device, owner)->blocks, address);
     bool family = block != NULL &&
         (dvpp_family ? block->api == AM_API_DVPP_MALLOC || block->api == AM_API_HI_MPI_DVPP_MALLOC
                      : block->api <= AM_API_MALLOC_CACHED);

@@ -394,7 +394,7 @@ static void unmap_region(struct am_region *region)
 unsigned char *am_host_of(struct am_device *device, uint64_t address)
 {
     struct am_region *region =
-        address - device->dvpp.base < device->dvpp.size ? &device->dvpp : &device->heap;
+        am_in_dvpp(device, address) ? &device->dvpp : &device->heap;
     return region->backing + (address - region->base);
 }
 
@@ -832,7 +832,8 @@ void am_fast_unlock(int first, int second)
 /* ---- the control API ------------------------------------------------------------------ */
 #include "../include/acl_mem_fake.h"
 
-/* The engine lock plus every arena's lock, for what changes the device count. */
+/* The engine lock, with every arena of every device closed (not only those in use and
+ * the configured devices'), for what changes the device count or the layout. */
 static void lock_everything(void)
 {
     pthread_once(&once, initialise);
