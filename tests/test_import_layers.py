@@ -11,15 +11,15 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "acl_mem"
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_imports(path: Path, known: set[str]) -> set[str]:
+def _runtime_imports(path: Path, known: set[str], package_root: Path = PACKAGE) -> set[str]:
     """The acl_mem modules ``path`` imports when it runs (package __init__ files that a
     submodule's import runs anyway are not edges)."""
-    here = _module_name(path)
+    here = _module_name(path, package_root)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
     found: set[str] = set()
 
@@ -119,10 +119,5 @@ def test_the_check_sees_a_function_level_import(tmp_path):
     source.write_text("from typing import TYPE_CHECKING\n"
                       "if TYPE_CHECKING:\n    from . import c\n"
                       "def f():\n    from .b import thing\n")
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "acl_mem"
-    try:
-        assert _runtime_imports(source, known) == {"acl_mem.b"}
-    finally:
-        PACKAGE = saved
+    assert _runtime_imports(source, known, tmp_path / "acl_mem") == {"acl_mem.b"}
     assert _cycles({"x": {"y"}, "y": {"x"}, "z": set()}) == [["x", "y"]]

@@ -28,12 +28,12 @@ int acl_mem_fake_reset(void);
 static pthread_barrier_t together;
 static void *blocks[THREADS][BLOCKS];
 static size_t freeAtStart;
-static volatile int failures;
+static atomic_int failures;
 
 static void Fail(int index, const char *what, aclError code)
 {
     printf("FAIL thread %d: %s (%d)\n", index, what, (int)code);
-    failures = 1;
+    atomic_store(&failures, 1);
 }
 
 static size_t FreeNow(void)
@@ -135,7 +135,7 @@ int main(void)
         pthread_create(&threads[i], NULL, Worker, (void *)(size_t)i);
     for (int i = 0; i < THREADS; i++)
         pthread_join(threads[i], NULL);
-    if (failures)
+    if (atomic_load(&failures))
         return 1;
     printf("ok threads on one device\n");
     /* The blocks the threads left are freed here: a thread's arena outlives it. */
