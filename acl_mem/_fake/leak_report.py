@@ -22,7 +22,6 @@ __all__ = ["arm", "report_leaks_at_exit"]
 _NO_STACK = "(stack recorded only with check=True)"
 
 
-
 def _no_backend() -> Any:
     return None
 
@@ -30,6 +29,7 @@ def _no_backend() -> Any:
 #: The active backend when the process exits: acl_mem._backend, which sits above the
 #: fakes that arm the report, sets it when it makes a fake active.
 active_backend: Callable[[], Any] = _no_backend
+
 _armed = False
 _arm_lock = threading.Lock()
 
