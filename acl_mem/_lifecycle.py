@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .errors import HazardError, MemoryCheckError
 
-__all__ = ["HOST", "State", "close_on_exit", "state"]
+__all__ = ["HOST", "Epoch", "State", "close_on_exit", "state"]
 
 #: The owner of page-locked host memory (aclrtMallocHost). The runtime keeps no record of
 #: it per device or context, so neither a device reset nor aclFinalize releases it; only
@@ -43,22 +43,41 @@ def close_on_exit(close: Callable[[], None], propagating: BaseException | None) 
             propagating.add_note(f"while leaving the block: {type(later).__name__}: {later}")
 
 
+class Epoch:
+    """One life of what the process holds on a device (or of its pinned host memory, or
+    of everything process-wide): live until a reset to zero references, aclFinalize, a
+    fork or a new backend ends it.
+
+    An object, so that the hot paths (every free and copy of a buffer) test liveness
+    with one attribute load, ``buffer._token.live``, instead of a call.
+    """
+
+    __slots__ = ("live",)
+
+    def __init__(self) -> None:
+        self.live = True
+
+    def __repr__(self) -> str:
+        return f"<Epoch {'live' if self.live else 'ended'}>"
+
+
 class State:
     def __init__(self) -> None:
         #: Held by the raw layer around a device set/reset and its mirror update.
         self.lock = threading.RLock()
         self._lock = threading.Lock()
         self._local = threading.local()
+        #: Counts teardowns (aclFinalize, fork, new backend).
         self.global_epoch = 0
-        #: Moves on fork and on a new backend, not on aclFinalize: what HOST tokens follow.
-        self.host_epoch = 0
-        self._device_epoch: Counter[int] = Counter()
+        #: The current epoch per owner: a device id, HOST (pinned host memory: ended by a
+        #: fork or a new backend, not by aclFinalize) or None (process-wide objects).
+        self._epochs: dict[int | None, Epoch] = {}
         self._set_count: Counter[int] = Counter()
         #: Contexts created through the raw layer: handle -> device.
         self._contexts: dict[int, int] = {}
         #: Default contexts the Pythonic layer learnt (acl_mem/_context.py):
         #: device -> (device epoch, handle); a reset to zero references makes it stale.
-        self._defaults: dict[int, tuple[int, int]] = {}
+        self._defaults: dict[int, tuple[Epoch, int]] = {}
         # A forked child shares no runtime with its parent: nothing allocated before the
         # fork may be freed from the child, so every token goes stale there.
         if hasattr(os, "register_at_fork"):
@@ -67,9 +86,8 @@ class State:
     def current_device(self) -> int | None:
         """This thread's current device, as far as this process's calls tell: None also
         when a reset to zero references (on any thread) released it since it was set."""
-        current: tuple[int, int] | None = getattr(self._local, "current", None)
-        # .get: a Counter's miss is a Python-level call (every allocation asks this).
-        if current is None or self._device_epoch.get(current[0], 0) != current[1]:
+        current: tuple[int, Epoch] | None = getattr(self._local, "current", None)
+        if current is None or not current[1].live:
             return None
         return current[0]
 
@@ -78,25 +96,23 @@ class State:
         (a trace replay reuses one thread for many recorded ones)."""
         self._local.__dict__.clear()
 
-    def token(self, device: int | None) -> tuple[int, int]:
-        if device == HOST:
-            return (self.host_epoch, HOST)
-        # .get, not [...]: a Counter's miss (a device never reset) is a Python-level call.
-        return (self.global_epoch,
-                self._device_epoch.get(device, 0) if device is not None else 0)
+    def token(self, device: int | None) -> Epoch:
+        """The current epoch of ``device`` (HOST: pinned host memory; None: process-wide)."""
+        epoch = self._epochs.get(device)
+        if epoch is None:
+            # setdefault is atomic: two threads asking at once get the same epoch.
+            epoch = self._epochs.setdefault(device, Epoch())
+        return epoch
 
-    def is_live(self, device: int | None, token: tuple[int, int]) -> bool:
-        # token() spelled out: every copy and free of a buffer asks this.
-        if device == HOST:
-            return token[0] == self.host_epoch
-        return token[0] == self.global_epoch and token[1] == (
-            self._device_epoch.get(device, 0) if device is not None else 0)
+    def _end(self, owner: int | None) -> None:
+        epoch = self._epochs.pop(owner, None)
+        if epoch is not None:
+            epoch.live = False
 
     def device_set(self, device: int) -> None:
         with self._lock:
             self._set_count[device] += 1
-            epoch = self._device_epoch[device]
-        self._local.current = (device, epoch)
+        self._local.current = (device, self.token(device))
         self._local.context = None
         self._local.foreign = False
 
@@ -107,7 +123,7 @@ class State:
             if released:
                 del self._set_count[device]
                 # Every thread that had the device current has none now (current_device).
-                self._device_epoch[device] += 1
+                self._end(device)
 
     def device_reset_force(self, device: int) -> None:
         """aclrtResetDeviceForce: only the device's created contexts still hold it."""
@@ -120,9 +136,8 @@ class State:
         """aclrtCreateContext: the context holds ``device`` open and is now current."""
         with self._lock:
             self._set_count[device] += 1
-            epoch = self._device_epoch[device]
             self._contexts[handle] = device
-        self._local.current = (device, epoch)
+        self._local.current = (device, self.token(device))
         self._local.context = handle
         self._local.foreign = False
 
@@ -145,8 +160,7 @@ class State:
             device = self._contexts.get(handle)
             if device is None:
                 device = self._default_device(handle)
-            epoch = self._device_epoch[device] if device is not None else 0
-        self._local.current = None if device is None else (device, epoch)
+        self._local.current = None if device is None else (device, self.token(device))
         self._local.context = handle
         self._local.foreign = device is None
 
@@ -160,17 +174,17 @@ class State:
     def default_context(self, device: int) -> int | None:
         """The handle of ``device``'s default context, if learnt since its last release."""
         known = self._defaults.get(device)
-        if known is None or known[0] != self._device_epoch.get(device, 0):
+        if known is None or not known[0].live:
             return None
         return known[1]
 
     def default_context_learnt(self, device: int, handle: int) -> None:
         with self._lock:
-            self._defaults[device] = (self._device_epoch[device], handle)
+            self._defaults[device] = (self.token(device), handle)
 
     def _default_device(self, handle: int) -> int | None:
         for device, (epoch, known) in self._defaults.items():
-            if known == handle and epoch == self._device_epoch.get(device, 0):
+            if known == handle and epoch.live:
                 return device
         return None
 
@@ -190,16 +204,16 @@ class State:
     def kept(self, device: int) -> bool:
         """True when this thread holds the reference :meth:`keep` recorded for ``device``
         and no reset to zero has released the device since."""
-        kept: dict[int, int] | None = getattr(self._local, "kept", None)
-        return kept is not None and kept.get(device) == self.token(device)[1] \
-            and self.current_device() == device
+        kept: dict[int, Epoch] | None = getattr(self._local, "kept", None)
+        epoch = kept.get(device) if kept is not None else None
+        return epoch is not None and epoch.live and self.current_device() == device
 
     def keep(self, device: int) -> None:
         """Record that this thread's current reference to ``device`` is held until a reset."""
-        kept: dict[int, int] | None = getattr(self._local, "kept", None)
+        kept: dict[int, Epoch] | None = getattr(self._local, "kept", None)
         if kept is None:
             kept = self._local.kept = {}
-        kept[device] = self.token(device)[1]
+        kept[device] = self.token(device)
 
     def set_count(self, device: int) -> int:
         return self._set_count[device]
@@ -218,8 +232,8 @@ class State:
             self._contexts.clear()
             self._defaults.clear()
             self.global_epoch += 1
-            if not keeps_host:
-                self.host_epoch += 1
+            for owner in [owner for owner in self._epochs if owner != HOST or not keeps_host]:
+                self._end(owner)
         self._local = threading.local()
 
 

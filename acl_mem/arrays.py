@@ -31,7 +31,7 @@ from typing_extensions import Self
 
 from ._args import c_uint
 from ._context import is_device
-from ._lifecycle import close_on_exit, state
+from ._lifecycle import close_on_exit
 from .buffers import DeviceBuffer
 from .errors import FreedBufferError
 from .stream import Stream
@@ -200,7 +200,7 @@ class DeviceArray:
             address = buffer._address
             if self._freed or buffer._ptr == 0:
                 where = f"freed (was {address:#x})"
-            elif not state.is_live(buffer._owner, buffer._token):
+            elif not buffer._token.live:
                 where = f"released by the runtime (was {address:#x})"
             elif buffer.freed:
                 where = f"freed (was {address:#x})"

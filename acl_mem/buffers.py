@@ -26,8 +26,18 @@ from typing_extensions import Self
 from . import _backend, raw
 from ._args import c_uint
 from ._context import as_device, ensure_context
-from ._hostbuf import BufferSlots, dlpack_capsule, ffi, freed_variant, host_bytes
-from ._lifecycle import HOST, State, close_on_exit, state
+from ._hostbuf import (
+    _CHAR_ARRAY,
+    _UINTPTR,
+    BufferSlots,
+    _cast,
+    _from_buffer,
+    dlpack_capsule,
+    ffi,
+    freed_variant,
+    host_bytes,
+)
+from ._lifecycle import HOST, Epoch, close_on_exit, state
 from ._runtime_facts import padding_of, release_of
 from .enums import MemcpyKind, MemLocationType
 from .errors import AclError, FreedBufferError, FunctionNotAvailableError
@@ -56,18 +66,18 @@ _FREE_CALL = {
 _RAW_FREE: dict[str, Callable[[int], None]] = {
     name: getattr(raw, name) for name in set(_FREE_CALL.values())
 }
-# Enum members read once: ``MemcpyKind.HOST_TO_DEVICE`` is a slow class attribute lookup.
-_D2D, _H2D, _D2H, _H2H = (MemcpyKind.DEVICE_TO_DEVICE, MemcpyKind.HOST_TO_DEVICE,
-                          MemcpyKind.DEVICE_TO_HOST, MemcpyKind.HOST_TO_HOST)
+# Plain ints, read once: ``MemcpyKind.HOST_TO_DEVICE`` is a slow class attribute lookup,
+# and cffi converts an IntEnum through a Python-level ``__index__`` on every call.
+_D2D, _H2D, _D2H, _H2H = (int(MemcpyKind.DEVICE_TO_DEVICE), int(MemcpyKind.HOST_TO_DEVICE),
+                          int(MemcpyKind.DEVICE_TO_HOST), int(MemcpyKind.HOST_TO_HOST))
 
 def _release_later(
-    backend: _backend.Backend, call: str, ptr: int, device_id: int | None,
-    token: tuple[int, int], lifecycle: State = state,
+    backend: _backend.Backend, call: str, ptr: int, token: Epoch,
 ) -> Callable[[Any], None]:
     """The destructor of a forgotten buffer: holds values only, never module globals."""
 
     def release(_: Any) -> None:
-        if not lifecycle.is_live(device_id, token):
+        if not token.live:
             return
         # A destructor must never raise; the memory is lost to this process anyway.
         with contextlib.suppress(Exception):
@@ -79,11 +89,9 @@ def _release_later(
 class Buffer:
     """Memory from one allocation call. Use :class:`DeviceBuffer` or :class:`HostBuffer`."""
 
-    __slots__ = ("__weakref__", "_address", "_api", "_backend", "_device", "_free_name",
-                 "_owned", "_owner", "_policy", "_ptr", "_raw_free", "_size", "_token")
+    __slots__ = ("__weakref__", "_address", "_api", "_backend", "_device", "_owned",
+                 "_policy", "_ptr", "_raw_free", "_size", "_token")
     is_device: bool = True
-    #: Kept on the class so that ``__del__`` needs no module global at interpreter exit.
-    _lifecycle: State = state
 
     def __init__(
         self, ptr: int, size: int, api: AllocApi, device: Device, policy: int = 0, *,
@@ -103,10 +111,9 @@ class Buffer:
         self._policy = policy
         self._device = device
         # Pinned host memory outlives device resets and aclFinalize (HOST, §3.7).
-        self._owner = owner = device._id if self.is_device else HOST  # (.id, no call)
-        self._token = state.token(owner)
-        self._free_name = call = _FREE_CALL[api]
-        self._raw_free: Callable[[int], None] = _RAW_FREE[call]
+        self._token = state.token(device._id if self.is_device else HOST)  # (.id, no call)
+        #: raw's free call; its __name__ is the backend's (what a finalizer calls).
+        self._raw_free: Callable[[int], None] = _RAW_FREE[_FREE_CALL[api]]
         self._backend = _backend._active or _backend.get()
         self._owned = owned
         self._address = ptr
@@ -121,10 +128,10 @@ class Buffer:
         # getattr throughout: an interrupted constructor may have stopped before these.
         token = getattr(self, "_token", None)
         if ptr and token is not None and getattr(self, "_owned", False) and \
-                self._lifecycle.is_live(getattr(self, "_owner", None), token):
+                token.live:
             # contextlib.suppress would need a module global; a finalizer must never raise.
             try:  # noqa: SIM105
-                getattr(self._backend, self._free_name)(ptr)
+                getattr(self._backend, self._raw_free.__name__)(ptr)
             except Exception:
                 pass
 
@@ -161,7 +168,7 @@ class Buffer:
     @property
     def freed(self) -> bool:
         """True once freed, or once the runtime released the memory (device reset)."""
-        return self._ptr == 0 or not state.is_live(self._owner, self._token)
+        return self._ptr == 0 or not self._token.live
 
     @property
     def owned(self) -> bool:
@@ -182,7 +189,7 @@ class Buffer:
         address = getattr(self, "_address", 0)
         if self._ptr == 0:
             where = f"{'freed' if self._owned else 'dropped'} (was {address:#x})"
-        elif not state.is_live(self._owner, self._token):
+        elif not self._token.live:
             where = f"released by the runtime (was {address:#x})"
         elif self.freed:
             where = f"freed (was {address:#x})"
@@ -242,7 +249,7 @@ class Buffer:
             self._release(ptr)
 
     def _release(self, ptr: int) -> None:
-        if self._owned and state.is_live(self._owner, self._token):
+        if self._owned and self._token.live:
             self._raw_free(ptr)
 
     def __enter__(self) -> Self:
@@ -257,7 +264,7 @@ class Buffer:
     def _check_live(self, what: str) -> None:
         if self._ptr == 0:
             raise FreedBufferError(f"{type(self).__name__}.{what}: the buffer was freed")
-        if not state.is_live(self._owner, self._token):
+        if not self._token.live:
             raise FreedBufferError(
                 f"{type(self).__name__}.{what}: the runtime released this memory "
                 f"(device {self._device.id} reset, aclFinalize, fork or fake reconfigured)"
@@ -275,6 +282,10 @@ class Buffer:
         from where the two sides live. Both ranges are bounds-checked
         against the *requested* sizes, so the runtime's padding is never written.
         """
+        # `is _ZERO`: true only for the int 0 itself (defaults included), never for False.
+        if count is None and offset is _ZERO and src_offset is _ZERO and \
+                _whole_host_copy(self, src, True):
+            return
         _copy(self, offset, src, src_offset, count, "copy_from")
 
     def copy_to(
@@ -282,6 +293,9 @@ class Buffer:
         dst_offset: int = 0,
     ) -> None:
         """Copy ``count`` bytes from ``offset`` of this buffer into ``dst`` at ``dst_offset``."""
+        if count is None and offset is _ZERO and dst_offset is _ZERO and \
+                _whole_host_copy(self, dst, False):
+            return
         _copy(dst, dst_offset, self, offset, count, "copy_to")
 
     def copy_from_async(
@@ -404,7 +418,7 @@ class DeviceBuffer(Buffer):
         """
         # Buffer.free with _release spelled out: every device buffer's free runs this.
         ptr, self._ptr = self._ptr, 0
-        if ptr and self._owned and state.is_live(self._owner, self._token):
+        if ptr and self._owned and self._token.live:
             self._raw_free(ptr)
 
     @classmethod
@@ -462,7 +476,7 @@ class HostBuffer(Buffer, BufferSlots):
         if owned:
             # Views hold this handle; the memory is released when the buffer and every
             # view are gone, never under a live view.
-            release = _release_later(self._backend, self._free_name, ptr, HOST, self._token)
+            release = _release_later(self._backend, self._raw_free.__name__, ptr, self._token)
             self._handle: Any = ffi.gc(ffi.cast("char *", ptr), release)
         else:
             self._handle = ffi.cast("char *", ptr)
@@ -668,6 +682,57 @@ def _check_range(call: str, what: str, start: int, count: int, limit: int) -> No
         raise ValueError(f"{call}: {what} = {start + count} exceeds the buffer size {limit}")
 
 
+_ZERO = 0
+#: Host objects whose whole memory _whole_host_copy takes: type -> whether its dtype must
+#: be checked for Python objects. numpy's ndarray joins on its first copy (numpy is
+#: optional: nothing here imports it).
+_PLAIN_HOST: dict[type, bool] = {bytes: False, bytearray: False}
+
+
+def _learn_ndarray(host: object) -> bool:
+    numpy = sys.modules.get("numpy")
+    if numpy is None or type(host) is not numpy.ndarray:
+        return False
+    _PLAIN_HOST[numpy.ndarray] = True
+    return True
+
+
+def _whole_host_copy(buf: Buffer, host: Any, to_buffer: bool) -> bool:
+    """The commonest copy, without :func:`_copy`'s generality: all of ``host`` (bytes,
+    bytearray, a numpy array) into the start of the live ``buf``, or all of ``buf`` into
+    ``host``. False when that is not the case, having done nothing: :func:`_copy` then
+    takes the copy and raises what is wrong with it."""
+    objects = _PLAIN_HOST.get(type(host))
+    if objects is None:
+        if not _learn_ndarray(host):
+            return False
+        objects = True
+    ptr = buf._ptr
+    if not ptr or not buf._token.live or (objects and host.dtype.hasobject):
+        return False
+    try:
+        keep = _from_buffer(_CHAR_ARRAY, host, not to_buffer)  # type: ignore[call-overload]
+    except (TypeError, ValueError, BufferError):  # not contiguous, read-only
+        return False
+    address, length, size = int(_cast(_UINTPTR, keep)), len(keep), buf._size
+    if to_buffer:
+        if length > size:
+            return False
+        dst, dst_max, src, count = ptr, size, address, length
+        kind = _H2D if buf.is_device else _H2H
+    else:
+        if size > length:
+            return False
+        dst, dst_max, src, count = address, length, ptr, size
+        kind = _D2H if buf.is_device else _H2H
+    if count:
+        if state.current_device() is None:
+            ensure_context(buf._device._id)
+        raw.aclrtMemcpy(dst, dst_max, src, count, kind)
+    del keep  # the host object's memory stays exported until the copy is done
+    return True
+
+
 def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int | None,
           call: str, stream: Stream | None = None) -> None:
     # Both ends, dst first (every copy runs this): a live buffer is read as it is,
@@ -677,7 +742,7 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
     dst_keep: Any
     src_keep: Any
     if isinstance(dst, Buffer):
-        if not dst._ptr or not state.is_live(dst._owner, dst._token):
+        if not dst._ptr or not dst._token.live:
             dst._check_live(call)  # raises the error that says which
         dst_addr, dst_size, dst_buf, dst_keep = dst._ptr, dst._size, dst, None
     else:
@@ -686,7 +751,7 @@ def _copy(dst: object, dst_offset: int, src: object, src_offset: int, count: int
         dst_addr, dst_size, dst_keep = host_bytes(dst, True, call, "dst")
         dst_buf = None
     if isinstance(src, Buffer):
-        if not src._ptr or not state.is_live(src._owner, src._token):
+        if not src._ptr or not src._token.live:
             src._check_live(call)
         src_addr, src_size, src_buf, src_keep = src._ptr, src._size, src, None
     else:

@@ -190,8 +190,10 @@ class Device:
             buffer: DeviceBuffer | None = None
             ptr = raw.aclrtMalloc(size, policy)
             try:
-                buffer = DeviceBuffer(ptr, operator.index(size), _MALLOC, self,
-                                      operator.index(policy))
+                # raw.aclrtMalloc took size and policy: ints, or what converts to one.
+                buffer = DeviceBuffer(
+                    ptr, size if type(size) is int else operator.index(size), _MALLOC, self,
+                    policy if type(policy) is int else operator.index(policy))
                 return buffer
             except BaseException:
                 with contextlib.suppress(Exception):

@@ -100,7 +100,7 @@ class Event:
         handle, self._handle = self._handle, 0
         if handle:
             self._finalizer.detach()
-            if state.is_live(None, self._token):
+            if self._token.live:
                 if self._device is not None:
                     ensure_context(self._device)
                 raw.aclrtDestroyEvent(handle)
@@ -160,7 +160,7 @@ class Context:
     @property
     def destroyed(self) -> bool:
         """True after destroy(), or once aclFinalize ended every context."""
-        return self._handle == 0 or not state.is_live(self._device.id, self._token)
+        return self._handle == 0 or not self._token.live
 
     def use(self) -> Self:
         """aclrtSetCurrentContext: make this context (and its device) current here."""
@@ -170,7 +170,7 @@ class Context:
     def destroy(self) -> None:
         """aclrtDestroyContext with its streams; a second call does nothing."""
         handle, self._handle = self._handle, 0
-        if handle and state.is_live(self._device.id, self._token):
+        if handle and self._token.live:
             try:
                 raw.aclrtDestroyContext(handle)
             except BaseException:

@@ -53,7 +53,7 @@ class Stream:
     @property
     def destroyed(self) -> bool:
         """True after destroy(), or once a reset released the device's streams."""
-        return self._handle == -1 or not state.is_live(self._device.id, self._token)
+        return self._handle == -1 or not self._token.live
 
     def __repr__(self) -> str:
         where = "destroyed" if self.destroyed else f"handle={self._handle:#x}"
@@ -87,7 +87,7 @@ class Stream:
         if handle in (-1, 0):
             self._handle = handle if handle == 0 else -1
             return
-        if state.is_live(self._device.id, self._token):
+        if self._token.live:
             try:
                 ensure_context(self._device.id)
                 raw.aclrtDestroyStream(handle)
@@ -109,7 +109,7 @@ class Stream:
     def _check_live(self, what: str) -> None:
         if self._handle == -1:
             raise DestroyedStreamError(f"Stream.{what}: the stream was destroyed")
-        if not state.is_live(self._device.id, self._token):
+        if not self._token.live:
             raise DestroyedStreamError(
                 f"Stream.{what}: device {self._device.id} was reset, which destroyed the stream"
             )

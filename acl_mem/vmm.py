@@ -31,7 +31,7 @@ from . import raw
 from ._args import c_uint
 from ._context import device_id, ensure_context
 from ._hostbuf import ffi, host_span
-from ._lifecycle import State, close_on_exit, state
+from ._lifecycle import Epoch, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from ._vmm_io import MappedIO
 from .buffers import _refuse_objects
@@ -95,8 +95,7 @@ class _Owned:
     _step_started: bool = False
     #: Proven done although the call's return was lost (see :func:`_given_again`).
     _step_done: bool = False
-    _token: tuple[int, int] | None = None
-    _lifecycle: State = state
+    _token: Epoch | None = None
     #: What to do instead of using a closed object (ends the FreedBufferError message).
     _renew: ClassVar[str] = "create a new one"
     #: What the release call takes back, for :data:`_undecided` ("" for composites).
@@ -151,7 +150,7 @@ class _Owned:
         if self._released:
             raise FreedBufferError(f"{type(self).__name__}.{what}: used after close(), which "
                                    f"released it; {self._renew}")
-        if self._token is not None and not self._lifecycle.is_live(None, self._token):
+        if self._token is not None and not self._token.live:
             raise FreedBufferError(f"{type(self).__name__}.{what}: the runtime released it "
                                    f"(aclFinalize, fork or fake reconfigured); {self._renew}")
         if self._closing:
@@ -163,7 +162,7 @@ class _Owned:
         """True once ``close()`` released the resource (or the finalizer did), or the
         runtime did (aclFinalize, fork, fake reconfigured)."""
         return self._released or (self._token is not None and
-                                  not self._lifecycle.is_live(None, self._token))
+                                  not self._token.live)
 
     def close(self) -> None:
         """Release now; a second call does nothing.
@@ -175,7 +174,7 @@ class _Owned:
         with _teardown_lock:
             if self._released:
                 return
-            if self._token is not None and not self._lifecycle.is_live(None, self._token):
+            if self._token is not None and not self._token.live:
                 # The runtime already took it (aclFinalize, reset, fork): nothing to call.
                 self._released = True
                 return
@@ -200,7 +199,7 @@ class _Owned:
 
     def __del__(self) -> None:
         if self._released or self._token is None or \
-                not self._lifecycle.is_live(None, self._token):
+                not self._token.live:
             return
         # A finalizer must never raise; what cannot be released is lost to this process
         # (and listed by acl_mem.fake.leaks()).
@@ -221,7 +220,7 @@ class _Owned:
     def __repr__(self) -> str:
         if self._released:
             status = "closed"
-        elif self._token is not None and not self._lifecycle.is_live(None, self._token):
+        elif self._token is not None and not self._token.live:
             status = "released by the runtime"
         elif self._token is None:
             status = "not created"
@@ -306,7 +305,7 @@ class VirtualRange(_Owned, MappedIO):
     def _finalize(self) -> None:
         """What the finalizer does: release, unless the runtime still refuses."""
         if self._released or self._token is None or \
-                not self._lifecycle.is_live(None, self._token):
+                not self._token.live:
             return
         try:
             self._release()

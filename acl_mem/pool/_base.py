@@ -218,7 +218,7 @@ class _PoolBase(Generic[SegmentT]):
         """Give every block back; live segments become freed. A second call does nothing."""
         with self._lock:
             if not self._closed:
-                if state.is_live(self._owner, self._token):
+                if self._token.live:
                     ensure_context(self._device.id)
                 self._shutdown()
 
@@ -273,7 +273,7 @@ class _PoolBase(Generic[SegmentT]):
         if self._closed:
             raise FreedBufferError(f"{type(self).__name__}.allocate: the pool is closed; "
                                    f"create a new {type(self).__name__}")
-        if not state.is_live(self._owner, self._token):
+        if not self._token.live:
             # Forget everything; the parents see the stale token and skip the runtime.
             self._shutdown()
             raise FreedBufferError(
@@ -371,7 +371,7 @@ class _PoolBase(Generic[SegmentT]):
         # Last: in strict mode the checker raises, and the range must be back by then.
         # Not after the runtime released the parent (reset): that memory is someone
         # else's now.
-        if state.is_live(self._owner, self._token):
+        if self._token.live:
             self._backend.checker_segment_freed(start)
 
     def _rebuild(self, growing: bool) -> None:

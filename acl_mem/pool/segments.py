@@ -6,7 +6,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._hostbuf import ffi
-from .._lifecycle import state
 from ..buffers import Buffer, DeviceBuffer, HostBuffer
 from ..errors import FreedBufferError
 
@@ -54,7 +53,7 @@ class _SegmentBase(Buffer):
     def freed(self) -> bool:
         """True once freed, once the pool is closed, or once the runtime released it."""
         return (self._pool.closed or self._ptr == 0
-                or not state.is_live(self._owner, self._token))
+                or not self._token.live)
 
     def _check_live(self, what: str) -> None:
         super()._check_live(what)
