@@ -13,6 +13,7 @@ import threading
 import weakref
 from typing import Any
 
+import _cffi_backend
 import cffi
 
 from ..errors import FunctionNotAvailableError
@@ -52,7 +53,8 @@ class NativeBackend(NativeEvents, NativeVmm):
         fast.cdef(FAST_CDEF)
         fast_lib: Any = fast.dlopen(self.path)
         self._fast = fast_lib
-        self._fast_new = fast.new
+        # cffi's C-level newp: FFI.new is a Python wrapper around it (a frame per malloc).
+        self._fast_new = _cffi_backend.newp
         self._uintptr_p = fast.typeof("uintptr_t *")
         # Looked up once: a library attribute costs a dictionary miss per call.
         self._c_malloc = fast_lib.aclrtMalloc
