@@ -86,7 +86,7 @@ class Segment(_SegmentBase, DeviceBuffer):
         self._pool = pool
         self._extent = extent
         self._serial = serial
-        Buffer.__init__(self, ptr, size, pool.api, pool.device, pool.policy)
+        Buffer.__init__(self, ptr, size, pool._api, pool._device, pool._policy)
 
 
 class _GiveBack:
@@ -113,7 +113,7 @@ class HostSegment(_SegmentBase, HostBuffer):
         self._pool = pool
         self._extent = extent
         self._serial = serial
-        Buffer.__init__(self, ptr, size, pool.api, pool.device)
+        Buffer.__init__(self, ptr, size, pool._api, pool._device)
         release = _GiveBack(pool, ptr, serial, pool.segment_keepalive(ptr))
         self._handle = ffi.gc(ffi.cast("char *", ptr), release)
 
