@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .errors import HazardError, MemoryCheckError
 
-__all__ = ["HOST", "Epoch", "State", "close_on_exit", "state"]
+__all__ = ["HOST", "ClosableEpoch", "Epoch", "State", "close_on_exit", "state"]
 
 #: The owner of page-locked host memory (aclrtMallocHost). The runtime keeps no record of
 #: it per device or context, so neither a device reset nor aclFinalize releases it; only
@@ -59,6 +59,27 @@ class Epoch:
 
     def __repr__(self) -> str:
         return f"<Epoch {'live' if self.live else 'ended'}>"
+
+
+class ClosableEpoch(Epoch):
+    """An epoch inside another that can also end by itself: what a pool's segments hold,
+    which end with the pool's close as well as with their device's epoch."""
+
+    __slots__ = ("_open", "_parent")
+
+    def __init__(self, parent: Epoch) -> None:
+        # Not Epoch.__init__: ``live`` is derived here, never stored.
+        self._parent = parent
+        self._open = True
+
+    @property
+    def live(self) -> bool:
+        return self._open and self._parent.live
+
+    @live.setter
+    def live(self, value: bool) -> None:
+        if not value:
+            self._open = False
 
 
 class State:

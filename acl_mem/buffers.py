@@ -67,7 +67,8 @@ _RAW_FREE: dict[str, Callable[[int], None]] = {
     name: getattr(raw, name) for name in set(_FREE_CALL.values())
 }
 # Plain ints, read once: ``MemcpyKind.HOST_TO_DEVICE`` is a slow class attribute lookup,
-# and cffi converts an IntEnum through a Python-level ``__index__`` on every call.
+# and a recording ships a batch of plain values with marshal, where one IntEnum in it
+# makes the whole batch take the slower pickle.
 _D2D, _H2D, _D2H, _H2H = (int(MemcpyKind.DEVICE_TO_DEVICE), int(MemcpyKind.HOST_TO_DEVICE),
                           int(MemcpyKind.DEVICE_TO_HOST), int(MemcpyKind.HOST_TO_HOST))
 

@@ -14,7 +14,7 @@ from typing_extensions import Self, TypeVar
 from .. import _backend
 from .._args import c_uint
 from .._context import ensure_context
-from .._lifecycle import HOST, close_on_exit, state
+from .._lifecycle import HOST, ClosableEpoch, close_on_exit, state
 from .._runtime_facts import padding_of
 from ..buffers import Buffer
 from ..device import Device
@@ -49,6 +49,10 @@ class _PoolBase(Generic[SegmentT]):
         self._host = self._api is AllocApi.MALLOC_HOST
         self._owner = HOST if self._host else self._device.id
         self._token = state.token(self._owner)
+        #: What the segments hold as their epoch: it also ends when the pool closes, so a
+        #: segment of a closed pool is refused wherever a freed buffer is (its block may be
+        #: another allocation's by then).
+        self._segments_epoch = ClosableEpoch(self._token)
         self._lock = threading.Lock()
         #: Segment returns queued by finalizers (and by interrupted frees): (start, serial).
         self._pending: deque[tuple[int, int]] = deque()
@@ -224,6 +228,7 @@ class _PoolBase(Generic[SegmentT]):
 
     def _shutdown(self) -> None:
         self._closed = True
+        self._segments_epoch.live = False
         self._pending.clear()
         self._live.clear()
         self._in_use = self._requested = 0

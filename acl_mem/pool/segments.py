@@ -56,9 +56,9 @@ class _SegmentBase(Buffer):
                 or not self._token.live)
 
     def _check_live(self, what: str) -> None:
-        super()._check_live(what)
         if self._pool.closed:
             raise FreedBufferError(f"{type(self).__name__}.{what}: its pool was closed")
+        super()._check_live(what)
 
     def _release(self, ptr: int) -> None:
         self._pool.segment_freed(ptr, self._serial)
@@ -87,6 +87,7 @@ class Segment(_SegmentBase, DeviceBuffer):
         self._extent = extent
         self._serial = serial
         Buffer.__init__(self, ptr, size, pool._api, pool._device, pool._policy)
+        self._token = pool._segments_epoch
 
 
 class _GiveBack:
@@ -114,6 +115,7 @@ class HostSegment(_SegmentBase, HostBuffer):
         self._extent = extent
         self._serial = serial
         Buffer.__init__(self, ptr, size, pool._api, pool._device)
+        self._token = pool._segments_epoch
         release = _GiveBack(pool, ptr, serial, pool.segment_keepalive(ptr))
         self._handle = ffi.gc(ffi.cast("char *", ptr), release)
 

@@ -485,8 +485,20 @@ def test_freed_segment_raises_freed_buffer_error(dev):
     pool.close()
     pool.close()
     assert live.freed
-    with pytest.raises(FreedBufferError):
-        live.read()
+    # The block is gone: a new allocation may have its address, and nothing may reach it
+    # through the segment, whichever copy path the call takes.
+    other = dev.malloc(64 * KiB)
+    other.memset(7)
+    target = bytearray(100)
+    for use in (lambda: live.ptr, lambda: live.read(), lambda: live.memset(0),
+                lambda: live.copy_from(b"x" * 100), lambda: live.copy_from(memoryview(b"x")),
+                lambda: live.copy_from(b"x", 1, offset=1), lambda: live.copy_to(target),
+                lambda: live.copy_from_async(b"x" * 100), lambda: live.copy_from(other, 100),
+                lambda: other.copy_from(live)):
+        with pytest.raises(FreedBufferError):
+            use()
+    assert other.read() == b"\x07" * (64 * KiB) and target == bytearray(100)
+    other.free()
     live.free()
     with pytest.raises(ValueError):
         pool.allocate(1)
