@@ -96,6 +96,8 @@ class State:
         self._set_count: Counter[int] = Counter()
         #: Contexts created through the raw layer: handle -> device.
         self._contexts: dict[int, int] = {}
+        #: Their epochs, which aclrtDestroyContext also ends (its streams go with it).
+        self._context_epochs: dict[int, ClosableEpoch] = {}
         #: Default contexts the Pythonic layer learnt (acl_mem/_context.py):
         #: device -> (device epoch, handle); a reset to zero references makes it stale.
         self._defaults: dict[int, tuple[Epoch, int]] = {}
@@ -124,6 +126,17 @@ class State:
             # setdefault is atomic: two threads asking at once get the same epoch.
             epoch = self._epochs.setdefault(device, Epoch())
         return epoch
+
+    def context_token(self, device: int) -> Epoch:
+        """The epoch of what this thread makes in its current context on ``device`` (a
+        stream): a created context's own, which its destruction ends too, else the
+        device's."""
+        handle: int | None = getattr(self._local, "context", None)
+        if handle:
+            epoch = self._context_epochs.get(handle)
+            if epoch is not None and self._contexts.get(handle) == device:
+                return epoch
+        return self.token(device)
 
     def _end(self, owner: int | None) -> None:
         epoch = self._epochs.pop(owner, None)
@@ -158,6 +171,7 @@ class State:
         with self._lock:
             self._set_count[device] += 1
             self._contexts[handle] = device
+            self._context_epochs[handle] = ClosableEpoch(self.token(device))
         self._local.current = (device, self.token(device))
         self._local.context = handle
         self._local.foreign = False
@@ -167,6 +181,9 @@ class State:
         it was has none."""
         with self._lock:
             device = self._contexts.pop(handle, None)
+            epoch = self._context_epochs.pop(handle, None)
+            if epoch is not None:
+                epoch.live = False
         if getattr(self._local, "context", None) == handle:
             self._local.current = None
             self._local.context = None
@@ -251,6 +268,7 @@ class State:
         with self._lock:
             self._set_count.clear()
             self._contexts.clear()
+            self._context_epochs.clear()  # they end with their devices' epochs
             self._defaults.clear()
             self.global_epoch += 1
             for owner in [owner for owner in self._epochs if owner != HOST or not keeps_host]:

@@ -505,11 +505,7 @@ class HostBuffer(Buffer, BufferSlots):
 
     def free(self) -> None:
         super().free()
-        freed = _FREED_HOST_BUFFER
-        if freed is not None and self._ptr == 0 and type(self) is HostBuffer:
-            # Python 3.10 / 3.11: memoryview(buf) now raises FreedBufferError, not
-            # SystemError (acl_mem/_hostbuf.py, freed_variant).
-            self.__class__ = freed
+        _mark_freed(self)
 
     def view(self) -> memoryview:
         """A writable memoryview of the requested bytes (no copy)."""
@@ -630,7 +626,27 @@ def _refuse_freed(buffer: HostBuffer) -> None:
     buffer._check_live("__buffer__")
 
 
-_FREED_HOST_BUFFER = freed_variant(HostBuffer, _refuse_freed)
+#: Python 3.10 / 3.11: the freed variant of each host buffer class (None: not needed or
+#: not possible), made when an instance is first freed; and the variants themselves.
+_FREED_VARIANTS: dict[type, type | None] = {}
+_VARIANTS: set[type] = set()
+
+
+def _mark_freed(buffer: HostBuffer) -> None:
+    """Once ``buffer`` is freed, ``memoryview(buffer)`` raises FreedBufferError, not
+    SystemError (acl_mem/_hostbuf.py, freed_variant): its class becomes its freed
+    variant (same layout, so the swap is safe)."""
+    cls = type(buffer)
+    if buffer._ptr != 0 or cls in _VARIANTS:
+        return
+    if cls not in _FREED_VARIANTS:
+        variant = freed_variant(cls, _refuse_freed)
+        if variant is not None:
+            _VARIANTS.add(variant)
+        _FREED_VARIANTS[cls] = variant
+    freed = _FREED_VARIANTS[cls]
+    if freed is not None:
+        buffer.__class__ = freed
 
 
 def _check_host_range(call: str, address: int, nbytes: int) -> None:

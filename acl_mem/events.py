@@ -19,7 +19,7 @@ from typing_extensions import Self
 
 from . import _backend, raw
 from ._context import as_device, device_id, ensure_context
-from ._lifecycle import close_on_exit, state
+from ._lifecycle import Epoch, close_on_exit, state
 
 if TYPE_CHECKING:
     from .device import Device
@@ -31,11 +31,13 @@ __all__ = ["Context", "Event"]
 _COMPLETE = 1
 
 
-def _destroy_later(backend: _backend.Backend, call: str, handle: int, pid: int) -> Any:
+def _destroy_later(backend: _backend.Backend, call: str, handle: int, pid: int,
+                   token: Epoch) -> Any:
     def destroy() -> None:
-        # A forked child owns none of its parent's handles; a finalizer must not raise (the
-        # runtime reclaims the handle at exit anyway).
-        if os.getpid() == pid:
+        # A forked child owns none of its parent's handles, and a reset or aclFinalize
+        # already destroyed it; a finalizer must not raise (the runtime reclaims the
+        # handle at exit anyway).
+        if os.getpid() == pid and token.live:
             with contextlib.suppress(Exception):
                 getattr(backend, call)(handle)
     return destroy
@@ -55,11 +57,12 @@ class Event:
         #: The device of the context it belongs to, as far as acl_mem followed the thread
         #: (None: set outside acl_mem); other threads get that context to use it.
         self._device = state.current_device()
-        # aclFinalize ends every event: after it, destroy() has nothing left to destroy.
-        self._token = state.token(None)
+        # A reset of its device (when known), aclFinalize or a fork ends the event: after
+        # that, destroy() has nothing left to destroy.
+        self._token = state.token(self._device)
         self._finalizer = weakref.finalize(
             self, _destroy_later(_backend.get(), "aclrtDestroyEvent", self._handle,
-                                 os.getpid()))
+                                 os.getpid(), self._token))
 
     @property
     def handle(self) -> int:
@@ -69,8 +72,9 @@ class Event:
 
     @property
     def destroyed(self) -> bool:
-        """True after destroy()."""
-        return self._handle == 0
+        """True after destroy(), or once a reset of its device, aclFinalize or a fork ended
+        it."""
+        return self._handle == 0 or not self._token.live
 
     def record(self, stream: Stream | None = None) -> Self:
         """aclrtRecordEvent on ``stream`` (default: the current context's default stream)."""
@@ -126,6 +130,9 @@ class Event:
         if self._handle == 0:
             raise ValueError(f"Event.{what}: the event was destroyed; create a new one "
                              "(Stream.record() returns a fresh event)")
+        if not self._token.live:
+            raise ValueError(f"Event.{what}: the runtime ended the event (its device reset, "
+                             "aclFinalize or a fork); create a new one")
 
 
 class Context:
@@ -150,6 +157,9 @@ class Context:
         """The aclrtContext value."""
         if self._handle == 0:
             raise ValueError("Context.handle: the context was destroyed")
+        if not self._token.live:
+            raise ValueError("Context.handle: the runtime ended the context (aclFinalize, "
+                             "a fork or a reconfigured fake)")
         return self._handle
 
     @property

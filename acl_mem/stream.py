@@ -37,7 +37,8 @@ class Stream:
     def __init__(self, handle: int, device: Device) -> None:
         self._handle = handle
         self._device = device
-        self._token = state.token(device.id)
+        # A created context's streams go with it (aclrtDestroyContext), as with a reset.
+        self._token = state.context_token(device.id)
 
     @property
     def handle(self) -> int:
@@ -52,7 +53,8 @@ class Stream:
 
     @property
     def destroyed(self) -> bool:
-        """True after destroy(), or once a reset released the device's streams."""
+        """True after destroy(), or once a reset released the device's streams (or the
+        created context it belongs to was destroyed)."""
         return self._handle == -1 or not self._token.live
 
     def __repr__(self) -> str:
@@ -111,5 +113,5 @@ class Stream:
             raise DestroyedStreamError(f"Stream.{what}: the stream was destroyed")
         if not self._token.live:
             raise DestroyedStreamError(
-                f"Stream.{what}: device {self._device.id} was reset, which destroyed the stream"
-            )
+                f"Stream.{what}: the stream's context ended (device {self._device.id} reset, "
+                "its created context destroyed, aclFinalize or a fork), which destroyed it")

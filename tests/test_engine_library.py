@@ -125,20 +125,22 @@ def test_the_host_touching_memory_queued_work_uses_is_a_hazard(engine, native):
         rc3, stream = native.aclrtCreateStream()
         assert rc == rc2 == rc3 == 0
         assert native.aclrtMemcpyAsync(device, 4096, host, 4096, 1, stream) == 0  # reads host
-        engine.host_access(host, 16, write=False, what="a view reads")
+        engine.host_access(host, 16, access="read", what="a view reads")
         assert engine.findings() == []
-        engine.host_access(host + 8, 16, write=True, what="a view writes")
+        engine.host_access(host + 8, 16, access="write", what="a view writes")
         found = engine.findings()
         assert [kind for kind, _ in found] == ["access-before-synchronize"]
         assert found[0][1].startswith("a view writes while queued")
+        engine.host_access(device + 64, 64, access="free", what="a segment freed")  # written
+        assert [kind for kind, _ in engine.findings()] == ["free-while-queued"]
         assert native.aclrtMemcpyAsync(host, 4096, device, 4096, 2, stream) == 0  # writes it
-        engine.host_access(host + 4095, 1, write=False, what="a view reads")
+        engine.host_access(host + 4095, 1, access="read", what="a view reads")
         assert [kind for kind, _ in engine.findings()] == ["access-before-synchronize"]
         assert native.aclrtSynchronizeStream(stream) == 0
-        engine.host_access(host, 4096, write=True, what="a view writes")
+        engine.host_access(host, 4096, access="write", what="a view writes")
         assert engine.findings() == []
         with pytest.raises(ValueError):
-            engine.host_access(1 << 63, 1 << 63, write=False, what="wrapping")
+            engine.host_access(1 << 63, 1 << 63, access="read", what="wrapping")
         assert native.aclrtDestroyStream(stream) == 0
         assert native.aclrtFree(device) == 0 and native.aclrtFreeHost(host) == 0
     finally:

@@ -9,7 +9,12 @@ import pytest
 
 import acl_mem
 from acl_mem import raw
-from acl_mem.errors import ContextNullError, EventTimestampInvalidError, InvalidHandleError
+from acl_mem.errors import (
+    ContextNullError,
+    DestroyedStreamError,
+    EventTimestampInvalidError,
+    InvalidHandleError,
+)
 
 MiB = 1 << 20
 
@@ -115,3 +120,63 @@ def test_an_event_outlives_acl_finalize(backend, mocker):
     event.destroy()
     assert event.destroyed
     assert destroy.call_count == 0
+
+
+@pytest.mark.parametrize("end", ["finalize", "reset"])
+def test_an_event_ended_by_the_runtime_is_refused(backend, mocker, end):
+    """After aclFinalize, or a reset of its device to zero references, an event is
+    destroyed: every use raises ValueError without handing the dead handle to the runtime
+    (undefined there), and destroy() does nothing."""
+    raw.aclrtSetDevice(0)
+    event = acl_mem.Event()
+    if end == "finalize":
+        raw.aclFinalize()
+    else:
+        raw.aclrtResetDevice(0)
+    calls = [mocker.spy(raw, name) for name in (
+        "aclrtQueryEventStatus", "aclrtRecordEvent", "aclrtSynchronizeEvent",
+        "aclrtDestroyEvent", "aclrtEventElapsedTime")]
+    assert event.destroyed
+    for use in (event.query, event.record, event.synchronize,
+                lambda: event.elapsed(event), lambda: event.handle):
+        with pytest.raises(ValueError):
+            use()
+    event.destroy()
+    assert all(spy.call_count == 0 for spy in calls)
+
+
+def test_a_context_ended_by_acl_finalize_is_refused(backend, mocker):
+    raw.aclrtSetDevice(0)
+    ctx = acl_mem.Device(0).context()
+    raw.aclFinalize()
+    assert ctx.destroyed
+    setter = mocker.spy(raw, "aclrtSetCurrentContext")
+    with pytest.raises(ValueError):
+        ctx.use()
+    assert setter.call_count == 0
+    ctx.destroy()
+
+
+def test_a_stream_goes_with_its_created_context(dev):
+    """docs/runtime-model.md §3.3: aclrtDestroyContext takes the context's streams with it;
+    the Stream objects say so and refuse, as after a reset, and their destroy() does
+    nothing. A stream of the default context stays."""
+    kept = dev.stream()
+    ctx = dev.context()
+    gone = dev.stream()
+    pinned, buf = dev.malloc_host(64), dev.malloc(64)
+    ctx.destroy()
+    dev.set_current()
+    assert gone.destroyed and not kept.destroyed
+    for use in (gone.synchronize, lambda: gone.record(),
+                lambda: buf.copy_from_async(pinned, stream=gone)):
+        with pytest.raises(DestroyedStreamError):
+            use()
+    gone.destroy()
+    gone.destroy()
+    buf.copy_from_async(pinned, stream=kept)
+    kept.synchronize()
+    kept.destroy()
+    buf.free()
+    pinned.free()
+    dev.reset()

@@ -132,3 +132,41 @@ def test_buffer_and_array_blocks_do_not_mask_the_users_exception(fake, restore_m
         with dev.empty(16, np.float32) as array:
             array.buffer.copy_from_async(pinned, stream=stream)
             raise KeyError("the user's own error")
+
+
+@pytest.mark.parametrize("pool_kind", ["SegmentPool", "ExpandablePool"])
+def test_a_pool_segment_freed_with_queued_work_is_reported(fake, restore_modes, pool_kind):
+    """A segment freed while a copy into it is still queued: the next segment of that size
+    gets the same range, and the copy would land there. The free is the mistake, reported
+    as aclrtFree's (free-while-queued) at the user's line, with the range back in the pool
+    even in raise mode."""
+    acl_mem.fake.configure(hazards="raise")
+    with acl_mem.Device(0) as dev, dev.stream() as stream:
+        host = dev.malloc_host(256)
+        pool = acl_mem.SegmentPool(dev) if pool_kind == "SegmentPool" else \
+            acl_mem.ExpandablePool(dev, 64 << 20)
+        seg = pool.allocate(256)
+        seg.copy_from_async(host, stream=stream)
+        with pytest.raises(HazardError) as raised:
+            seg.free()
+        assert str(raised.value).startswith("free-while-queued: Segment.free()")
+        assert pool.stats().in_use == 0  # the range went back before the report
+        stream.synchronize()
+        again = pool.allocate(256)  # nothing queued now: a plain free
+        again.free()
+        pool.close()
+        host.free()
+    assert acl_mem.fake.hazards()["free-while-queued"] == 1
+
+
+def test_a_dropped_pool_segment_with_queued_work_is_reported(fake, dev, restore_modes):
+    acl_mem.fake.configure(hazards="count")
+    with dev.stream() as stream, acl_mem.SegmentPool(dev) as pool:
+        host = dev.malloc_host(256)
+        seg = pool.allocate(256)
+        seg.copy_from_async(host, stream=stream)
+        del seg  # collected: returned at the pool's next call
+        pool.stats()
+        assert acl_mem.fake.hazards()["free-while-queued"] == 1
+        stream.synchronize()
+        host.free()

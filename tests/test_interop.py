@@ -216,14 +216,29 @@ def test_an_export_dying_on_another_thread_releases_it(dev):
 # -- exports of freed or busy memory ---------------------------------------------------------------
 
 
-def test_memoryview_of_a_freed_buffer_is_refused(dev):
-    host = dev.malloc_host(16)
+@pytest.mark.parametrize("kind", ["HostBuffer", "HostSegment", "from_ptr"])
+def test_memoryview_of_a_freed_buffer_is_refused(dev, kind):
+    pool = None
+    if kind == "HostSegment":
+        pool = acl_mem.SegmentPool(dev, api="aclrtMallocHost")
+        host = pool.allocate(16)
+    elif kind == "from_ptr":
+        owner = dev.malloc_host(16)
+        host = acl_mem.HostBuffer.from_ptr(owner.ptr, 16, device=dev)
+    else:
+        host = dev.malloc_host(16)
     host.free()
     # Before 3.12 too: a freed buffer's slot is a C function that raises (freed_variant).
     with pytest.raises(FreedBufferError):
         memoryview(host)
     with pytest.raises(FreedBufferError):
         host.view()
+    host.free()  # a second free does nothing, whatever the class became
+    assert isinstance(host, getattr(acl_mem, kind) if kind != "from_ptr" else acl_mem.HostBuffer)
+    if pool is not None:
+        pool.close()
+    if kind == "from_ptr":
+        owner.free()
 
 
 def test_numpy_of_a_freed_buffer_raises_freed_buffer_error(dev):

@@ -297,7 +297,7 @@ class EngineFake(NativeBackend):
                       targets: tuple[object, ...] | None = None) -> None:
         """The host reads or writes ``[start, start+size)`` itself: a hazard when queued
         stream work races with it (``access`` "read", "write" or "free")."""
-        self.control.host_access(start, size, write=access != "read", what=what)
+        self.control.host_access(start, size, access=access, what=what)
         if self._waiting[0] or self._stashed:
             self._report()
 

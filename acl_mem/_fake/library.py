@@ -243,10 +243,12 @@ class EngineLibrary:
             found.append((self._text(kind), self._text(text), int(thread[0])))
         return found
 
-    def host_access(self, start: int, size: int, *, write: bool, what: str) -> None:
-        """The host touches ``[start, start+size)`` itself: a hazard, queued or reported,
-        when queued work writes there (or, for a write, reads or writes there)."""
-        if self.lib.acl_mem_fake_host_access(start, size, int(write), what.encode()) != 0:
+    def host_access(self, start: int, size: int, *, access: str, what: str) -> None:
+        """The host touches ``[start, start+size)`` itself (``access``: "read", "write", or
+        "free" for a range given to other use): a hazard, queued or reported, when queued
+        work writes there (or, for a write or a free, reads or writes there)."""
+        code = {"read": 0, "write": 1, "free": 2}[access]
+        if self.lib.acl_mem_fake_host_access(start, size, code, what.encode()) != 0:
             raise ValueError(f"host_access refused {start:#x} + {size}")
 
     def set_leak_report(self, on: bool) -> None:

@@ -108,7 +108,7 @@ class _PoolBase(Generic[SegmentT]):
         with self._lock:
             if self._pending:
                 self._drain()
-            self._free(start, serial)
+            self._free(start, serial, f"{'HostSegment' if self._host else 'Segment'}.free()")
 
     def segment_dropped(self, start: int, serial: int) -> None:
         """A segment collected (or a free that could not finish): queued for the next pool
@@ -354,10 +354,10 @@ class _PoolBase(Generic[SegmentT]):
         while pending:
             # Freed before it leaves the queue: an interrupt in between leaves a return
             # queued twice, which the serial makes harmless, never one lost.
-            self._free(*pending[0])
+            self._free(*pending[0], "a dropped segment's return to its pool")
             pending.popleft()
 
-    def _free(self, start: int, serial: int) -> None:
+    def _free(self, start: int, serial: int, what: str) -> None:
         if self._closed:
             return
         entry = self._live.get(start)
@@ -373,11 +373,15 @@ class _PoolBase(Generic[SegmentT]):
         except BaseException:
             self._rebuild(growing=False)
             raise
-        # Last: in strict mode the checker raises, and the range must be back by then.
-        # Not after the runtime released the parent (reset): that memory is someone
-        # else's now.
+        # Last: in strict mode these raise, and the range must be back by then. Not after
+        # the runtime released the parent (reset): that memory is someone else's now.
         if self._token.live:
-            self._backend.checker_segment_freed(start)
+            try:
+                # Queued stream work on the range would land in the next segment given
+                # it: the race is the free's, as for aclrtFree (free-while-queued).
+                self._backend.check_pending(start, footprint, access="free", what=what)
+            finally:
+                self._backend.checker_segment_freed(start)
 
     def _rebuild(self, growing: bool) -> None:
         """Recompute the free extents and the figures from the parents and the live

@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from .._hostbuf import ffi
-from ..buffers import Buffer, DeviceBuffer, HostBuffer
+from ..buffers import Buffer, DeviceBuffer, HostBuffer, _mark_freed
 from ..errors import FreedBufferError
 
 if TYPE_CHECKING:
@@ -38,6 +38,9 @@ class _SegmentBase(Buffer):
                 except Exception:
                     self._pool.segment_dropped(ptr, self._serial)
             raise
+        finally:
+            if isinstance(self, HostBuffer):
+                _mark_freed(self)  # a freed host segment's export raises FreedBufferError
 
     @property
     def pool(self) -> _PoolBase[Any]:

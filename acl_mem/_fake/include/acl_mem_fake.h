@@ -63,8 +63,10 @@ ACL_MEM_FAKE_API int acl_mem_fake_set_hazards(const char *mode, int queue_findin
 /* The host touches [start, start + size) itself (a binding reading or writing pinned host
  * memory through a view, not through a call): a hazard ("access-before-synchronize",
  * reported as the others are) when queued work writes there, or for a write (`write`
- * non-zero) when queued work reads or writes there. `what` names the access in the report.
- * 100000 for NULL `what` or a range past the end of the address space. */
+ * non-zero) when queued work reads or writes there. `write` 2 says the binding gives the
+ * range to other use (a pool segment freed inside its block): "free-while-queued" when
+ * queued work reads or writes there. `what` names the access in the report. 100000 for
+ * NULL `what` or a range past the end of the address space. */
 ACL_MEM_FAKE_API int acl_mem_fake_host_access(uint64_t start, uint64_t size, int write,
                                               const char *what);
 
