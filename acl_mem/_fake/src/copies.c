@@ -145,7 +145,10 @@ bool am_copy_now(const struct am_located *target, const struct am_located *sourc
         forget_proven(target->host, count);
         forget_proven(source->host, count);
     }
-    if (!am_os_checked_copy(target->host, source->host, count))
+    /* Both sides proven whole first: a refused copy writes nothing (runtime-model §8.10). */
+    if ((src_pageable && !am_os_usable(source->host, count, false)) ||
+        (dst_pageable && !am_os_usable(target->host, count, true)) ||
+        !am_os_checked_copy(target->host, source->host, count))
         return false;
     if (dst_pageable)
         prove(target->host, count, true);
@@ -161,7 +164,7 @@ bool am_set_pageable(unsigned char *host, int value, uint64_t count)
             return true;
         forget_proven(host, count);
     }
-    if (!am_os_checked_set(host, value, count))
+    if (!am_os_usable(host, count, true) || !am_os_checked_set(host, value, count))
         return false;
     prove(host, count, true);
     return true;

@@ -172,6 +172,13 @@ AM_HIDDEN void am_os_discard(void *address, uint64_t size);
  * unmapped or lacks the permission (never a crash). */
 AM_HIDDEN bool am_os_checked_copy(void *dst, const void *src, uint64_t count);
 AM_HIDDEN bool am_os_checked_set(void *dst, int value, uint64_t count);
+/* Whether every page of [address, address + count) can be read (and, with `write`,
+ * written), proven through the kernel before a checked copy or set moves its first byte:
+ * the kernel stops at the first bad page, so without this a range that ends in an
+ * unmapped or read-only page would get a prefix written before the error. Nothing is
+ * changed (a written page gets back the byte just read from it). True where the kernel
+ * will not copy for us: the checked calls then check the whole range themselves. */
+AM_HIDDEN bool am_os_usable(const void *address, uint64_t count, bool write);
 /* The fault guard for memory a kernel copy proved (false when it cannot be had, e.g.
  * under a sanitizer); then copies and sets that fail on a fault instead of crashing. */
 AM_HIDDEN bool am_os_guard_ready(void);

@@ -98,6 +98,46 @@ static bool permitted(uint64_t address, uint64_t size, char permission)
     return ok;
 }
 
+bool am_os_usable(const void *address, uint64_t count, bool write)
+{
+    enum { BATCH = 256 };
+    unsigned char bytes[BATCH];
+    struct iovec remote[BATCH];
+    uint64_t start = (uintptr_t)address;
+    if (count == 0 || kernel_copies == 0)
+        return true;
+    if (count > UINT64_MAX - start)
+        return false;
+    uint64_t end = start + count;
+    uint64_t page = start / AM_HOST_PAGE * AM_HOST_PAGE;
+    while (page < end) {
+        unsigned long n = 0;
+        for (; n < BATCH && page < end; n++, page += AM_HOST_PAGE) {
+            remote[n].iov_base = (void *)(uintptr_t)(page < start ? start : page);
+            remote[n].iov_len = 1;
+        }
+        struct iovec mine = {.iov_base = bytes, .iov_len = n};
+        ssize_t moved;
+        do
+            moved = process_vm_readv(getpid(), &mine, 1, remote, n, 0);
+        while (moved < 0 && errno == EINTR);
+        if (moved < 0 && (errno == ENOSYS || errno == EPERM))
+            return true; /* no kernel copies here: see above */
+        if (moved != (ssize_t)n)
+            return false;
+        if (!write)
+            continue;
+        /* The same bytes back: racing only with a thread writing where this call is
+         * about to write anyway. */
+        do
+            moved = process_vm_writev(getpid(), &mine, 1, remote, n, 0);
+        while (moved < 0 && errno == EINTR);
+        if (moved != (ssize_t)n)
+            return false;
+    }
+    return true;
+}
+
 bool am_os_checked_copy(void *dst, const void *src, uint64_t count)
 {
     if (kernel_copies != 0) {
