@@ -136,10 +136,13 @@ def _probe(dst: int, src: int, count: int, untrusted: str) -> bool | None:
     address = dst if untrusted == "dst" else src
     end = address + count
     first_page = address - address % HOST_PAGE + HOST_PAGE
-    probes = [address, *range(first_page, end, HOST_PAGE)] if first_page < end else [address]
+    # The first byte, then each later page's: a range, sliced lazily (a huge count must
+    # not build a list of every page before the first bad one refuses it).
+    pages = range(first_page, end, HOST_PAGE)
     pid = os.getpid()
-    for low in range(0, len(probes), _PROBE_PAGES):
-        chunk = probes[low:low + _PROBE_PAGES]
+    for low in range(0, len(pages) + 1, _PROBE_PAGES):
+        chunk = [address, *pages[:_PROBE_PAGES - 1]] if low == 0 else \
+            list(pages[low - 1:low - 1 + _PROBE_PAGES])
         n = len(chunk)
         remote = _iovecs(chunk)
         if untrusted == "src":

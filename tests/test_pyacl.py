@@ -631,6 +631,23 @@ def test_ptr_to_bytes_edges(fake_backend):
         pyacl.util.ptr_to_bytes(pyacl.util.bytes_to_ptr(b"xy"), -1)
 
 
+def test_sizes_past_the_memory_are_refused_before_anything_is_allocated(fake_backend):
+    """A size far past the host block: ValueError, as for any unreadable range; never a
+    MemoryError from a buffer the size asked for, nor a raw OverflowError (the output is
+    made only once the range is proven)."""
+    host = pyacl.util.bytes_to_ptr(b"x" * 64)
+    for size in (1 << 40, (1 << 63) - 1):
+        with pytest.raises(ValueError):
+            pyacl.util.ptr_to_bytes(host, size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for shape in ((1 << 40,), (1 << 62, 1 << 62), (1 << 64,), (1 << 61, 16)):
+            with pytest.raises(ValueError):
+                pyacl.util.ptr_to_numpy(host, shape, 2)
+        view = pyacl.util.ptr_to_numpy(host, (True, 4), 2)  # True is 1, as in pyACL
+        assert view.shape == (1, 4) and view.tobytes() == b"xxxx"
+
+
 def test_numpy_helpers():
     array = np.arange(12, dtype=np.int32).reshape(3, 4)
     with pytest.warns(Warning):

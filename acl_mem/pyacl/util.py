@@ -117,7 +117,7 @@ def ptr_to_numpy(ptr: int, shape: tuple[int, ...], np_type: int, /) -> _Any:
                             f"({type(dim).__name__} in shape)")
         if dim < 0:
             raise ValueError(f"{call}: negative dimensions are not allowed: {shape}")
-        dims.append(dim)
+        dims.append(int(dim))  # True is 1 to pyACL's C parser (and must be to numpy)
     number = _common.as_int(np_type, call, "type")
     dtype = _dtypes(np).get(number)
     if dtype is None:
@@ -167,6 +167,9 @@ def _read_host(call: str, address: int, nbytes: int, *,
     """The ``nbytes`` at ``address`` (a copy; with ``copy`` False only a scratch buffer) and
     the address this process reads them at, after making sure they are memory the process
     can read: ValueError otherwise. Device memory is readable in RC mode only."""
+    if nbytes >= 1 << 63 or address + nbytes > 1 << 64:
+        raise ValueError(f"{call}: {nbytes} bytes from {address:#x} run past the end of the "
+                         "address space")
     try:
         where = _raw.aclrtPointerGetAttributes(address)
     except (_AclError, _FunctionNotAvailableError):
@@ -190,11 +193,16 @@ def _read_host(call: str, address: int, nbytes: int, *,
     # its own scratch, ``out`` is untouched), then PROVEN, and are copied here.
     from .._host_memory import KERNEL_COPY_LIMIT, PROVEN, REFUSED, address_of, prove_untrusted
 
-    out = bytearray(nbytes if copy or nbytes <= KERNEL_COPY_LIMIT else 1)
+    # Above the kernel-copy size the range is proven first (into the kernel's scratch)
+    # and the bytes are copied after: no buffer of a size the range cannot have.
+    small = nbytes <= KERNEL_COPY_LIMIT
+    out = bytearray(nbytes if small else 1)
     found = prove_untrusted(address_of(out), address, nbytes, "src")
     if found == REFUSED:
         raise ValueError(f"{call}: [{address:#x}, {address + nbytes:#x}) is not readable "
                          "host memory (unmapped, protected, freed or device memory)")
     if found == PROVEN and copy:
+        if not small:
+            out = bytearray(nbytes)
         _ctypes.memmove(address_of(out), address, nbytes)
     return out, address
