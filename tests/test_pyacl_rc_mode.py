@@ -40,6 +40,18 @@ back = bytes(4)
 RESULTS["written"] = [acl.rt.memcpy(acl.util.bytes_to_ptr(back), 4, dev, 4,
                                     ACL_MEMCPY_DEVICE_TO_DEVICE), back == bytes([7]) * 4]
 del view
+# Reads that would reach past the block or into freed memory are refused.
+def refused(read):
+    try:
+        read()
+    except ValueError:
+        return True
+    return False
+other, ret = acl.rt.malloc(256, ACL_MEM_MALLOC_HUGE_FIRST)
+RESULTS["refused"] = [refused(lambda: acl.util.ptr_to_bytes(dev, 8192)),  # into other
+                      refused(lambda: acl.util.ptr_to_numpy(dev, (8192,), 2))]
+acl.rt.free(other)
+RESULTS["refused"].append(refused(lambda: acl.util.ptr_to_bytes(other, 8)))
 # Host kinds run as device-to-device: an asynchronous HOST_TO_HOST copy is accepted.
 stream, ret = acl.rt.create_stream()
 a, ret = acl.rt.malloc_host(64)
@@ -87,6 +99,7 @@ def test_an_rc_program_runs_on_the_board_profile(backend_name, launcher, tmp_pat
     assert got["copy_in"] == 0
     assert got["read"] is True
     assert got["written"] == [0, True]
+    assert got["refused"] == [True, True, True]
     assert got["async_h2h"] == 0 and got["sync"] == 0
     assert got["release"] == [0] * 7
 

@@ -162,6 +162,20 @@ def _dtypes(np: _Any) -> dict[int, _Any]:
     return _DTYPES
 
 
+def _check_block(call: str, address: int, nbytes: int) -> None:
+    """Device memory read by the control CPU (RC mode): the range must lie in one live
+    block, or the read (or a view's writes) would reach freed memory or a neighbour."""
+    try:
+        base, size = _raw.aclrtMemGetAddressRange(address)
+    except _FunctionNotAvailableError:
+        return  # CANN 8.5.0 has no such call: the kernel's check below is all there is
+    except _AclError:
+        base = size = 0
+    if not base <= address < address + nbytes <= base + size:
+        raise ValueError(f"{call}: [{address:#x}, {address + nbytes:#x}) is not inside one "
+                         "live block of device memory (freed, or past the block's end)")
+
+
 def _read_host(call: str, address: int, nbytes: int, *,
                copy: bool = True) -> tuple[bytearray, int]:
     """The ``nbytes`` at ``address`` (a copy; with ``copy`` False only a scratch buffer) and
@@ -172,12 +186,19 @@ def _read_host(call: str, address: int, nbytes: int, *,
                          "address space")
     try:
         where = _raw.aclrtPointerGetAttributes(address)
-    except (_AclError, _FunctionNotAvailableError):
+    except _FunctionNotAvailableError:
         where = None  # not known to the runtime: the kernel decides below
+    except _AclError:
+        # The runtime cannot place it: device address space no live block covers (freed
+        # device memory), or an address the driver cannot classify (docs/runtime-model.md
+        # §4.9). Its bytes may be anyone's.
+        raise ValueError(f"{call}: {address:#x} is not memory the runtime can place (freed "
+                         "device memory, or an address the driver cannot classify)") from None
     if where is not None and where.type == _MemLocationType.DEVICE:
         # RC mode: the control CPU reads device memory itself (the fake: its backing bytes).
         mapped = _backend.get().control_cpu_address(address, nbytes)
         if mapped:
+            _check_block(call, address, nbytes)
             address = mapped
     if where is not None and where.type == _MemLocationType.DEVICE and not mapped:
         raise ValueError(
