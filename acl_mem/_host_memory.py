@@ -168,6 +168,12 @@ def _iovecs(addresses: list[int]) -> Any:
     return ffi.from_buffer("struct iovec[]", words)
 
 
+def permits_writing(address: int, size: int) -> bool:
+    """Whether the maps let the process write all of ``[address, address+size)`` (True
+    when they cannot be read: the caller's other checks stand)."""
+    return _permitted(address, size, "w") is not False
+
+
 def _permitted(address: int, size: int, permission: str, *,
                anonymous_only: bool = False) -> bool | None:
     """True when ``[address, address+size)`` lies in mappings that all allow ``permission``.

@@ -10,6 +10,7 @@ is checked in acl_mem/conformance/checks/test_pyacl.py.
 from __future__ import annotations
 
 import json
+import mmap
 import subprocess
 import sys
 import textwrap
@@ -646,6 +647,18 @@ def test_sizes_past_the_memory_are_refused_before_anything_is_allocated(fake_bac
                 pyacl.util.ptr_to_numpy(host, shape, 2)
         view = pyacl.util.ptr_to_numpy(host, (True, 4), 2)  # True is 1, as in pyACL
         assert view.shape == (1, 4) and view.tobytes() == b"xxxx"
+
+
+def test_ptr_to_numpy_of_read_only_memory_is_a_read_only_view(fake_backend):
+    """Writing through it would kill the process: numpy refuses instead."""
+    memory = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ)
+    address = np.frombuffer(memory, dtype=np.uint8).__array_interface__["data"][0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        view = pyacl.util.ptr_to_numpy(address, (16,), 2)
+    assert not view.flags.writeable and not view.any()
+    with pytest.raises(ValueError):
+        view[0] = 1
 
 
 def test_numpy_helpers():

@@ -129,10 +129,18 @@ def ptr_to_numpy(ptr: int, shape: tuple[int, ...], np_type: int, /) -> _Any:
     nbytes = count * dtype.itemsize
     if address == 0:
         return np.zeros(tuple(dims), dtype=dtype)
+    writable = True
     if nbytes:
         address = _read_host(call, address, nbytes, copy=False)[1]  # checks; RC: where
+        # Readable is proven; a write through a view of read-only pages would kill the
+        # process, so such a view is made read-only (the maps say, without writing).
+        from .._host_memory import permits_writing
+
+        writable = permits_writing(address, nbytes)
     memory = (_ctypes.c_char * nbytes).from_address(address)
-    return np.frombuffer(memory, dtype=dtype, count=count).reshape(tuple(dims))
+    view = np.frombuffer(memory, dtype=dtype, count=count).reshape(tuple(dims))
+    view.flags.writeable = writable
+    return view
 
 
 _common.define_stubs(globals(), _MODULE, "start_thread stop_thread",
