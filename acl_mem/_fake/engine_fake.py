@@ -174,6 +174,7 @@ class EngineFake(NativeBackend):
         arm_leak_report()
         control.set_check(self.checking)
         self._waiting = control.ffi.addressof(control.lib, "acl_mem_fake_findings_waiting")
+        self._queued = control.ffi.addressof(control.lib, "acl_mem_fake_queued_work")
         with self._stacks_lock:
             self._stacks.clear()
             self._segments.clear()
@@ -297,6 +298,8 @@ class EngineFake(NativeBackend):
                       targets: tuple[object, ...] | None = None) -> None:
         """The host reads or writes ``[start, start+size)`` itself: a hazard when queued
         stream work races with it (``access`` "read", "write" or "free")."""
+        if self._queued[0] == 0:
+            return  # nothing queued to race with: no call (a pool asks at every free)
         self.control.host_access(start, size, access=access, what=what)
         if self._waiting[0] or self._stashed:
             self._report()

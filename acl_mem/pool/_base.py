@@ -47,6 +47,8 @@ class _PoolBase(Generic[SegmentT]):
         #: §3.14: ALIGN_UP(len, 32) + 32; no +32 where the SoC pads nothing (Ascend950).
         self._extra = 32 if self._padding else 0
         self._host = self._api is AllocApi.MALLOC_HOST
+        #: What a segment's free is called in a hazard report.
+        self._free_call = f"{'HostSegment' if self._host else 'Segment'}.free()"
         self._owner = HOST if self._host else self._device.id
         self._token = state.token(self._owner)
         #: What the segments hold as their epoch: it also ends when the pool closes, so a
@@ -108,7 +110,7 @@ class _PoolBase(Generic[SegmentT]):
         with self._lock:
             if self._pending:
                 self._drain()
-            self._free(start, serial, f"{'HostSegment' if self._host else 'Segment'}.free()")
+            self._free(start, serial, self._free_call)
 
     def segment_dropped(self, start: int, serial: int) -> None:
         """A segment collected (or a free that could not finish): queued for the next pool

@@ -78,6 +78,10 @@ ACL_MEM_FAKE_API unsigned long acl_mem_fake_hazard_count(const char *kind);
  * (an atomic or volatile load) after each call and drains only when it is non-zero. */
 extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_findings_waiting;
 
+/* Copies and memsets queued on any stream and not yet run: a binding about to touch host
+ * memory itself (acl_mem_fake_host_access) may skip the call while this reads 0. */
+extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_queued_work;
+
 /* Take the oldest queued finding: its kind and text (cut to fit), 1; 0 when none is
  * left, -100000 for NULL or empty buffers. When more were found than the queue holds,
  * the last one taken has kind "dropped" and says how many. */

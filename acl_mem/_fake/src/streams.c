@@ -175,7 +175,8 @@ static void unindex(struct am_work *work)
     if (work->kind == WORK_MARK)
         return;
     /* Atomic: acl_mem_fake_host_access reads it without a lock (the engine lock is held). */
-    __atomic_fetch_sub(&am.queued_ops, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&acl_mem_fake_queued_work,
+                     __atomic_sub_fetch(&am.queued_ops, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < work->target_count; i++) {
         struct am_block *block = live_block(&work->targets[i]);
         if (block != NULL && block->queued > 0)
@@ -380,6 +381,7 @@ void am_streams_clear(void)
         am_context_at(i)->streams = 0;
     }
     __atomic_store_n(&am.queued_ops, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&acl_mem_fake_queued_work, 0, __ATOMIC_RELAXED);
 }
 
 void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char *kind,
@@ -425,6 +427,8 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
         }
     }
 }
+
+ACL_MEM_FAKE_API unsigned long acl_mem_fake_queued_work;
 
 int acl_mem_fake_host_access(uint64_t start, uint64_t size, int write, const char *what)
 {
@@ -699,7 +703,8 @@ static struct am_work *work_for(const struct am_located *target, const struct am
 static void enqueue(struct am_stream *stream, struct am_work *work)
 {
     append(stream, work);
-    __atomic_fetch_add(&am.queued_ops, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&acl_mem_fake_queued_work,
+                     __atomic_add_fetch(&am.queued_ops, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < work->target_count; i++) {
         struct am_block *block = live_block(&work->targets[i]);
         if (block != NULL)
