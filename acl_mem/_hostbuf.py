@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import warnings
@@ -260,6 +261,15 @@ _NAMES = {False: b"dltensor", True: b"dltensor_versioned"}
 _EXPORTS: dict[int, tuple[Any, Any]] = {}
 _dlpack: dict[str, Any] = {}
 _dlpack_lock = threading.Lock()
+
+
+def _fresh_dlpack_lock_in_child() -> None:
+    global _dlpack_lock
+    _dlpack_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_dlpack_lock_in_child)
 
 
 def _dlpack_setup() -> dict[str, Any]:

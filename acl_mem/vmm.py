@@ -19,6 +19,7 @@ at its old address since (docs/runtime-model.md §4).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -70,6 +71,17 @@ _undecided: weakref.WeakValueDictionary[tuple[str, int], _Owned] = \
 #: One teardown at a time: a second close() on another thread must not take the step an
 #: unfinished one is deciding for a failed call.
 _teardown_lock = threading.RLock()
+
+
+def _fresh_teardown_lock_in_child() -> None:
+    # Another thread of the parent may have held it at the fork: that thread does not
+    # exist in the child, which would wait for it for ever.
+    global _teardown_lock
+    _teardown_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_teardown_lock_in_child)
 
 
 def _given_again(kind: str, value: int) -> None:

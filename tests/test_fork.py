@@ -132,6 +132,50 @@ def test_children_forked_while_threads_allocate_with_the_checker_on(fake):
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
+def test_child_does_not_hang_when_another_thread_held_a_vmm_teardown(fake, dev):
+    """close() of a VMM object holds a module lock while it decides a release: a child
+    forked while another thread held it closes its inherited objects and makes new ones."""
+    from acl_mem import vmm
+
+    inherited = vmm.reserve_and_map(vmm.granularity(dev))
+
+    def child() -> dict[str, object]:
+        inherited.close()  # the parent's: nothing to give back here
+        with acl_mem.Device(0) as mine:
+            fresh = vmm.reserve_and_map(vmm.granularity(mine))
+            fresh.write(b"child")
+            fresh.close()
+        return {"ok": True}
+
+    with _held_by_another_thread(vmm._teardown_lock):
+        assert _in_child(child) == {"ok": True}
+    inherited.close()
+
+
+@pytest.mark.parametrize("where", ["acl_mem._hostbuf:_dlpack_lock",
+                                   "acl_mem._fake.leak_report:_arm_lock",
+                                   "acl_mem._fake.engine_fake:_bindings_lock"])
+def test_module_locks_are_new_in_a_child(where):
+    """Every module-level lock another thread may hold at a fork is made anew in the
+    child (each guards a step a child takes again: a DLPack export, arming the exit
+    report, loading a fake)."""
+    import importlib
+
+    module_name, name = where.split(":")
+    module = importlib.import_module(module_name)
+
+    def child() -> dict[str, object]:
+        lock = getattr(module, name)
+        got = lock.acquire(timeout=2)
+        if got:
+            lock.release()
+        return {"acquired": got}
+
+    with _held_by_another_thread(getattr(module, name)):
+        assert _in_child(child) == {"acquired": True}
+
+
+@pytest.mark.fake_only(FAKE_ONLY)
 def test_child_does_not_hang_when_another_thread_held_the_stack_lock(fake):
     """The C engine's binding keeps Python stacks under a lock of its own while the
     checker is on: a child forked while another thread held it still allocates."""

@@ -500,6 +500,8 @@ _instances: weakref.WeakSet[EngineFake] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     """A forked child: the library forgot the parent's blocks (a child starts with no
     devices), so their stacks go too; a lock another thread held at the fork is new."""
+    global _bindings_lock
+    _bindings_lock = threading.Lock()
     for fake in list(_instances):
         fake._stacks_lock = threading.Lock()
         fake._lock = fake._own["_lock"] = threading.Lock()  # the DVPP libraries' loading

@@ -10,6 +10,7 @@ fake to report on.
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -32,6 +33,15 @@ active_backend: Callable[[], Any] = _no_backend
 
 _armed = False
 _arm_lock = threading.Lock()
+
+
+def _fresh_arm_lock_in_child() -> None:
+    global _arm_lock
+    _arm_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_arm_lock_in_child)
 
 
 def arm() -> None:
