@@ -211,7 +211,7 @@ static aclError memcpy_locked(void *dst, size_t destMax, const void *src, size_t
         return (am_fail(AM_RT_PARAM_INVALID, MEMCPY_CALL, "dst is on device %d "
                                    "and src on device %d: copy between devices through the "
                                    "host", target.device, source.device));
-    if (am.queued_ops != 0) {
+    if (acl_mem_fake_queued_work != 0) {
         am_check_queued((uintptr_t)dst, count, false, "access-before-synchronize",
                         "aclrtMemcpy writes");
         am_check_queued((uintptr_t)src, count, true, "access-before-synchronize",
@@ -330,7 +330,7 @@ static aclError memset_locked(void *devPtr, size_t maxCount, int32_t value, size
                                        count));
         return (AM_SUCCESS);
     }
-    if (am.queued_ops != 0)
+    if (acl_mem_fake_queued_work != 0)
         am_check_queued((uintptr_t)devPtr, count, false, "access-before-synchronize",
                         "aclrtMemset writes");
     if (am.check)

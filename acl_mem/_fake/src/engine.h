@@ -15,6 +15,7 @@
 
 #include "acl_api.h"
 #include "hints.h"
+#include "../include/acl_mem_fake.h" /* acl_mem_fake_queued_work, read on the fast paths */
 
 /* The text of a 107002 in the calling thread (its argument: "this thread"). */
 #define AM_NO_CONTEXT AM_HINT_CONTEXT_NULL ". " AM_HINT_CONTEXT_NULL_REMEDY_C
@@ -371,7 +372,6 @@ struct am_engine {
     struct am_stream *all_streams; /* created and default streams, newest first */
     uint64_t stream_sequence, event_sequence;
     struct am_node *events;      /* live events by handle */
-    uint64_t queued_ops;         /* copies and memsets queued on any stream */
     /* Planned failures (acl_mem_fake_inject_fault): while any is planned the fast paths
      * stay off, so a plan is counted down under the engine lock only. */
     struct {

@@ -174,9 +174,8 @@ static void unindex(struct am_work *work)
 {
     if (work->kind == WORK_MARK)
         return;
-    /* Atomic: acl_mem_fake_host_access reads it without a lock (the engine lock is held). */
-    __atomic_store_n(&acl_mem_fake_queued_work,
-                     __atomic_sub_fetch(&am.queued_ops, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    /* Atomic: bindings and acl_mem_fake_host_access read it without a lock. */
+    __atomic_fetch_sub(&acl_mem_fake_queued_work, 1, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < work->target_count; i++) {
         struct am_block *block = live_block(&work->targets[i]);
         if (block != NULL && block->queued > 0)
@@ -380,7 +379,6 @@ void am_streams_clear(void)
         am_context_at(i)->default_stream = NULL;
         am_context_at(i)->streams = 0;
     }
-    __atomic_store_n(&am.queued_ops, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&acl_mem_fake_queued_work, 0, __ATOMIC_RELAXED);
 }
 
@@ -428,6 +426,9 @@ void am_check_queued(uint64_t start, uint64_t size, bool write_only, const char 
     }
 }
 
+/* Copies and memsets queued on any stream: changed under the engine lock, read by the
+ * fast paths (under an arena lock the engine lock's holder waits for) and without a lock
+ * by acl_mem_fake_host_access and bindings. */
 ACL_MEM_FAKE_API unsigned long acl_mem_fake_queued_work;
 
 int acl_mem_fake_host_access(uint64_t start, uint64_t size, int write, const char *what)
@@ -437,7 +438,7 @@ int acl_mem_fake_host_access(uint64_t start, uint64_t size, int write, const cha
     /* Nothing queued anywhere: no race to report, and no engine lock to take (a pool
      * asks this at every segment free). Work another thread queues meanwhile races with
      * this access in the program itself. */
-    if (__atomic_load_n(&am.queued_ops, __ATOMIC_RELAXED) == 0)
+    if (__atomic_load_n(&acl_mem_fake_queued_work, __ATOMIC_RELAXED) == 0)
         return 0;
     am_lock();
     am_check_queued(start, size, write == 0,
@@ -703,8 +704,7 @@ static struct am_work *work_for(const struct am_located *target, const struct am
 static void enqueue(struct am_stream *stream, struct am_work *work)
 {
     append(stream, work);
-    __atomic_store_n(&acl_mem_fake_queued_work,
-                     __atomic_add_fetch(&am.queued_ops, 1, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&acl_mem_fake_queued_work, 1, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < work->target_count; i++) {
         struct am_block *block = live_block(&work->targets[i]);
         if (block != NULL)
@@ -767,7 +767,7 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
     if (target.where == AM_PAGEABLE || source.where == AM_PAGEABLE) {
         /* Pageable memory: the runtime synchronises the stream and copies now. */
         drain(found, NULL);
-        if (am.queued_ops != 0) {
+        if (acl_mem_fake_queued_work != 0) {
             am_check_queued((uintptr_t)dst, count, false, "access-before-synchronize",
                             "aclrtMemcpyAsync writes");
             am_check_queued((uintptr_t)src, count, true, "access-before-synchronize",

@@ -733,7 +733,7 @@ aclError aclrtUnmapMem(void *virPtr)
         : (struct am_mapping *)am_tree_find(reservation->mappings, va);
     if (mapping == NULL)
         return unlock_with(am_fail(AM_RT_PARAM_INVALID, call, AM_HINT_UNMAP));
-    if (am.queued_ops != 0) {
+    if (acl_mem_fake_queued_work != 0) {
         char what[64];
         snprintf(what, sizeof what, "mapping %p unmapped", virPtr);
         am_check_queued(va, mapping->node.len, false, "free-while-queued", what);
