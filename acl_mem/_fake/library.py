@@ -34,6 +34,10 @@ LIBRARY_DIR = PREFIX / "lib64"
 HEADER = PREFIX / "include" / "acl_mem_fake.h"
 
 
+#: acl_mem_fake_host_access's `write` argument per kind of access.
+_ACCESS = {"read": 0, "write": 1, "free": 2}
+
+
 def control_cdef() -> str:
     text = re.sub(r"#ifdef __cplusplus.*?#endif", "", HEADER.read_text(), flags=re.S)
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
@@ -247,8 +251,7 @@ class EngineLibrary:
         """The host touches ``[start, start+size)`` itself (``access``: "read", "write", or
         "free" for a range given to other use): a hazard, queued or reported, when queued
         work writes there (or, for a write or a free, reads or writes there)."""
-        code = {"read": 0, "write": 1, "free": 2}[access]
-        if self.lib.acl_mem_fake_host_access(start, size, code, what.encode()) != 0:
+        if self.lib.acl_mem_fake_host_access(start, size, _ACCESS[access], what.encode()) != 0:
             raise ValueError(f"host_access refused {start:#x} + {size}")
 
     def set_leak_report(self, on: bool) -> None:
