@@ -340,9 +340,13 @@ class VirtualRange(_Owned, MappedIO):
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
+        if not isinstance(physical, PhysicalMemory):
+            raise TypeError(f"VirtualRange.map: physical must be a PhysicalMemory, got "
+                            f"{type(physical).__name__}")
+        offset = c_uint(offset, "VirtualRange.map", "offset")
         ensure_context(physical.device)
         size = physical.size
-        if offset < 0 or offset + size > self._size:
+        if offset + size > self._size:
             raise ValueError(f"VirtualRange.map: [{offset}, {offset + size}) is "
                              f"outside the {self._size}-byte range")
         return Mapping(self._base + offset, physical, self)
@@ -578,10 +582,11 @@ class MappedMemory(_Contents):
 
     def __init__(self, size: int, *, device: Device | int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
+        nbytes = c_uint(size, "reserve_and_map", "size")
         self._device = device = device_id(device, "MappedMemory")
         self._attr = attr
         chunk = granularity(device, attr)
-        self._size = -(-size // chunk) * chunk
+        self._size = -(-nbytes // chunk) * chunk
         self._saved: bytearray | None = None
         #: The contents while an offload() tears the memory down (kept if interrupted).
         self._saving: bytearray | None = None
@@ -729,10 +734,11 @@ class ExpandableSegment(_Contents):
 
     def __init__(self, max_size: int, *, device: Device | int = 0,
                  attr: int = MemAttr.HBM_MEM_HUGE) -> None:
+        limit = c_uint(max_size, "ExpandableSegment", "max_size")
         self._device = device = device_id(device, "ExpandableSegment")
         self._attr = attr
         self._chunk = granularity(device, attr)
-        self._max_size = -(-max_size // self._chunk) * self._chunk
+        self._max_size = -(-limit // self._chunk) * self._chunk
         self._chunks: list[tuple[PhysicalMemory, Mapping]] = []
         token = state.token(None)
         # The range owns the reservation (its finalizer releases it) until this object

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import acl_mem
-from acl_mem import MemAttr
+from acl_mem import MemAttr, raw
 from acl_mem.vmm import (
     ExpandableSegment,
     MappedMemory,
@@ -87,6 +87,27 @@ def test_mapping_refuses_arguments_of_the_wrong_type(dev):
             Mapping("0x1000", pm)  # type: ignore[arg-type]
         with VirtualRange(2 * MiB) as vr, pytest.raises(TypeError):
             Mapping(vr, 2 * MiB)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [None, True, 1.5, "4096"])
+def test_sizes_and_offsets_that_are_not_ints_are_type_errors(dev, bad):
+    """Refused before anything is reserved or mapped, with the call and argument named
+    (True is not a size of 1, None is not a size)."""
+    before = raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[0]
+    with pytest.raises(TypeError):
+        acl_mem.reserve_and_map(bad)
+    with pytest.raises(TypeError):
+        ExpandableSegment(bad)
+    with VirtualRange(4 * MiB) as vr, PhysicalMemory(2 * MiB) as pm:
+        with pytest.raises(TypeError):
+            vr.map(pm, bad)
+        with pytest.raises(TypeError):
+            vr.map(bad)
+        with pytest.raises(ValueError):
+            vr.map(pm, -1)
+        with vr.map(pm, 2 * MiB):
+            pass
+    assert raw.aclrtGetMemInfo(MemAttr.HBM_MEM)[0] == before
 
 
 def test_reading_an_offloaded_memory_is_refused_until_restore(dev):
