@@ -5,7 +5,8 @@ short loop without recording and the same loop recording alternate, so that load
 machine hits both sides alike; ratios are medians over the pairs of neighbouring rounds,
 times medians over the rounds.
 
-(a) raw fake ``aclrtMalloc`` + ``aclrtFree`` pair, recording vs not (goal <= 1.3):
+(a) raw fake ``aclrtMalloc`` + ``aclrtFree`` pair, recording vs not (goal <= 1.3); the
+    fake library captures both calls' records itself (docs/trace-format.md):
     * ``wall_ratio``: elapsed time per pair; a recording round ends by shipping what is
       left of its records, so all of their shipping is inside it;
     * ``cpu_ratio``: CPU time of the recording process (all its threads) per pair; the
@@ -14,7 +15,13 @@ times medians over the rounds.
     * ``bytes_per_call``: size of the trace file per recorded call.
 (b) the same with the lines formatted in the recording process (what happens where no
     writer process can be started).
-(c) the same with stack_depth=4.
+(c) the same with stack_depth=4 (every call wrapped in Python).
+(f) the same as (a) with the library's capture off: every call wrapped in Python.
+(g) sustained: ``--sustained-pairs`` pairs in one go, recorded (until ``stop()`` has the
+    whole file written) against not recorded, medians of 5 runs each way, with the
+    library's capture and with wrappers. A loop doing nothing but pairs makes records
+    faster than the writer process turns them into lines (about 1.3 us a line here):
+    the pipe to it (1 MiB) absorbs a burst, then the program waits for the writer.
 (d) the raw pair through the native backend on acl_mem's fake libascendcl
     (the C engine, benchmarks/native_library.py).
 (e) replay (``acl-mem trace replay``) of a recorded run of ``--replay-calls`` calls
@@ -43,11 +50,13 @@ def _children_cpu() -> float:
 
 
 def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
-            writer_process: bool = True) -> dict[str, float]:
+            writer_process: bool = True, capture: bool = True) -> dict[str, float]:
     """Per-pair figures with and without recording, rounds interleaved."""
     import acl_mem.trace
     from acl_mem import raw
     from acl_mem.trace import _recorder, _tap
+
+    _tap.use_library_capture = capture
 
     def loop() -> None:
         for _ in range(pairs):
@@ -80,6 +89,7 @@ def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
     finally:
         recorder.stop()
         _recorder.use_writer_process = True
+        _tap.use_library_capture = True
     writer_cpu = _children_cpu() - children
     with open(path, encoding="utf-8") as handle:
         lines = handle.readlines()
@@ -115,7 +125,41 @@ def bench_fake(pairs: int, rounds: int) -> dict[str, dict[str, float]]:
         "a_fake_raw_pair": compare(pairs, rounds),
         "b_fake_raw_pair_formatting_in_process": compare(pairs, rounds, writer_process=False),
         "c_fake_raw_pair_stack_depth_4": compare(pairs, rounds, stack_depth=4),
+        "f_fake_raw_pair_wrapped": compare(pairs, rounds, capture=False),
     }
+
+
+def sustained(pairs: int, runs: int = 5) -> dict[str, float]:
+    """One long recorded loop against the same loop unrecorded (see (g))."""
+    import acl_mem.trace
+    from acl_mem import raw
+    from acl_mem.trace import _tap
+
+    def loop() -> float:
+        start = time.perf_counter()
+        for _ in range(pairs):
+            raw.aclrtFree(raw.aclrtMalloc(4096, 0))
+        return time.perf_counter() - start
+
+    loop()
+    figures: dict[str, float] = {}
+    for capture in (True, False):
+        _tap.use_library_capture = capture
+        ratios = []
+        try:
+            for _ in range(runs):
+                plain = loop()
+                path = os.path.join(tempfile.mkdtemp(prefix="acl_mem_trace_bench_"),
+                                    "run.jsonl")
+                start = time.perf_counter()
+                with acl_mem.trace.record(path):
+                    loop()
+                ratios.append((time.perf_counter() - start) / plain)
+                os.remove(path)
+        finally:
+            _tap.use_library_capture = True
+        figures["captured_ratio" if capture else "wrapped_ratio"] = statistics.median(ratios)
+    return figures
 
 
 def bench_native(pairs: int, rounds: int) -> dict[str, float]:
@@ -196,10 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay-calls", type=int, default=1_000_000,
                         help="calls of the recorded run that (e) replays")
     parser.add_argument("--only-replay", action="store_true", help="measure (e) only")
+    parser.add_argument("--sustained-pairs", type=int, default=100_000,
+                        help="pairs of the sustained loop (g)")
     args = parser.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
     if not args.only_replay:
         results = bench_fake(args.pairs, args.rounds)
+        results["g_sustained_fake_raw_pairs"] = sustained(args.sustained_pairs)
         results["d_native_library_raw_pair"] = bench_native(args.pairs // 2, args.rounds)
     results["e_replay"] = bench_replay(args.replay_calls)
     for name, figures in results.items():

@@ -49,7 +49,7 @@ from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
 from acl_mem.shim._prefix import headers, prefix_files  # noqa: E402
 from acl_mem.shim._surface import HI_TYPES, exported_by, load_surface  # noqa: E402
-from acl_mem.trace._lines import CALLS, CallSpec  # noqa: E402
+from acl_mem.trace._lines import CALL_ORDER, CALLS, CallSpec  # noqa: E402
 from stubs._generated import write_or_check  # noqa: E402
 
 PREFIX = HERE.parent / "acl_mem" / "_fake"
@@ -243,7 +243,8 @@ def _trace_spec(spec: CallSpec, params: list[tuple[str, str]]) -> str:
     outputs = [f'{{"{field}", {names.index(param)}, AM_TRACE_NUMBER}}'
                for field, param in zip(spec.outputs, TRACE_OUTPUTS.get(spec.name, ()),
                                        strict=True)]
-    return (f'{{"{spec.written}", {int(spec.release)}, {int(spec.device)}, {len(inputs)}, '
+    return (f'{{"{spec.written}", {CALL_ORDER.index(spec.name)}, {int(spec.release)}, '
+            f'{int(spec.device)}, {len(inputs)}, '
             f'{{{", ".join(inputs) or "{NULL, 0, 0}"}}}, {len(outputs)}, '
             f'{{{", ".join(outputs) or "{NULL, 0, 0}"}}}}}')
 

@@ -31,7 +31,7 @@ PROGRAMS = ["core_memory.c", "last_error.c", "threads.c", "fork_threads.c",
             "threads_mixed.c", "leak_at_exit.c", "leak_site.c", "vmm.c", "asan_vmm.c",
             "overwrite.c", "engine_edges.c", "share_ipc.c", "sample_memory.c", "unsupported.c",
             "toolkit_libraries.c", "data_buffer.c", "teardown_errors.c", "init_defaults.c",
-            "arenas.c"]
+            "arenas.c", "capture_threads.c"]
 #: Programs linked with other libraries than libascendcl.so and libacl_dvpp.so.
 LIBRARIES = {"toolkit_libraries": ("-lascendcl", "-lmsprofiler", "-lacl_op_compiler",
                                    "-lacl_cblas", "-lacl_tdt_channel", "-lacl_tdt_queue")}
@@ -144,6 +144,14 @@ def test_threads_on_fast_paths_beside_whole_engine_calls(programs):
     lines = _ok(_run(programs["threads_mixed"]))
     assert lines[-1] == "done"
     assert len([line for line in lines if line.endswith(" ok")]) in (2, 4)
+
+
+def test_threads_captured_while_another_takes_the_records(programs):
+    """The capture acl_mem's recorder reads: every record of four threads once and whole,
+    fast paths and engine alike, none for quiet calls or after it stops, and a forked
+    child starting with none of the parent's."""
+    lines = _ok(_run(programs["capture_threads"]))
+    assert lines == ["ok every record once", "ok fork", "ok stopped", "done"]
 
 
 def test_fork_from_a_busy_multithreaded_program(programs):

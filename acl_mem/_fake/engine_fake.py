@@ -53,6 +53,7 @@ from .leak_report import arm as arm_leak_report
 from .library import RELEASE_DIRS, EngineLibrary, private_copy
 from .profiles import Profile
 from .stacks import Stack, allocation_stack, user_stacklevel
+from .trace_capture import TraceCapture
 from .versions import CannVersion
 
 __all__ = ["EngineFake", "Held", "LiveBlock"]
@@ -191,6 +192,12 @@ class EngineFake(NativeBackend):
         self.__dict__.update({name: gone for name in (
             "lib", "control", "_dvpp", "_mpi", "_fast", "_c_malloc", "_c_free", "_c_memcpy",
             "_c_memset")})
+
+    def trace_capture(self) -> TraceCapture | None:
+        """The library's capture of traced calls (acl_mem.trace records through it), or
+        None once superseded."""
+        control = self.__dict__.get("control")
+        return control.capture if isinstance(control, EngineLibrary) else None
 
     @property
     def superseded(self) -> bool:

@@ -19,6 +19,7 @@ import cffi
 
 from .. import _env
 from ..errors import BackendError, SettingError
+from .trace_capture import TraceCapture
 
 __all__ = ["LIBRARY_DIR", "PREFIX", "RELEASE_DIRS", "EngineDescription", "EngineLeak",
            "EngineLibrary", "is_engine_library", "library_dir",
@@ -156,6 +157,8 @@ class EngineLibrary:
         self.ffi.cdef(control_cdef())
         self.path = path or str((directory or library_dir()) / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
+        #: The library's capture of traced calls, for a recording of this process.
+        self.capture = TraceCapture(self.ffi, self.lib)
 
     @classmethod
     def get(cls, directory: Path | None = None) -> EngineLibrary:

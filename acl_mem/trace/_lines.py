@@ -19,7 +19,9 @@ Anything else is *boxed*: ``BOXED, item``, where ``item`` is either a call
 ``(RAISED, class name, message)`` when the call raised; ``stack`` None or
 ``((file, line, function), ...)``, innermost first) or a control item ``(kind, t_ns,
 payload)`` with ``kind`` one of ``#process``, ``#backend``, ``#threads``, ``#sync``,
-``#end``.
+``#end``, or ``#captured``: then ``t_ns`` is a count of records lost and ``payload`` the
+records acl_mem's fake library captured (:data:`CAPTURED_HEAD`), which stand where the
+item stands.
 """
 
 from __future__ import annotations
@@ -131,6 +133,12 @@ CALLS: dict[str, CallSpec] = {spec.name: spec for spec in (
 )}
 #: Call codes of the flat shape: the position in this tuple.
 CALL_ORDER: tuple[str, ...] = tuple(CALLS)
+#: Inputs the record shows by what they point to (a path, a structure), not as a number.
+POINTED_FIELDS = frozenset({"config", "prop"})
+#: The calls acl_mem's fake library records itself while capturing (the others' inputs
+#: point to what it does not write): those returning a code with numbers for inputs.
+LIBRARY_CAPTURED = frozenset(name for name, spec in CALLS.items()
+                             if spec.returns_code and not POINTED_FIELDS & set(spec.fields))
 #: The calls by the name the file gives them.
 BY_WRITTEN: dict[str, CallSpec] = {spec.written: spec for spec in CALLS.values()}
 
@@ -298,6 +306,20 @@ class LineWriter:
         out.append("".join(parts))
 
 
+#: A captured record's head: the call's code, the count of 8-byte values after it, and a
+#: mask of those that are signed (acl_mem/_fake/src/trace.c, capture()); the machine's
+#: own byte order: the library and this reader run on one machine.
+CAPTURED_HEAD = struct.Struct("=BBxxI")
+_LITTLE = sys.byteorder == "little"
+#: The positions a signed mask names, by mask.
+_signed_positions: dict[int, tuple[int, ...]] = {}
+
+
+def _positions(mask: int) -> tuple[int, ...]:
+    found = _signed_positions[mask] = tuple(b for b in range(32) if mask >> b & 1)
+    return found
+
+
 def has_calls(batch: list[Any]) -> bool:
     """Whether a batch holds at least one call."""
     i, n = 0, len(batch)
@@ -305,7 +327,8 @@ def has_calls(batch: list[Any]) -> bool:
         code = batch[i]
         if code != BOXED:
             return True  # (a flat call, or the stack of one)
-        if type(batch[i + 1][0]) is int:
+        item = batch[i + 1]
+        if type(item[0]) is int or (item[0] == "#captured" and item[2]):
             return True
         i += 2
     return False
@@ -402,6 +425,11 @@ class Consumer:
                     self.lost += int(item[2])
                 elif item[0] == "#sync":
                     synced = True
+                elif item[0] == "#captured":
+                    self.lost += int(item[1])
+                    if not self._header_written:
+                        out.append(self._header(self._info))
+                    self._captured(item[2], out)
                 else:
                     self._control(item, out)
                     if lines is not self._lines:
@@ -415,6 +443,63 @@ class Consumer:
             self.close(end)
         if synced and self.on_sync is not None:
             self.on_sync()
+
+    def _captured(self, data: bytes, out: list[str]) -> None:
+        """Lines of the records the fake library captured (CAPTURED_HEAD, then the
+        values); the writer's other hot path. A record that is not whole or not of a
+        traced call ends the reading of the rest (counted lost once)."""
+        lines = self._lines
+        threads = lines._threads
+        t0 = lines.t0
+        try:
+            words: list[Any] = memoryview(data).cast("Q").tolist()
+        except (TypeError, ValueError):
+            self.lost += 1
+            return
+        positions = _signed_positions
+        i, n = 0, len(words)
+        try:
+            while i < n:
+                head = words[i]
+                if _LITTLE:
+                    code, count, signed = head & 0xFF, head >> 8 & 0xFF, head >> 32
+                else:
+                    code, count, signed = head >> 56, head >> 48 & 0xFF, head & 0xFFFFFFFF
+                size, device, null_at, outputs, returns_code, done, failed = _FAST[code]
+                j = i + 1
+                i = j + count
+                if count != size or i > n or not returns_code:
+                    raise ValueError(f"a captured {CALL_ORDER[code]} of {count} values")
+                values = words[j:i]
+                for bit in positions.get(signed) or _positions(signed):
+                    if values[bit] >> 63:
+                        values[bit] -= 1 << 64
+                if device:
+                    current = values[2]
+                    if current < 0:
+                        values[2] = None
+                if null_at and values[null_at]:
+                    # NULL outputs asked for: the general path, from the flat shape.
+                    if device and values[2] is not None:
+                        values[2] = (values[2],)
+                    lines.flat(code, values, out)
+                    continue
+                ident = values[1]
+                values[0] -= t0
+                values[1] = threads.get(ident) or lines._thread(ident, out)
+                if device and values[2] is None:
+                    values[2] = "null"
+                if null_at:
+                    del values[null_at]
+                if values[-1 - outputs]:
+                    if outputs:
+                        del values[-outputs:]
+                    out.append(failed % tuple(values))
+                else:
+                    out.append(done % tuple(values))
+                lines.calls += 1
+        except (IndexError, ValueError, TypeError):
+            self.lost += 1
 
     def _control(self, item: tuple[Any, ...], out: list[str]) -> None:
         kind, t, payload = item

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import fcntl
 import io
 import marshal
 import os
@@ -52,6 +53,8 @@ ENV_OWNER = "ACL_MEM_TRACE_OWNER"
 SHIP_INTERVAL = 0.1
 #: Items pickled per frame (bounds the memory one shipment takes).
 _BATCH = 8192
+#: Bytes the pipe to the writer process holds (Linux's default limit for a user).
+_PIPE_SIZE = 1 << 20
 #: Seconds stop() waits for the writer process to finish the file.
 _WRITER_WAIT = 60.0
 _WRITER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lines.py")
@@ -316,6 +319,10 @@ class Recorder:
         assert fd is not None
         if use_writer_process and sys.executable:
             read_end, write_end = os.pipe()
+            # Room for a shipment or more: a write that must wait for the writer to read
+            # (a 64 KiB pipe) stalls the program for the writer's scheduling delay.
+            with contextlib.suppress(OSError, AttributeError):
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
             try:
                 # The writer detaches (it forks and its first process exits at once,
                 # reaped here): the recorded program's own wait() for any child must
@@ -359,6 +366,7 @@ class Recorder:
                 self._ship()
 
     def _ship(self, end: bool = False, sync: bool = False) -> None:
+        _tap.drain()  # what the library captured joins the buffers first
         with self._ship_lock:
             buffer = self._buffer
             count = len(buffer)

@@ -10,10 +10,20 @@ only calls through.
 
 A wrapper returns exactly what the call returned, and raises exactly what it raised;
 a failure of the recording itself is counted (:func:`lost`) and never reaches the caller.
+
+On acl_mem's fake library no wrapper is needed for most calls: the library captures
+their records itself (``Backend.trace_capture``, :data:`_lines.LIBRARY_CAPTURED`) and
+:func:`drain` hands them, as bytes no one reads here, to every recorder, where the
+writer turns them into lines. Only the other calls (inputs that point to something, the
+pools' notifications, methods replaced on the object) keep a wrapper, and whatever a
+wrapper or a recorder adds drains the library first, so the recorders see every call in
+the order the calls ended. Recording with stacks wraps every call: only Python knows
+the Python caller.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -26,12 +36,31 @@ from typing import Any, Protocol
 from .. import _backend
 from .._lifecycle import state
 from ._format import SNAPSHOT_ARGUMENTS, snapshot
-from ._lines import BOXED, CALL_ORDER, CALLS, RAISED, STACKED, CallSpec, Stack
+from ._lines import (
+    BOXED,
+    CALL_ORDER,
+    CALLS,
+    LIBRARY_CAPTURED,
+    RAISED,
+    STACKED,
+    CallSpec,
+    Stack,
+)
 
-__all__ = ["Sink", "attach", "detach", "lost", "original"]
+__all__ = ["Sink", "attach", "detach", "drain", "lost", "original"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _get_ident = threading.get_ident
+
+
+class Capture(Protocol):
+    """A library's capture of traced calls (acl_mem._fake.trace_capture.TraceCapture)."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def waiting(self) -> int: ...
+    def take(self) -> tuple[bytes, int]: ...
+    def quiet(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Sink(Protocol):
@@ -63,6 +92,18 @@ _instrumented: dict[int, tuple[weakref.ref[Any],
                                dict[str, tuple[object, weakref.ref[Any]]]]] = {}
 _MISSING = object()
 _CODES = {name: code for code, name in enumerate(CALL_ORDER)}
+#: Whether libraries that capture their calls are asked to (tests of the wrappers
+#: themselves turn this off).
+use_library_capture = True
+#: The captures switched on for the recorders, by id; the records they hold go to
+#: every recorder (:func:`drain`). Switched off when the last recorder stops.
+_captures: dict[int, Capture] = {}
+#: Whether the wrappers' mode is capture (no stacks wanted); set by _refresh.
+_capturing_mode = True
+#: What receives a record once the libraries are drained: every recorder.
+_deliver: Callable[[tuple[Any, ...]], None] = _nothing
+#: One drain at a time: two would hand their records over in either order.
+_drain_lock = threading.Lock()
 
 
 def lost() -> int:
@@ -216,8 +257,31 @@ def _general_wrapper(spec: CallSpec, call: Callable[..., Any]) -> Callable[..., 
     return recorded
 
 
+def drain() -> None:
+    """Hand what the capturing libraries hold to every recorder (cheap when they hold
+    nothing: one read of a counter each)."""
+    if not _captures:
+        return
+    with _drain_lock:
+        for capture in list(_captures.values()):
+            if capture.waiting():
+                data, dropped = capture.take()
+                if data or dropped:
+                    _deliver((BOXED, ("#captured", dropped, data)))
+
+
+def _capture_of(backend: _backend.Backend) -> Capture | None:
+    """The capture of ``backend``'s library when it has one and the mode wants it."""
+    if not (use_library_capture and _capturing_mode):
+        return None
+    ask = getattr(backend, "trace_capture", None)
+    capture: Capture | None = ask() if callable(ask) else None
+    return capture
+
+
 def _instrument(backend: _backend.Backend) -> bool:
-    """Shadow the traced calls of ``backend``; False if the object takes no attributes."""
+    """Shadow the traced calls of ``backend`` (those its library does not capture);
+    False if the object takes no attributes."""
     key = id(backend)
     entry = _instrumented.get(key)
     if entry is not None and entry[0]() is backend:
@@ -226,11 +290,17 @@ def _instrument(backend: _backend.Backend) -> bool:
         slots = vars(backend)
     except TypeError:
         return False
+    capture = _capture_of(backend)
+    if capture is not None:
+        capture.start()
+        _captures[id(capture)] = capture
     saved: dict[str, tuple[object, weakref.ref[Any]]] = {}
     for name, spec in CALLS.items():
         call = getattr(backend, name, None)
         if call is None:
             continue
+        if capture is not None and name in LIBRARY_CAPTURED and name not in slots:
+            continue  # the library records it (a method replaced on the object may not)
         wrapper = _wrapper(spec, call)
         saved[name] = (slots.get(name, _MISSING), weakref.ref(wrapper))
         slots[name] = wrapper
@@ -240,7 +310,11 @@ def _instrument(backend: _backend.Backend) -> bool:
 
 def _restore_all() -> None:
     """Put back what each instrumented backend held (unless something replaced a
-    wrapper since: then that stays)."""
+    wrapper since: then that stays); switch the captures off."""
+    for capture in _captures.values():
+        with contextlib.suppress(Exception):
+            capture.stop()
+    _captures.clear()
     for ref, saved in _instrumented.values():
         backend = ref()
         if backend is None:
@@ -259,7 +333,17 @@ def _restore_all() -> None:
 def original(backend: _backend.Backend, name: str) -> Callable[..., Any]:
     """``backend``'s own ``name`` call, bypassing any recording (for the recorder's queries)."""
     call = getattr(backend, name)
-    return getattr(call, "__wrapped__", call)  # type: ignore[no-any-return]
+    call = getattr(call, "__wrapped__", call)
+    ask = getattr(backend, "trace_capture", None)
+    capture = ask() if callable(ask) else None
+    if capture is None or id(capture) not in _captures:
+        return call  # type: ignore[no-any-return]
+
+    def quietly(*args: Any, **kwargs: Any) -> Any:
+        with capture.quiet():
+            return call(*args, **kwargs)
+
+    return quietly
 
 
 def _on_activation(backend: _backend.Backend) -> None:
@@ -267,18 +351,30 @@ def _on_activation(backend: _backend.Backend) -> None:
     with _lock:
         if not _sinks:
             return
+        drain()  # (the calls before belong before its backend line)
         if not _instrument(backend):
             print(f"acl_mem.trace: the backend {backend!r} takes no attributes: its calls "
                   "are not recorded", file=sys.stderr)
             return
+        _refresh()
         sinks = list(_sinks)
     for sink in sinks:
         sink.backend_added(backend)
 
 
 def _refresh() -> None:
-    global _extend, _depth, _recording
+    global _extend, _depth, _recording, _deliver, _capturing_mode
     _depth = max((s.stack_depth for s in _sinks), default=0)
+    if _capturing_mode != (not _depth) and _instrumented:
+        # Stacks wanted now, or no longer: the wrappers of the other mode, on the same
+        # backends.
+        drain()
+        backends = [b for b in (ref() for ref, _ in _instrumented.values()) if b is not None]
+        _restore_all()
+        _capturing_mode = not _depth
+        for backend in backends:
+            _instrument(backend)
+    _capturing_mode = not _depth
     extends = tuple(s.extend for s in _sinks)
     target: Callable[[tuple[Any, ...]], None]
     if len(extends) == 1:
@@ -291,12 +387,19 @@ def _refresh() -> None:
         target = to_all
     else:
         target = _nothing
+    _deliver = target
     if _depth:
         def with_stack(values: tuple[Any, ...]) -> None:
             # (boxed calls carry their stack already)
             target((STACKED, _user_stack(), *values) if values[0] != BOXED else values)
 
         _extend = with_stack
+    elif _captures:
+        def after_captured(values: tuple[Any, ...]) -> None:
+            drain()
+            target(values)
+
+        _extend = after_captured
     else:
         _extend = target
     _recording = bool(extends)
@@ -306,12 +409,18 @@ def attach(sink: Sink) -> _backend.Backend | None:
     """Start handing recorded calls to ``sink``; instruments the active backend (if one is
     chosen yet) and returns it. Raises TypeError if that backend cannot be instrumented."""
     with _lock:
+        drain()  # what was captured before is the other recorders'
         active = _backend._active
+        _sinks.append(sink)
+        _refresh()  # (the mode this recorder's stack depth asks for)
         if active is not None and not _instrument(active):
+            _sinks.remove(sink)
+            _refresh()
+            if not _sinks:
+                _restore_all()
             raise TypeError(f"acl_mem.trace: the active backend {active!r} takes no "
                             "attributes, so its calls cannot be recorded")
-        _sinks.append(sink)
-        _refresh()
+        _refresh()  # (a capture switched on: what wrappers add drains it first)
         if _on_activation not in _backend._activation_hooks:
             _backend._activation_hooks.append(_on_activation)
         return active
@@ -320,6 +429,7 @@ def attach(sink: Sink) -> _backend.Backend | None:
 def detach(sink: Sink) -> None:
     """Stop handing calls to ``sink``; the last one out removes the wrappers."""
     with _lock:
+        drain()  # the leaving recorder gets its last calls
         if sink in _sinks:
             _sinks.remove(sink)
         _refresh()
@@ -330,8 +440,9 @@ def detach(sink: Sink) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
+    global _lock, _drain_lock
     _lock = threading.RLock()
+    _drain_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

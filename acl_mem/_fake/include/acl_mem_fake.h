@@ -147,6 +147,20 @@ ACL_MEM_FAKE_API unsigned long acl_mem_fake_check(void);
  * in Python) turns this off before its first call, so that nothing is written twice. */
 ACL_MEM_FAKE_API int acl_mem_fake_set_trace(int on);
 
+/* Capture, for a binding that writes the trace file itself (acl_mem in Python): while on,
+ * each traced call whose inputs are numbers leaves a record of fixed-size numbers here
+ * (laid out in trace.c, read by acl_mem/trace/_lines.py), whichever thread made it; off
+ * drops what was not taken. Calls a thread makes between quiet(1) and quiet(0) are not
+ * captured (the binding's own queries). A forked child starts with nothing captured. */
+ACL_MEM_FAKE_API int acl_mem_fake_trace_capture(int on);
+ACL_MEM_FAKE_API int acl_mem_fake_trace_quiet(int on);
+/* Move the oldest whole records, at most `capacity` bytes, to `out`: the bytes moved.
+ * `*lost` (if not NULL) gets the records dropped since the last take (64 MiB waiting). */
+ACL_MEM_FAKE_API size_t acl_mem_fake_trace_take(void *out, size_t capacity,
+                                                unsigned long *lost);
+/* Bytes of captured records waiting: a binding reads this before each take. */
+extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_captured_bytes;
+
 /* Where the default share directories are looked for (docs/fidelity.md row 52): the
  * world-writable parent ("/dev/shm"), the parent of the users' runtime directories
  * ("/run/user") and the home directory (from the password database); NULL restores each

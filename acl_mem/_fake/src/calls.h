@@ -11,19 +11,19 @@
 #define AM_ARG(x) ((uint64_t)(uintptr_t)(x))
 #define AM_ARGS(name) AM_ARGS_##name()
 
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclInit = {"aclInit", 0, 0, 1, {{"config", 0, AM_TRACE_STRING}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclInit = {"aclInit", 0, 0, 0, 1, {{"config", 0, AM_TRACE_STRING}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclInit = {"aclInit", 1, {{"configPath", AM_ARG_POINTER}}, &am_trace_aclInit};
 #define AM_ARGS_aclInit() am_args(&am_call_aclInit, AM_ARG(configPath), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclFinalize = {"aclFinalize", 1, 0, 0, {{NULL, 0, 0}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclFinalize = {"aclFinalize", 1, 1, 0, 0, {{NULL, 0, 0}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclFinalize = {"aclFinalize", 0, {{NULL, 0}}, &am_trace_aclFinalize};
 #define AM_ARGS_aclFinalize() am_args(&am_call_aclFinalize, 0, 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSetDevice = {"aclrtSetDevice", 0, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSetDevice = {"aclrtSetDevice", 2, 0, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtSetDevice = {"aclrtSetDevice", 1, {{"deviceId", AM_ARG_SIGNED}}, &am_trace_aclrtSetDevice};
 #define AM_ARGS_aclrtSetDevice() am_args(&am_call_aclrtSetDevice, AM_ARG(deviceId), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtResetDevice = {"aclrtResetDevice", 1, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtResetDevice = {"aclrtResetDevice", 3, 1, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtResetDevice = {"aclrtResetDevice", 1, {{"deviceId", AM_ARG_SIGNED}}, &am_trace_aclrtResetDevice};
 #define AM_ARGS_aclrtResetDevice() am_args(&am_call_aclrtResetDevice, AM_ARG(deviceId), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtResetDeviceForce = {"aclrtResetDeviceForce", 1, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtResetDeviceForce = {"aclrtResetDeviceForce", 4, 1, 0, 1, {{"device", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtResetDeviceForce = {"aclrtResetDeviceForce", 1, {{"deviceId", AM_ARG_SIGNED}}, &am_trace_aclrtResetDeviceForce};
 #define AM_ARGS_aclrtResetDeviceForce() am_args(&am_call_aclrtResetDeviceForce, AM_ARG(deviceId), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtGetDevice = {"aclrtGetDevice", 1, {{"deviceId", AM_ARG_POINTER}}, NULL};
@@ -42,61 +42,61 @@ __attribute__((unused)) static const struct am_call am_call_aclrtPeekAtLastError
 #define AM_ARGS_aclrtPeekAtLastError() am_args(&am_call_aclrtPeekAtLastError, AM_ARG(level), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtGetLastError = {"aclrtGetLastError", 1, {{"level", AM_ARG_SIGNED}}, NULL};
 #define AM_ARGS_aclrtGetLastError() am_args(&am_call_aclrtGetLastError, AM_ARG(level), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMalloc = {"aclrtMalloc", 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMalloc = {"aclrtMalloc", 8, 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMalloc = {"aclrtMalloc", 3, {{"devPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"policy", AM_ARG_HEX}}, &am_trace_aclrtMalloc};
 #define AM_ARGS_aclrtMalloc() am_args(&am_call_aclrtMalloc, AM_ARG(devPtr), AM_ARG(size), AM_ARG(policy), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocAlign32 = {"aclrtMallocAlign32", 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocAlign32 = {"aclrtMallocAlign32", 9, 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMallocAlign32 = {"aclrtMallocAlign32", 3, {{"devPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"policy", AM_ARG_HEX}}, &am_trace_aclrtMallocAlign32};
 #define AM_ARGS_aclrtMallocAlign32() am_args(&am_call_aclrtMallocAlign32, AM_ARG(devPtr), AM_ARG(size), AM_ARG(policy), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocCached = {"aclrtMallocCached", 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocCached = {"aclrtMallocCached", 10, 0, 1, 2, {{"size", 1, AM_TRACE_NUMBER}, {"policy", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMallocCached = {"aclrtMallocCached", 3, {{"devPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"policy", AM_ARG_HEX}}, &am_trace_aclrtMallocCached};
 #define AM_ARGS_aclrtMallocCached() am_args(&am_call_aclrtMallocCached, AM_ARG(devPtr), AM_ARG(size), AM_ARG(policy), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFree = {"aclrtFree", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFree = {"aclrtFree", 11, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtFree = {"aclrtFree", 1, {{"devPtr", AM_ARG_POINTER}}, &am_trace_aclrtFree};
 #define AM_ARGS_aclrtFree() am_args(&am_call_aclrtFree, AM_ARG(devPtr), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocHost = {"aclrtMallocHost", 0, 0, 1, {{"size", 1, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocHost = {"aclrtMallocHost", 12, 0, 0, 1, {{"size", 1, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMallocHost = {"aclrtMallocHost", 2, {{"hostPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}}, &am_trace_aclrtMallocHost};
 #define AM_ARGS_aclrtMallocHost() am_args(&am_call_aclrtMallocHost, AM_ARG(hostPtr), AM_ARG(size), 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFreeHost = {"aclrtFreeHost", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFreeHost = {"aclrtFreeHost", 13, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtFreeHost = {"aclrtFreeHost", 1, {{"hostPtr", AM_ARG_POINTER}}, &am_trace_aclrtFreeHost};
 #define AM_ARGS_aclrtFreeHost() am_args(&am_call_aclrtFreeHost, AM_ARG(hostPtr), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemcpy = {"aclrtMemcpy", 5, {{"dst", AM_ARG_POINTER}, {"destMax", AM_ARG_UNSIGNED}, {"src", AM_ARG_POINTER}, {"count", AM_ARG_UNSIGNED}, {"kind", AM_ARG_SIGNED}}, NULL};
 #define AM_ARGS_aclrtMemcpy() am_args(&am_call_aclrtMemcpy, AM_ARG(dst), AM_ARG(destMax), AM_ARG(src), AM_ARG(count), AM_ARG(kind), 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemset = {"aclrtMemset", 4, {{"devPtr", AM_ARG_POINTER}, {"maxCount", AM_ARG_UNSIGNED}, {"value", AM_ARG_SIGNED}, {"count", AM_ARG_UNSIGNED}}, NULL};
 #define AM_ARGS_aclrtMemset() am_args(&am_call_aclrtMemset, AM_ARG(devPtr), AM_ARG(maxCount), AM_ARG(value), AM_ARG(count), 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtGetMemInfo = {"aclrtGetMemInfo", 0, 1, 1, {{"attr", 0, AM_TRACE_NUMBER}}, 2, {{"free", 1, AM_TRACE_NUMBER}, {"total", 2, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtGetMemInfo = {"aclrtGetMemInfo", 18, 0, 1, 1, {{"attr", 0, AM_TRACE_NUMBER}}, 2, {{"free", 1, AM_TRACE_NUMBER}, {"total", 2, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtGetMemInfo = {"aclrtGetMemInfo", 3, {{"attr", AM_ARG_SIGNED}, {"free", AM_ARG_POINTER}, {"total", AM_ARG_POINTER}}, &am_trace_aclrtGetMemInfo};
 #define AM_ARGS_aclrtGetMemInfo() am_args(&am_call_aclrtGetMemInfo, AM_ARG(attr), AM_ARG(free), AM_ARG(total), 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemGetAddressRange = {"aclrtMemGetAddressRange", 3, {{"ptr", AM_ARG_POINTER}, {"pbase", AM_ARG_POINTER}, {"psize", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtMemGetAddressRange() am_args(&am_call_aclrtMemGetAddressRange, AM_ARG(ptr), AM_ARG(pbase), AM_ARG(psize), 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtPointerGetAttributes = {"aclrtPointerGetAttributes", 2, {{"ptr", AM_ARG_POINTER}, {"attributes", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtPointerGetAttributes() am_args(&am_call_aclrtPointerGetAttributes, AM_ARG(ptr), AM_ARG(attributes), 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtCreateStream = {"aclrtCreateStream", 0, 1, 0, {{NULL, 0, 0}}, 1, {{"stream", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtCreateStream = {"aclrtCreateStream", 19, 0, 1, 0, {{NULL, 0, 0}}, 1, {{"stream", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtCreateStream = {"aclrtCreateStream", 1, {{"stream", AM_ARG_POINTER}}, &am_trace_aclrtCreateStream};
 #define AM_ARGS_aclrtCreateStream() am_args(&am_call_aclrtCreateStream, AM_ARG(stream), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyStream = {"aclrtDestroyStream", 1, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyStream = {"aclrtDestroyStream", 20, 1, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtDestroyStream = {"aclrtDestroyStream", 1, {{"stream", AM_ARG_POINTER}}, &am_trace_aclrtDestroyStream};
 #define AM_ARGS_aclrtDestroyStream() am_args(&am_call_aclrtDestroyStream, AM_ARG(stream), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyStreamForce = {"aclrtDestroyStreamForce", 1, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyStreamForce = {"aclrtDestroyStreamForce", 21, 1, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtDestroyStreamForce = {"aclrtDestroyStreamForce", 1, {{"stream", AM_ARG_POINTER}}, &am_trace_aclrtDestroyStreamForce};
 #define AM_ARGS_aclrtDestroyStreamForce() am_args(&am_call_aclrtDestroyStreamForce, AM_ARG(stream), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSynchronizeStream = {"aclrtSynchronizeStream", 0, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSynchronizeStream = {"aclrtSynchronizeStream", 22, 0, 0, 1, {{"stream", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtSynchronizeStream = {"aclrtSynchronizeStream", 1, {{"stream", AM_ARG_POINTER}}, &am_trace_aclrtSynchronizeStream};
 #define AM_ARGS_aclrtSynchronizeStream() am_args(&am_call_aclrtSynchronizeStream, AM_ARG(stream), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSynchronizeDevice = {"aclrtSynchronizeDevice", 0, 1, 0, {{NULL, 0, 0}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSynchronizeDevice = {"aclrtSynchronizeDevice", 23, 0, 1, 0, {{NULL, 0, 0}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtSynchronizeDevice = {"aclrtSynchronizeDevice", 0, {{NULL, 0}}, &am_trace_aclrtSynchronizeDevice};
 #define AM_ARGS_aclrtSynchronizeDevice() am_args(&am_call_aclrtSynchronizeDevice, 0, 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemcpyAsync = {"aclrtMemcpyAsync", 6, {{"dst", AM_ARG_POINTER}, {"destMax", AM_ARG_UNSIGNED}, {"src", AM_ARG_POINTER}, {"count", AM_ARG_UNSIGNED}, {"kind", AM_ARG_SIGNED}, {"stream", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtMemcpyAsync() am_args(&am_call_aclrtMemcpyAsync, AM_ARG(dst), AM_ARG(destMax), AM_ARG(src), AM_ARG(count), AM_ARG(kind), AM_ARG(stream))
 __attribute__((unused)) static const struct am_call am_call_aclrtMemsetAsync = {"aclrtMemsetAsync", 5, {{"devPtr", AM_ARG_POINTER}, {"maxCount", AM_ARG_UNSIGNED}, {"value", AM_ARG_SIGNED}, {"count", AM_ARG_UNSIGNED}, {"stream", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtMemsetAsync() am_args(&am_call_aclrtMemsetAsync, AM_ARG(devPtr), AM_ARG(maxCount), AM_ARG(value), AM_ARG(count), AM_ARG(stream), 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtCreateContext = {"aclrtCreateContext", 0, 0, 1, {{"device", 1, AM_TRACE_NUMBER}}, 1, {{"context", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtCreateContext = {"aclrtCreateContext", 5, 0, 0, 1, {{"device", 1, AM_TRACE_NUMBER}}, 1, {{"context", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtCreateContext = {"aclrtCreateContext", 2, {{"context", AM_ARG_POINTER}, {"deviceId", AM_ARG_SIGNED}}, &am_trace_aclrtCreateContext};
 #define AM_ARGS_aclrtCreateContext() am_args(&am_call_aclrtCreateContext, AM_ARG(context), AM_ARG(deviceId), 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyContext = {"aclrtDestroyContext", 1, 0, 1, {{"context", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtDestroyContext = {"aclrtDestroyContext", 6, 1, 0, 1, {{"context", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtDestroyContext = {"aclrtDestroyContext", 1, {{"context", AM_ARG_POINTER}}, &am_trace_aclrtDestroyContext};
 #define AM_ARGS_aclrtDestroyContext() am_args(&am_call_aclrtDestroyContext, AM_ARG(context), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSetCurrentContext = {"aclrtSetCurrentContext", 0, 0, 1, {{"context", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtSetCurrentContext = {"aclrtSetCurrentContext", 7, 0, 0, 1, {{"context", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtSetCurrentContext = {"aclrtSetCurrentContext", 1, {{"context", AM_ARG_POINTER}}, &am_trace_aclrtSetCurrentContext};
 #define AM_ARGS_aclrtSetCurrentContext() am_args(&am_call_aclrtSetCurrentContext, AM_ARG(context), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtGetCurrentContext = {"aclrtGetCurrentContext", 1, {{"context", AM_ARG_POINTER}}, NULL};
@@ -123,51 +123,51 @@ __attribute__((unused)) static const struct am_call am_call_aclrtQueryEvent = {"
 #define AM_ARGS_aclrtQueryEvent() am_args(&am_call_aclrtQueryEvent, AM_ARG(event), AM_ARG(status), 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtEventElapsedTime = {"aclrtEventElapsedTime", 3, {{"ms", AM_ARG_POINTER}, {"startEvent", AM_ARG_POINTER}, {"endEvent", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtEventElapsedTime() am_args(&am_call_aclrtEventElapsedTime, AM_ARG(ms), AM_ARG(startEvent), AM_ARG(endEvent), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtReserveMemAddress = {"aclrtReserveMemAddress", 0, 0, 4, {{"size", 1, AM_TRACE_NUMBER}, {"alignment", 2, AM_TRACE_NUMBER}, {"expect", 3, AM_TRACE_NUMBER}, {"flags", 4, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtReserveMemAddress = {"aclrtReserveMemAddress", 24, 0, 0, 4, {{"size", 1, AM_TRACE_NUMBER}, {"alignment", 2, AM_TRACE_NUMBER}, {"expect", 3, AM_TRACE_NUMBER}, {"flags", 4, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtReserveMemAddress = {"aclrtReserveMemAddress", 5, {{"virPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"alignment", AM_ARG_UNSIGNED}, {"expectPtr", AM_ARG_POINTER}, {"flags", AM_ARG_UNSIGNED}}, &am_trace_aclrtReserveMemAddress};
 #define AM_ARGS_aclrtReserveMemAddress() am_args(&am_call_aclrtReserveMemAddress, AM_ARG(virPtr), AM_ARG(size), AM_ARG(alignment), AM_ARG(expectPtr), AM_ARG(flags), 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtReleaseMemAddress = {"aclrtReleaseMemAddress", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtReleaseMemAddress = {"aclrtReleaseMemAddress", 25, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtReleaseMemAddress = {"aclrtReleaseMemAddress", 1, {{"virPtr", AM_ARG_POINTER}}, &am_trace_aclrtReleaseMemAddress};
 #define AM_ARGS_aclrtReleaseMemAddress() am_args(&am_call_aclrtReleaseMemAddress, AM_ARG(virPtr), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocPhysical = {"aclrtMallocPhysical", 0, 1, 3, {{"size", 1, AM_TRACE_NUMBER}, {"prop", 2, AM_TRACE_PROP}, {"flags", 3, AM_TRACE_NUMBER}}, 1, {{"handle", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMallocPhysical = {"aclrtMallocPhysical", 26, 0, 1, 3, {{"size", 1, AM_TRACE_NUMBER}, {"prop", 2, AM_TRACE_PROP}, {"flags", 3, AM_TRACE_NUMBER}}, 1, {{"handle", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMallocPhysical = {"aclrtMallocPhysical", 4, {{"handle", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"prop", AM_ARG_POINTER}, {"flags", AM_ARG_UNSIGNED}}, &am_trace_aclrtMallocPhysical};
 #define AM_ARGS_aclrtMallocPhysical() am_args(&am_call_aclrtMallocPhysical, AM_ARG(handle), AM_ARG(size), AM_ARG(prop), AM_ARG(flags), 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFreePhysical = {"aclrtFreePhysical", 1, 0, 1, {{"handle", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtFreePhysical = {"aclrtFreePhysical", 27, 1, 0, 1, {{"handle", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtFreePhysical = {"aclrtFreePhysical", 1, {{"handle", AM_ARG_POINTER}}, &am_trace_aclrtFreePhysical};
 #define AM_ARGS_aclrtFreePhysical() am_args(&am_call_aclrtFreePhysical, AM_ARG(handle), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMapMem = {"aclrtMapMem", 0, 0, 5, {{"ptr", 0, AM_TRACE_NUMBER}, {"size", 1, AM_TRACE_NUMBER}, {"offset", 2, AM_TRACE_NUMBER}, {"handle", 3, AM_TRACE_NUMBER}, {"flags", 4, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMapMem = {"aclrtMapMem", 28, 0, 0, 5, {{"ptr", 0, AM_TRACE_NUMBER}, {"size", 1, AM_TRACE_NUMBER}, {"offset", 2, AM_TRACE_NUMBER}, {"handle", 3, AM_TRACE_NUMBER}, {"flags", 4, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMapMem = {"aclrtMapMem", 5, {{"virPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"offset", AM_ARG_UNSIGNED}, {"handle", AM_ARG_POINTER}, {"flags", AM_ARG_UNSIGNED}}, &am_trace_aclrtMapMem};
 #define AM_ARGS_aclrtMapMem() am_args(&am_call_aclrtMapMem, AM_ARG(virPtr), AM_ARG(size), AM_ARG(offset), AM_ARG(handle), AM_ARG(flags), 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtUnmapMem = {"aclrtUnmapMem", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtUnmapMem = {"aclrtUnmapMem", 29, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtUnmapMem = {"aclrtUnmapMem", 1, {{"virPtr", AM_ARG_POINTER}}, &am_trace_aclrtUnmapMem};
 #define AM_ARGS_aclrtUnmapMem() am_args(&am_call_aclrtUnmapMem, AM_ARG(virPtr), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemGetAllocationGranularity = {"aclrtMemGetAllocationGranularity", 3, {{"prop", AM_ARG_POINTER}, {"option", AM_ARG_SIGNED}, {"granularity", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtMemGetAllocationGranularity() am_args(&am_call_aclrtMemGetAllocationGranularity, AM_ARG(prop), AM_ARG(option), AM_ARG(granularity), 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemSetAccess = {"aclrtMemSetAccess", 4, {{"virPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}, {"desc", AM_ARG_POINTER}, {"count", AM_ARG_UNSIGNED}}, NULL};
 #define AM_ARGS_aclrtMemSetAccess() am_args(&am_call_aclrtMemSetAccess, AM_ARG(virPtr), AM_ARG(size), AM_ARG(desc), AM_ARG(count), 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemExportToShareableHandle = {"aclrtMemExportToShareableHandle", 0, 0, 3, {{"handle", 0, AM_TRACE_NUMBER}, {"handle_type", 1, AM_TRACE_NUMBER}, {"flags", 2, AM_TRACE_NUMBER}}, 1, {{"shareable", 3, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemExportToShareableHandle = {"aclrtMemExportToShareableHandle", 30, 0, 0, 3, {{"handle", 0, AM_TRACE_NUMBER}, {"handle_type", 1, AM_TRACE_NUMBER}, {"flags", 2, AM_TRACE_NUMBER}}, 1, {{"shareable", 3, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMemExportToShareableHandle = {"aclrtMemExportToShareableHandle", 4, {{"handle", AM_ARG_POINTER}, {"handleType", AM_ARG_SIGNED}, {"flags", AM_ARG_UNSIGNED}, {"shareableHandle", AM_ARG_POINTER}}, &am_trace_aclrtMemExportToShareableHandle};
 #define AM_ARGS_aclrtMemExportToShareableHandle() am_args(&am_call_aclrtMemExportToShareableHandle, AM_ARG(handle), AM_ARG(handleType), AM_ARG(flags), AM_ARG(shareableHandle), 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemImportFromShareableHandle = {"aclrtMemImportFromShareableHandle", 0, 0, 2, {{"shareable", 0, AM_TRACE_NUMBER}, {"device", 1, AM_TRACE_NUMBER}}, 1, {{"handle", 2, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemImportFromShareableHandle = {"aclrtMemImportFromShareableHandle", 31, 0, 0, 2, {{"shareable", 0, AM_TRACE_NUMBER}, {"device", 1, AM_TRACE_NUMBER}}, 1, {{"handle", 2, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMemImportFromShareableHandle = {"aclrtMemImportFromShareableHandle", 3, {{"shareableHandle", AM_ARG_HEX}, {"deviceId", AM_ARG_SIGNED}, {"handle", AM_ARG_POINTER}}, &am_trace_aclrtMemImportFromShareableHandle};
 #define AM_ARGS_aclrtMemImportFromShareableHandle() am_args(&am_call_aclrtMemImportFromShareableHandle, AM_ARG(shareableHandle), AM_ARG(deviceId), AM_ARG(handle), 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemSetPidToShareableHandle = {"aclrtMemSetPidToShareableHandle", 3, {{"shareableHandle", AM_ARG_HEX}, {"pid", AM_ARG_POINTER}, {"pidNum", AM_ARG_UNSIGNED}}, NULL};
 #define AM_ARGS_aclrtMemSetPidToShareableHandle() am_args(&am_call_aclrtMemSetPidToShareableHandle, AM_ARG(shareableHandle), AM_ARG(pid), AM_ARG(pidNum), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemRetainAllocationHandle = {"aclrtMemRetainAllocationHandle", 0, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 1, {{"handle", 1, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_aclrtMemRetainAllocationHandle = {"aclrtMemRetainAllocationHandle", 32, 0, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 1, {{"handle", 1, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_aclrtMemRetainAllocationHandle = {"aclrtMemRetainAllocationHandle", 2, {{"virPtr", AM_ARG_POINTER}, {"handle", AM_ARG_POINTER}}, &am_trace_aclrtMemRetainAllocationHandle};
 #define AM_ARGS_aclrtMemRetainAllocationHandle() am_args(&am_call_aclrtMemRetainAllocationHandle, AM_ARG(virPtr), AM_ARG(handle), 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclrtMemGetAllocationPropertiesFromHandle = {"aclrtMemGetAllocationPropertiesFromHandle", 2, {{"handle", AM_ARG_POINTER}, {"prop", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtMemGetAllocationPropertiesFromHandle() am_args(&am_call_aclrtMemGetAllocationPropertiesFromHandle, AM_ARG(handle), AM_ARG(prop), 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_acldvppMalloc = {"acldvppMalloc", 0, 1, 1, {{"size", 1, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_acldvppMalloc = {"acldvppMalloc", 14, 0, 1, 1, {{"size", 1, AM_TRACE_NUMBER}}, 1, {{"ptr", 0, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_acldvppMalloc = {"acldvppMalloc", 2, {{"devPtr", AM_ARG_POINTER}, {"size", AM_ARG_UNSIGNED}}, &am_trace_acldvppMalloc};
 #define AM_ARGS_acldvppMalloc() am_args(&am_call_acldvppMalloc, AM_ARG(devPtr), AM_ARG(size), 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_acldvppFree = {"acldvppFree", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_acldvppFree = {"acldvppFree", 15, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_acldvppFree = {"acldvppFree", 1, {{"devPtr", AM_ARG_POINTER}}, &am_trace_acldvppFree};
 #define AM_ARGS_acldvppFree() am_args(&am_call_acldvppFree, AM_ARG(devPtr), 0, 0, 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_hi_mpi_dvpp_malloc = {"hi_mpi_dvpp_malloc", 0, 1, 2, {{"device_id", 0, AM_TRACE_NUMBER}, {"size", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 1, AM_TRACE_NUMBER}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_hi_mpi_dvpp_malloc = {"hi_mpi_dvpp_malloc", 16, 0, 1, 2, {{"device_id", 0, AM_TRACE_NUMBER}, {"size", 2, AM_TRACE_NUMBER}}, 1, {{"ptr", 1, AM_TRACE_NUMBER}}};
 __attribute__((unused)) static const struct am_call am_call_hi_mpi_dvpp_malloc = {"hi_mpi_dvpp_malloc", 3, {{"dev_id", AM_ARG_SIGNED}, {"dev_ptr", AM_ARG_POINTER}, {"size", AM_ARG_SIGNED}}, &am_trace_hi_mpi_dvpp_malloc};
 #define AM_ARGS_hi_mpi_dvpp_malloc() am_args(&am_call_hi_mpi_dvpp_malloc, AM_ARG(dev_id), AM_ARG(dev_ptr), AM_ARG(size), 0, 0, 0)
-__attribute__((unused)) static const struct am_trace_spec am_trace_hi_mpi_dvpp_free = {"hi_mpi_dvpp_free", 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
+__attribute__((unused)) static const struct am_trace_spec am_trace_hi_mpi_dvpp_free = {"hi_mpi_dvpp_free", 17, 1, 0, 1, {{"ptr", 0, AM_TRACE_NUMBER}}, 0, {{NULL, 0, 0}}};
 __attribute__((unused)) static const struct am_call am_call_hi_mpi_dvpp_free = {"hi_mpi_dvpp_free", 1, {{"dev_ptr", AM_ARG_POINTER}}, &am_trace_hi_mpi_dvpp_free};
 #define AM_ARGS_hi_mpi_dvpp_free() am_args(&am_call_hi_mpi_dvpp_free, AM_ARG(dev_ptr), 0, 0, 0, 0, 0)
 __attribute__((unused)) static const struct am_call am_call_aclGetRecentErrMsg = {"aclGetRecentErrMsg", 0, {{NULL, 0}}, NULL};

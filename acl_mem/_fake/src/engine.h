@@ -382,7 +382,8 @@ struct am_engine {
     int fault_count;
     bool check; /* the memory checker (ACL_MEM_CHECK): fast paths stay off while on */
     bool abort_on_unsupported; /* ACL_MEM_SHIM_ABORT_ON_UNSUPPORTED */
-    bool tracing; /* ACL_MEM_TRACE records this process's calls: fast paths stay off */
+    bool tracing;    /* calls are recorded (a file or a capture): they take their entry time */
+    bool trace_file; /* ACL_MEM_TRACE records this process's calls: fast paths stay off */
     /* Virtual memory (vmm.c). */
     bool vmm_ready, mirror_reserved;
     uint64_t mirror_offset; /* the mirror of VMM address va is at va + mirror_offset */
@@ -415,6 +416,7 @@ struct am_trace_field {
 };
 struct am_trace_spec {
     const char *written;
+    unsigned char code; /* its position in the format's table (a captured record's code) */
     bool release; /* its time is taken before the call: it gives something back */
     bool device;  /* the record carries the thread's current device */
     unsigned char inputs;

@@ -99,7 +99,10 @@ void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2, 
     struct am_thread *self = &thread_state;
     self->call = call;
     self->traced = false;
-    if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0))
+    /* A call that gives something back is recorded at its entry (trace.c): a free sorts
+     * before the allocation that reuses its address. */
+    if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0) &&
+        call->trace != NULL && call->trace->release)
         self->entry_ns = am_trace_now();
     self->args[0] = a0;
     self->args[1] = a1;
@@ -816,7 +819,7 @@ bool am_fast_lock(int first, int second)
     /* Stable now: these change only under the engine lock, whose holder waits for us. */
     if (first / AM_ARENAS < am.device_count && second / AM_ARENAS < am.device_count &&
         acl_mem_fake_queued_work == 0 && am.setting_error[0] == '\0' && am.fault_count == 0 &&
-        !am.check && !am.tracing)
+        !am.check && !am.trace_file)
         return true;
     am_fast_unlock(first, second);
     return false;

@@ -69,6 +69,22 @@ static struct {
 static _Thread_local int thread_number;
 static _Thread_local pid_t thread_pid;
 
+/* Capture (acl_mem_fake_trace_capture): a binding that writes the trace file itself (acl_mem
+ * in Python) takes each call's record from here as a few fixed-size numbers, so that the
+ * recording costs its program a copy of them, not a text line. Under rec.lock; switched
+ * with the engine lock too, which every traced call holds when it leaves. */
+#define CAPTURE_MAX ((size_t)64 << 20)
+#define CAPTURE_VALUES 16
+static struct {
+    bool on;
+    unsigned char *buffer;
+    size_t used, capacity;
+    unsigned long lost;
+} cap;
+unsigned long acl_mem_fake_captured_bytes;
+/* Calls of the binding's own (its queries for a trace's header) are not captured. */
+static _Thread_local int quiet;
+
 static uint64_t now_ns(void)
 {
     struct timespec now;
@@ -332,7 +348,7 @@ void am_trace_read_settings(void)
     }
     rec.wanted = true;
     rec.start_ns = now_ns(); /* before any call's time */
-    am.tracing = true;
+    am.tracing = am.trace_file = true;
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -449,15 +465,146 @@ static void put_field(const struct am_trace_field *field, uint64_t value, unsign
     }
 }
 
-/* The call leaving the engine (unlock_with, with the engine lock): its record. */
+/* ---- capture ------------------------------------------------------------------------------ */
+
+/* Whether a call's record is only numbers (a string or a structure an input points to is
+ * written by the binding itself). */
+static bool capturable(const struct am_trace_spec *spec)
+{
+    for (int i = 0; i < spec->inputs; i++)
+        if (spec->in[i].kind != AM_TRACE_NUMBER)
+            return false;
+    return true;
+}
+
+/* One record, as acl_mem/trace/_lines.py reads it (Consumer._captured): a head of 8 bytes (the
+ * call's code, the count of values, two zero bytes, a mask of the values that are signed)
+ * and that many 8-byte values in the machine's order: time, thread (pthread_self), the
+ * current device (-1: none) if the call has one, the inputs, the mask of NULL outputs if
+ * it has outputs, the return code, and the outputs (0 unless it succeeded). With rec.lock. */
+static void capture(const struct am_call *call, const struct am_thread *self, uint64_t t,
+                    int device, aclError code)
+{
+    const struct am_trace_spec *spec = call->trace;
+    uint64_t values[CAPTURE_VALUES];
+    uint32_t sign = 0;
+    int n = 0;
+    values[n++] = t;
+    values[n++] = (uint64_t)pthread_self();
+    if (spec->device) {
+        sign |= 1u << n;
+        values[n++] = (uint64_t)(int64_t)device;
+    }
+    for (int i = 0; i < spec->inputs; i++) {
+        if (call->args[spec->in[i].arg].kind == AM_ARG_SIGNED)
+            sign |= 1u << n;
+        values[n++] = self->args[spec->in[i].arg];
+    }
+    if (spec->outputs > 0) {
+        uint64_t null_outputs = 0;
+        for (int i = 0; i < spec->outputs; i++)
+            if (self->args[spec->out[i].arg] == 0)
+                null_outputs |= 1u << i;
+        values[n++] = null_outputs;
+    }
+    sign |= 1u << n;
+    values[n++] = (uint64_t)(int64_t)code;
+    for (int i = 0; i < spec->outputs; i++) {
+        const void *where = (const void *)(uintptr_t)self->args[spec->out[i].arg];
+        uint64_t value = 0;
+        if (where != NULL && code == AM_SUCCESS)
+            memcpy(&value, where, sizeof value);
+        values[n++] = value;
+    }
+    size_t size = 8 + 8 * (size_t)n;
+    if (cap.used + size > cap.capacity) {
+        size_t capacity = cap.capacity ? cap.capacity * 2 : 64 * 1024;
+        unsigned char *bigger = capacity > CAPTURE_MAX ? NULL : realloc(cap.buffer, capacity);
+        if (bigger == NULL) { /* the binding has not taken them for long: this one goes */
+            cap.lost++;
+            return;
+        }
+        cap.buffer = bigger;
+        cap.capacity = capacity;
+    }
+    unsigned char *at = cap.buffer + cap.used;
+    at[0] = spec->code;
+    at[1] = (unsigned char)n;
+    at[2] = at[3] = 0;
+    memcpy(at + 4, &sign, sizeof sign);
+    memcpy(at + 8, values, 8 * (size_t)n);
+    cap.used += size;
+    __atomic_store_n(&acl_mem_fake_captured_bytes, cap.used, __ATOMIC_RELAXED);
+}
+
+static void update_tracing(void)
+{
+    am.trace_file = rec.wanted && !rec.disabled;
+    am.tracing = am.trace_file || cap.on;
+}
+
+int acl_mem_fake_trace_capture(int on)
+{
+    am_lock();
+    pthread_mutex_lock(&rec.lock);
+    cap.on = on != 0;
+    if (!cap.on) {
+        free(cap.buffer);
+        cap.buffer = NULL;
+        cap.used = cap.capacity = 0;
+        cap.lost = 0;
+        __atomic_store_n(&acl_mem_fake_captured_bytes, 0, __ATOMIC_RELAXED);
+    }
+    update_tracing();
+    pthread_mutex_unlock(&rec.lock);
+    am_unlock();
+    return AM_SUCCESS;
+}
+
+size_t acl_mem_fake_trace_take(void *out, size_t capacity, unsigned long *lost)
+{
+    pthread_mutex_lock(&rec.lock);
+    size_t taken = 0;
+    while (out != NULL && taken + 8 <= cap.used) {
+        size_t size = 8 + 8 * (size_t)cap.buffer[taken + 1];
+        if (taken + size > capacity)
+            break;
+        taken += size;
+    }
+    if (taken > 0) {
+        memcpy(out, cap.buffer, taken);
+        memmove(cap.buffer, cap.buffer + taken, cap.used - taken);
+        cap.used -= taken;
+        __atomic_store_n(&acl_mem_fake_captured_bytes, cap.used, __ATOMIC_RELAXED);
+    }
+    if (lost != NULL) {
+        *lost = cap.lost;
+        cap.lost = 0;
+    }
+    pthread_mutex_unlock(&rec.lock);
+    return taken;
+}
+
+int acl_mem_fake_trace_quiet(int on)
+{
+    quiet += on ? 1 : (quiet > 0 ? -1 : 0);
+    return AM_SUCCESS;
+}
+
+/* The call leaving the engine (unlock_with, with the engine lock; or a fast path, with
+ * its arena's lock, only while nothing is written to a file): its record. */
 void am_trace_exit(aclError code)
 {
     struct am_thread *self = am_thread_raw();
     const struct am_call *call = self->call;
-    if (call == NULL || call->trace == NULL || self->traced || rec.disabled)
+    if (call == NULL || call->trace == NULL || self->traced)
         return;
     self->traced = true;
     const struct am_trace_spec *spec = call->trace;
+    bool to_file = rec.wanted && !rec.disabled;
+    bool to_capture = cap.on && quiet == 0 && capturable(spec);
+    if (!to_file && !to_capture)
+        return;
     uint64_t t = spec->release ? self->entry_ns : now_ns();
     int device = -1;
     if (spec->device) {
@@ -465,6 +612,12 @@ void am_trace_exit(aclError code)
         device = current == NULL ? -1 : current->id;
     }
     pthread_mutex_lock(&rec.lock);
+    if (to_capture)
+        capture(call, self, t, device, code);
+    if (!to_file) {
+        pthread_mutex_unlock(&rec.lock);
+        return;
+    }
     /* Room for the longest record (escaped strings, a deep stack) first: once it is there
      * no line below can be cut short, so the file never holds half a line. */
     if (rec.failed || !start() || !grow(RECORD_ROOM)) {
@@ -542,8 +695,13 @@ void am_trace_before_fork(void)
 
 void am_trace_after_fork(bool child)
 {
+    /* In the child too the lock is released, not made anew: this thread took it in
+     * before_fork, and a checker (ThreadSanitizer) must see the child holding nothing. */
     if (child) {
-        pthread_mutex_init(&rec.lock, NULL);
+        /* The parent's captured records are the parent's to write. */
+        cap.used = 0;
+        cap.lost = 0;
+        acl_mem_fake_captured_bytes = 0;
         if (rec.wanted && !rec.disabled) {
             /* The child continues the recording in a file of its own, made at its first
              * call; the parent's lines are the parent's. */
@@ -558,7 +716,6 @@ void am_trace_after_fork(bool child)
             rec.threads = 0;
             memset(rec.stacks, 0, sizeof rec.stacks);
         }
-        return;
     }
     pthread_mutex_unlock(&rec.lock);
 }
@@ -567,18 +724,13 @@ int acl_mem_fake_set_trace(int on)
 {
     am_lock();
     pthread_mutex_lock(&rec.lock);
-    if (!on) {
-        rec.disabled = true;
-        am.tracing = false;
-        if (rec.fd >= 0) {
-            write_out();
-            close(rec.fd);
-            rec.fd = -1;
-        }
-    } else {
-        rec.disabled = false;
-        am.tracing = rec.wanted;
+    rec.disabled = !on;
+    if (!on && rec.fd >= 0) {
+        write_out();
+        close(rec.fd);
+        rec.fd = -1;
     }
+    update_tracing();
     pthread_mutex_unlock(&rec.lock);
     am_unlock();
     return AM_SUCCESS;

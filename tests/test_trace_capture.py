@@ -1,0 +1,228 @@
+"""acl_mem.trace on acl_mem's fake library: the library captures the records of most calls
+itself (no Python wrapper), and the file is the one the wrappers write."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import acl_mem
+from acl_mem import _backend, raw
+from acl_mem.enums import MemAttr
+from acl_mem.errors import AclError
+from acl_mem.trace import _lines, _tap, record
+
+_ONLY = "the capture is acl_mem's fake library's"
+#: Fields holding handles the library makes on its heap: they differ from run to run.
+_HANDLES = ("stream", "context", "handle", "shareable")
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _calls(path: Path) -> list[dict[str, Any]]:
+    return [r for r in _records(path) if "call" in r]
+
+
+def _comparable(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Calls without their times, handles numbered by first appearance."""
+    seen: dict[int, int] = {}
+    out = []
+    for call in calls:
+        shown = {k: v for k, v in call.items() if k != "t"}
+        for key in _HANDLES:
+            if isinstance(shown.get(key), int) and shown[key]:
+                shown[key] = f"handle#{seen.setdefault(shown[key], len(seen))}"
+        out.append(shown)
+    return out
+
+
+def _script() -> None:
+    """Every kind of traced call the layers make, failures and NULL outputs included."""
+    with pytest.raises(AclError):
+        raw.aclrtGetMemInfo(MemAttr.HBM_MEM)  # no device current: 107002, "dev" null
+    dev = acl_mem.Device(0)
+    dev.use()
+    buffer = dev.malloc(1000)
+    ptr = raw.aclrtMallocAlign32(100)
+    cached = raw.aclrtMallocCached(5000, acl_mem.MallocPolicy.HUGE_ONLY)
+    raw.aclrtFree(ptr)
+    with pytest.raises(AclError):
+        raw.aclrtFree(ptr)
+    with pytest.raises(AclError):
+        raw.aclrtMalloc(1 << 50)
+    backend = _backend.get()
+    assert backend.aclrtMalloc(64, 0, null_outputs=1)[0] != 0
+    backend.aclrtGetMemInfo(int(MemAttr.HBM_MEM), null_outputs=2)
+    raw.aclrtGetMemInfo(MemAttr.HBM_MEM)
+    host = dev.malloc_host(256)
+    dvpp = raw.acldvppMalloc(4096)
+    raw.acldvppFree(dvpp)
+    stream = dev.stream()
+    stream.synchronize()
+    stream.destroy()
+    with acl_mem.SegmentPool(dev) as pool:
+        segment = pool.allocate(64)
+        segment.free()
+    virtual = raw.aclrtReserveMemAddress(2 << 20)
+    raw.aclrtReleaseMemAddress(virtual)
+    host.free()
+    buffer.free()
+    raw.aclrtFree(cached)
+    dev.synchronize()
+
+
+def _record(path: Path, capture: bool, script: Callable[[], None]) -> list[dict[str, Any]]:
+    acl_mem.fake.reset()
+    before = _tap.use_library_capture
+    _tap.use_library_capture = capture
+    try:
+        with record(path):
+            backend = _backend.get()
+            wrapped = hasattr(backend.aclrtMalloc, "__wrapped__")
+            script()
+    finally:
+        _tap.use_library_capture = before
+    assert wrapped is not capture  # the path under test is the one taken
+    return _calls(path)
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_a_captured_recording_writes_what_the_wrappers_write(backend, tmp_path):
+    wrapped = _record(tmp_path / "wrapped.jsonl", False, _script)
+    captured = _record(tmp_path / "captured.jsonl", True, _script)
+    assert len(wrapped) > 20
+    assert {c["call"] for c in captured} >= {
+        "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree",
+        "aclrtGetMemInfo", "aclrtMallocHost", "aclrtFreeHost", "acldvppMalloc",
+        "acldvppFree", "aclrtCreateStream", "aclrtSynchronizeStream", "aclrtDestroyStream",
+        "pool.segment_allocated", "pool.segment_freed", "aclrtReserveMemAddress",
+        "aclrtReleaseMemAddress", "aclrtSynchronizeDevice", "aclrtSetDevice"}
+    assert _comparable(captured) == _comparable(wrapped)
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_a_call_the_library_does_not_capture_keeps_its_place(backend, tmp_path):
+    """aclInit's path and the pools' notifications are written from Python, between calls
+    the library captured: the order is the order the calls ended."""
+    def script() -> None:
+        dev = acl_mem.Device(0)
+        dev.use()
+        with acl_mem.SegmentPool(dev) as pool:
+            for size in (64, 128, 256):
+                pool.allocate(size).free()
+                raw.aclrtFree(raw.aclrtMalloc(size))
+
+    calls = _record(tmp_path / "t.jsonl", True, script)
+    order = [(c["call"], c.get("size")) for c in calls
+             if c["call"] != "aclrtSetDevice"]
+    assert order[0][0] == "aclrtMalloc"  # the pool's block
+    pairs = [(c, s) for c, s in order[1:-1]]
+    expected = []
+    for size in (64, 128, 256):
+        expected += [("pool.segment_allocated", size), ("pool.segment_freed", None),
+                     ("aclrtMalloc", size), ("aclrtFree", None)]
+    assert pairs == expected
+    assert order[-1][0] == "aclrtFree"
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_threads_are_told_apart(backend, tmp_path):
+    def script() -> None:
+        done = threading.Barrier(4)
+        named = threading.Event()
+
+        def work(size: int) -> None:
+            acl_mem.Device(0).use()
+            for _ in range(50):
+                raw.aclrtFree(raw.aclrtMalloc(size))
+            done.wait()
+            named.wait()  # (names are shipped for the threads alive)
+
+        threads = [threading.Thread(target=work, args=(64 * (i + 1),), name=f"worker-{i}")
+                   for i in range(3)]
+        for thread in threads:
+            thread.start()
+        done.wait()
+        acl_mem.trace.flush()
+        named.set()
+        for thread in threads:
+            thread.join()
+
+    path = tmp_path / "t.jsonl"
+    calls = _record(path, True, script)
+    names = {r["th"]: r["name"] for r in _records(path) if r.get("type") == "thread"}
+    sizes: dict[str, set[int]] = {}
+    for call in calls:
+        if call["call"] == "aclrtMalloc":
+            sizes.setdefault(names[call["th"]], set()).add(call["size"])
+    assert sizes == {"worker-0": {64}, "worker-1": {128}, "worker-2": {192}}
+    assert sum(c["call"] == "aclrtFree" for c in calls) == 150
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_a_recorder_wanting_stacks_meanwhile_gets_them(dev, tmp_path):
+    """Stacks need the wrappers: while such a recorder runs, every call is wrapped, and
+    the recorder already running misses nothing."""
+    outer_path, inner_path = tmp_path / "outer.jsonl", tmp_path / "inner.jsonl"
+    with record(outer_path):
+        raw.aclrtFree(raw.aclrtMalloc(100))
+        assert not hasattr(_backend.get().aclrtMalloc, "__wrapped__")
+        with record(inner_path, stack_depth=2):
+            assert hasattr(_backend.get().aclrtMalloc, "__wrapped__")
+            raw.aclrtFree(raw.aclrtMalloc(200))
+        assert not hasattr(_backend.get().aclrtMalloc, "__wrapped__")
+        raw.aclrtFree(raw.aclrtMalloc(300))
+    outer = [c.get("size") for c in _calls(outer_path) if c["call"] == "aclrtMalloc"]
+    assert outer == [100, 200, 300]
+    inner = [c for c in _calls(inner_path) if c["call"] == "aclrtMalloc"]
+    assert [c["size"] for c in inner] == [200] and "stack" in inner[0]
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_the_recorders_own_queries_are_not_recorded(dev, tmp_path):
+    path = tmp_path / "t.jsonl"
+    with record(path):
+        acl_mem.memory_summary(dev)  # asks aclrtGetMemInfo
+    header = _records(path)[0]
+    assert header["memory"] == "HBM"  # (asked with aclrtGetMemInfo)
+    assert _calls(path) == []
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_nothing_is_captured_once_recording_stops(dev, tmp_path):
+    with record(tmp_path / "t.jsonl"):
+        capture = _backend.get().trace_capture()
+        assert capture is not None
+    raw.aclrtFree(raw.aclrtMalloc(64))
+    assert capture.waiting() == 0
+
+
+def test_damaged_captured_records_are_counted_and_the_rest_written(tmp_path):
+    """The writer reads what the library captured as untrusted bytes: a record cut short
+    or of an unknown call is lost, counted in the end line, and the batch goes on."""
+    code = _lines.CALL_ORDER.index("aclrtFree")
+    head = _lines.CAPTURED_HEAD
+    # time, thread, ptr, return code (signed)
+    whole = head.pack(code, 4, 1 << 3) + b"".join(
+        v.to_bytes(8, sys.byteorder, signed=True) for v in (10, 7, 0x1000, 0))
+    path = tmp_path / "t.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    consumer = _lines.Consumer(str(path), fd)
+    consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 0, "stack_depth": 0}),
+                   _lines.BOXED, ("#captured", 2, whole),
+                   _lines.BOXED, ("#captured", 0, whole[:-3]),
+                   _lines.BOXED, ("#captured", 0, head.pack(250, 4, 0) + bytes(32)),
+                   _lines.BOXED, ("#captured", 0, whole)])
+    consumer.close(20)
+    calls = _calls(path)
+    assert [(c["call"], c["ptr"], c["rc"]) for c in calls] == [("aclrtFree", 4096, 0)] * 2
+    assert _records(path)[-1] == {"type": "end", "t": 20, "calls": 2, "lost": 4}
