@@ -11,7 +11,8 @@ times medians over the rounds.
       left of its records, so all of their shipping is inside it;
     * ``cpu_ratio``: CPU time of the recording process (all its threads) per pair; the
       writer process formats the lines on another core (on a busy machine it competes);
-    * ``writer_cpu_us_per_call``: CPU time of the writer process per recorded call;
+    (the writer process's own CPU is not measured here: it detaches from the recording
+    process, so the system never reports its time to it);
     * ``bytes_per_call``: size of the trace file per recorded call.
 (b) the same with the lines formatted in the recording process (what happens where no
     writer process can be started).
@@ -44,11 +45,6 @@ import time
 from pathlib import Path
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
             writer_process: bool = True, capture: bool = True) -> dict[str, float]:
     """Per-pair figures with and without recording, rounds interleaved."""
@@ -69,7 +65,6 @@ def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
     plain_cpu: list[float] = []
     recorded_wall: list[float] = []
     recorded_cpu: list[float] = []
-    children = _children_cpu()
     recorder = acl_mem.trace.record(path, stack_depth=stack_depth)
     try:
         for _ in range(rounds):
@@ -90,7 +85,6 @@ def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
         recorder.stop()
         _recorder.use_writer_process = True
         _tap.use_library_capture = True
-    writer_cpu = _children_cpu() - children
     with open(path, encoding="utf-8") as handle:
         lines = handle.readlines()
     end = json.loads(lines[-1])
@@ -111,8 +105,6 @@ def compare(pairs: int, rounds: int, *, stack_depth: int = 0,
                                                               strict=True)),
         "bytes_per_call": size / calls,
     }
-    if writer_process:
-        figures["writer_cpu_us_per_call"] = writer_cpu / calls * 1e6
     return figures
 
 

@@ -275,7 +275,12 @@ def calls_header() -> str:
                 f'{{"{name}", {len(params)}, {{{kinds}}}, {trace}}};',
                 f"#define AM_ARGS_{name}() am_args(&am_call_{name}, {', '.join(values)})"]
     assert not traced, f"traced calls the engine does not export: {sorted(traced)}"
-    out += ["", "#endif"]
+    exported = {name for name, _ in _described()}
+    by_code = [f"&am_trace_{name}" if name in exported and CALLS[name].returns_code
+               else "NULL" for name in CALL_ORDER]
+    out += ["", "/* The traced calls by their code (acl_mem/trace/_lines.py, CALL_ORDER); NULL for",
+            "   the codes the library never records. For trace_lines.c alone. */",
+            f"#define AM_TRACE_BY_CODE {{{', '.join(by_code)}}}", "", "#endif"]
     return "\n".join(out) + "\n"
 
 

@@ -119,6 +119,28 @@ def test_the_share_record_reader_on_seeds_then_random_bytes(tmp_path: Path) -> N
     assert f"({len(seeds)} files, " in summary, summary
 
 
+def test_the_trace_line_formatter_on_seeds_then_random_bytes(tmp_path: Path) -> None:
+    """tests/fuzz/lines_fuzz.c: the formatter of captured records (what acl_mem's trace
+    writer runs) never crashes or reads past the records, writes one whole ASCII line per
+    record it takes and always gets further (compiled with that file alone)."""
+    compiler = _compiler()
+    if compiler is None:
+        pytest.skip("no C compiler")
+    binary = tmp_path / "lines"
+    done = subprocess.run(
+        [compiler, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
+         *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
+         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / "lines_fuzz.c"),
+         str(SOURCE / "src" / "trace_lines.c"), str(FUZZ / "driver.c"), "-o", str(binary)],
+        capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    seeds = [p for p in (FUZZ / "lines_corpus").iterdir() if p.is_file()]
+    assert len(seeds) >= 2
+    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "lines_corpus"),
+                           cwd=tmp_path), tmp_path)
+    assert f"({len(seeds)} files, " in summary, summary
+
+
 def test_the_checkers_segments_on_seeds_then_random_programs(tmp_path: Path) -> None:
     """tests/fuzz/checker_fuzz.c: segments declared anywhere, blocks freed under them,
     copies across them and writes into freed pinned memory, with the checker on: only

@@ -15,6 +15,7 @@ import pytest
 
 import acl_mem
 from acl_mem import _backend, raw
+from acl_mem._fake.library import library_dir
 from acl_mem.enums import MemAttr
 from acl_mem.errors import AclError
 from acl_mem.trace import _lines, _tap, record
@@ -206,9 +207,13 @@ def test_nothing_is_captured_once_recording_stops(dev, tmp_path):
     assert capture.waiting() == 0
 
 
-def test_damaged_captured_records_are_counted_and_the_rest_written(tmp_path):
-    """The writer reads what the library captured as untrusted bytes: a record cut short
-    or of an unknown call is lost, counted in the end line, and the batch goes on."""
+@pytest.mark.parametrize("formatter", ["library", "python"])
+def test_damaged_captured_records_are_counted_and_the_rest_written(tmp_path, formatter):
+    """The writer reads what the library captured as untrusted bytes, with the library's
+    formatter or (where it cannot be loaded) its own: a record cut short or of an unknown
+    call is lost, counted in the end line, and the batch goes on."""
+    library = str(library_dir() / "libascendcl.so") if formatter == "library" \
+        else str(tmp_path / "no-such-library.so")
     code = _lines.CALL_ORDER.index("aclrtFree")
     head = _lines.CAPTURED_HEAD
     # time, thread, ptr, return code (signed)
@@ -218,11 +223,51 @@ def test_damaged_captured_records_are_counted_and_the_rest_written(tmp_path):
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     consumer = _lines.Consumer(str(path), fd)
     consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 0, "stack_depth": 0}),
-                   _lines.BOXED, ("#captured", 2, whole),
-                   _lines.BOXED, ("#captured", 0, whole[:-3]),
-                   _lines.BOXED, ("#captured", 0, head.pack(250, 4, 0) + bytes(32)),
-                   _lines.BOXED, ("#captured", 0, whole)])
+                   _lines.BOXED, ("#captured", 2, whole, library),
+                   _lines.BOXED, ("#captured", 0, whole[:-3], library),
+                   _lines.BOXED, ("#captured", 0, head.pack(250, 4, 0) + bytes(32), library),
+                   _lines.BOXED, ("#captured", 0, whole + whole[:16], library)])
     consumer.close(20)
     calls = _calls(path)
     assert [(c["call"], c["ptr"], c["rc"]) for c in calls] == [("aclrtFree", 4096, 0)] * 2
-    assert _records(path)[-1] == {"type": "end", "t": 20, "calls": 2, "lost": 4}
+    assert _records(path)[-1] == {"type": "end", "t": 20, "calls": 2, "lost": 5}
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_the_library_formats_captured_records_as_python_does(backend, tmp_path):
+    """The same captured records written by the library's formatter and by Python's: the
+    same bytes (negative and huge numbers, NULL outputs, failures, several threads)."""
+    capture = backend.trace_capture()
+    capture.start()
+    try:
+        with pytest.raises(AclError):
+            raw.aclrtSetDevice(-1)
+        _script()
+        with pytest.raises(AclError):
+            raw.aclrtMalloc((1 << 64) - 1)
+        def work() -> None:
+            acl_mem.Device(0).use()
+            raw.aclrtFree(raw.aclrtMalloc(64))
+
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+        data, lost = capture.take()
+    finally:
+        capture.stop()
+    assert lost == 0 and len(data) > 1000
+    written = []
+    for library in (capture.path, str(tmp_path / "no-such-library.so")):
+        path = tmp_path / f"{len(written)}.jsonl"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        consumer = _lines.Consumer(str(path), fd)
+        consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 1000, "stack_depth": 0}),
+                       _lines.BOXED, ("#captured", 0, data, library)])
+        consumer.close(1)
+        written.append(path.read_text())
+    assert written[0] == written[1]
+    calls = [json.loads(line) for line in written[0].splitlines() if '"call"' in line]
+    assert calls[0]["device"] == -1 and calls[0]["rc"] != 0
+    assert any(c.get("size") == (1 << 64) - 1 for c in calls)
+    assert any("null_outputs" in c for c in calls)
+    assert len({c["th"] for c in calls}) == 2

@@ -24,7 +24,7 @@ SOURCE = Path(__file__).resolve().parent / "src"
 ENGINE = ("data.c", "tree.c", "os.c", "state.c", "config_file.c", "runtime.c", "memory.c",
           "copies.c", "streams.c", "events.c", "hazards.c", "checker.c", "leaks.c", "vmm.c",
           "share_dir.c", "share_record.c", "share_registry.c", "host_side.c", "unsupported.c",
-          "trace.c")
+          "trace.c", "trace_lines.c")
 #: Libraries beside it, which find it beside them ($ORIGIN): the DVPP calls' own two, the
 #: profiling library, libacl_rt.so (a filter of libascendcl.so: acl_rt.c) and the
 #: companions some programs also link, which hold nothing of their own (on an Atlas host

@@ -158,7 +158,7 @@ class EngineLibrary:
         self.path = path or str((directory or library_dir()) / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
         #: The library's capture of traced calls, for a recording of this process.
-        self.capture = TraceCapture(self.ffi, self.lib)
+        self.capture = TraceCapture(self.ffi, self.lib, self.path)
 
     @classmethod
     def get(cls, directory: Path | None = None) -> EngineLibrary:

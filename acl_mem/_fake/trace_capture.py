@@ -16,9 +16,11 @@ __all__ = ["TraceCapture"]
 class TraceCapture:
     """One library's capture (the library has one, so each library has one of these)."""
 
-    def __init__(self, ffi: Any, lib: Any) -> None:
+    def __init__(self, ffi: Any, lib: Any, path: str) -> None:
         self._ffi = ffi
         self._lib = lib
+        #: The library (its writer formats the records with it: acl_mem_fake_trace_lines).
+        self.path = path
         # Read before each take: the common "nothing waiting" answer costs no call.
         self._waiting = ffi.addressof(lib, "acl_mem_fake_captured_bytes")
         self._lost = ffi.new("unsigned long *")

@@ -61,6 +61,8 @@ class Capture(Protocol):
     def waiting(self) -> int: ...
     def take(self) -> tuple[bytes, int]: ...
     def quiet(self) -> contextlib.AbstractContextManager[None]: ...
+    @property
+    def path(self) -> str: ...
 
 
 class Sink(Protocol):
@@ -267,7 +269,7 @@ def drain() -> None:
             if capture.waiting():
                 data, dropped = capture.take()
                 if data or dropped:
-                    _deliver((BOXED, ("#captured", dropped, data)))
+                    _deliver((BOXED, ("#captured", dropped, data, capture.path)))
 
 
 def _capture_of(backend: _backend.Backend) -> Capture | None:

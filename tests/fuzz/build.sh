@@ -11,6 +11,7 @@
 # OUT/checker-asan: the memory checker's pool segments and freed pinned memory
 # (tests/fuzz/checker_fuzz.c), on lib-asan.
 # OUT/record-asan: the share record reader alone (tests/fuzz/record_fuzz.c), ASan+UBSan.
+# OUT/lines-asan: the trace line formatter alone (tests/fuzz/lines_fuzz.c), ASan+UBSan.
 # When clang can link -fsanitize=fuzzer: OUT/lib-fuzzer and OUT/engine_fuzz (libFuzzer,
 # ASan and UBSan), OUT/lib-fuzzer-ubsan and OUT/engine_fuzz-ubsan (libFuzzer, UBSan);
 # their libraries carry the coverage counters libFuzzer steers by.
@@ -53,6 +54,11 @@ echo "built $out/checker-asan"
 gcc "${cflags[@]}" $sanitize "${includes[@]}" "$here/record_fuzz.c" \
     "$root/acl_mem/_fake/src/share_record.c" "$here/driver.c" -o "$out/record-asan"
 echo "built $out/record-asan"
+# The trace line formatter alone (tests/fuzz/lines_fuzz.c): no library needed.
+# shellcheck disable=SC2086 # $sanitize is several flags
+gcc "${cflags[@]}" $sanitize "${includes[@]}" "$here/lines_fuzz.c" \
+    "$root/acl_mem/_fake/src/trace_lines.c" "$here/driver.c" -o "$out/lines-asan"
+echo "built $out/lines-asan"
 build driver-ubsan lib-ubsan gcc "$ubsan" "$here/engine_fuzz.c" "$here/driver.c"
 
 probe=$(mktemp -d)

@@ -160,6 +160,18 @@ ACL_MEM_FAKE_API size_t acl_mem_fake_trace_take(void *out, size_t capacity,
                                                 unsigned long *lost);
 /* Bytes of captured records waiting: a binding reads this before each take. */
 extern ACL_MEM_FAKE_API unsigned long acl_mem_fake_captured_bytes;
+/* The trace lines (docs/trace-format.md) of taken records, for the binding's writer:
+ * times less `t0`; a thread is numbered by its place in `threads` (number = index + 1).
+ * Stops before a line that might not fit `capacity`, before the first call of a thread
+ * not in the table (added at its end if there is room: `*thread_count` grows, and the
+ * caller writes the thread's line and calls again), or before bytes that are not a whole
+ * record of a captured call: the bytes of text written, with `*used` the bytes of records
+ * done; -1 when the first record is not one (or for NULL arguments). */
+ACL_MEM_FAKE_API long acl_mem_fake_trace_lines(const void *records, size_t size, size_t *used,
+                                               int64_t t0, uint64_t *threads,
+                                               uint32_t *thread_count,
+                                               uint32_t thread_capacity, char *out,
+                                               size_t capacity);
 
 /* Where the default share directories are looked for (docs/fidelity.md row 52): the
  * world-writable parent ("/dev/shm"), the parent of the users' runtime directories

@@ -191,4 +191,8 @@ __attribute__((unused)) static const struct am_call am_call_aclDataTypeSize = {"
 __attribute__((unused)) static const struct am_call am_call_aclrtDeviceGetBareTgid = {"aclrtDeviceGetBareTgid", 1, {{"pid", AM_ARG_POINTER}}, NULL};
 #define AM_ARGS_aclrtDeviceGetBareTgid() am_args(&am_call_aclrtDeviceGetBareTgid, AM_ARG(pid), 0, 0, 0, 0, 0)
 
+/* The traced calls by their code (acl_mem/trace/_lines.py, CALL_ORDER); NULL for
+   the codes the library never records. For trace_lines.c alone. */
+#define AM_TRACE_BY_CODE {&am_trace_aclInit, &am_trace_aclFinalize, &am_trace_aclrtSetDevice, &am_trace_aclrtResetDevice, &am_trace_aclrtResetDeviceForce, &am_trace_aclrtCreateContext, &am_trace_aclrtDestroyContext, &am_trace_aclrtSetCurrentContext, &am_trace_aclrtMalloc, &am_trace_aclrtMallocAlign32, &am_trace_aclrtMallocCached, &am_trace_aclrtFree, &am_trace_aclrtMallocHost, &am_trace_aclrtFreeHost, &am_trace_acldvppMalloc, &am_trace_acldvppFree, &am_trace_hi_mpi_dvpp_malloc, &am_trace_hi_mpi_dvpp_free, &am_trace_aclrtGetMemInfo, &am_trace_aclrtCreateStream, &am_trace_aclrtDestroyStream, &am_trace_aclrtDestroyStreamForce, &am_trace_aclrtSynchronizeStream, &am_trace_aclrtSynchronizeDevice, &am_trace_aclrtReserveMemAddress, &am_trace_aclrtReleaseMemAddress, &am_trace_aclrtMallocPhysical, &am_trace_aclrtFreePhysical, &am_trace_aclrtMapMem, &am_trace_aclrtUnmapMem, &am_trace_aclrtMemExportToShareableHandle, &am_trace_aclrtMemImportFromShareableHandle, &am_trace_aclrtMemRetainAllocationHandle, NULL, NULL}
+
 #endif
