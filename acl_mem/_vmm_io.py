@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._args import c_uint
+from ._vmm_locks import Locked, locked
 
 if TYPE_CHECKING:
     from .buffers import BufferLike, DeviceBuffer
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["MappedIO"]
 
 
-class MappedIO:
-    """``read`` / ``write`` / ``copy_from`` / ``copy_to`` over mapped device memory."""
+class MappedIO(Locked):
+    """``read`` / ``write`` / ``copy_from`` / ``copy_to`` over mapped device memory, each
+    holding the object's lock: a close() of the object (or of a mapping in the range)
+    waits for the copy."""
 
     def _open(self, what: str) -> None:
         raise NotImplementedError
@@ -38,18 +41,21 @@ class MappedIO:
         address, size, device, local = self._mapping_at(what, start)
         return DeviceBuffer.from_ptr(address, size, device=device), local
 
+    @locked
     def read(self, count: int | None = None, offset: int = 0) -> bytes:
         """A bytes copy of ``count`` bytes from ``offset`` (default: to the end of the
         mapping there)."""
         view, local = self._view("read", offset)
         return view.read(count, local)
 
+    @locked
     def write(self, data: BufferLike, offset: int = 0) -> None:
         """Copy all of ``data`` (a buffer-protocol object or an acl_mem buffer) to
         ``offset``."""
         view, local = self._view("write", offset)
         view.copy_from(data, offset=local)
 
+    @locked
     def copy_from(self, src: BufferLike, count: int | None = None, *, offset: int = 0,
                   src_offset: int = 0) -> None:
         """As :meth:`DeviceBuffer.copy_from`: ``count`` bytes (default: the rest of
@@ -57,6 +63,7 @@ class MappedIO:
         view, local = self._view("copy_from", offset)
         view.copy_from(src, count, offset=local, src_offset=src_offset)
 
+    @locked
     def copy_to(self, dst: BufferLike, count: int | None = None, *, offset: int = 0,
                 dst_offset: int = 0) -> None:
         """As :meth:`DeviceBuffer.copy_to`: ``count`` bytes (default: to the end of the

@@ -35,6 +35,7 @@ from ._hostbuf import ffi, host_span
 from ._lifecycle import Epoch, close_on_exit, state
 from ._structs import aclrtMemLocation, aclrtPhysicalMemProp
 from ._vmm_io import MappedIO
+from ._vmm_locks import Locked, locked
 from .buffers import _refuse_objects
 from .device import Device
 from .enums import MemAttr, MemcpyKind, MemLocationType
@@ -92,7 +93,7 @@ def _given_again(kind: str, value: int) -> None:
         owner._step_done = True
 
 
-class _Owned:
+class _Owned(Locked):
     """Release-once ownership shared by the objects below.
 
     An object dropped without ``close()`` is released when collected, unless the runtime
@@ -183,7 +184,7 @@ class _Owned:
         interrupt stops it part-way, the object refuses use and ``close()`` called again
         continues from where it stopped.
         """
-        with _teardown_lock:
+        with self._lock, _teardown_lock:
             if self._released:
                 return
             if self._token is not None and not self._token.live:
@@ -337,6 +338,7 @@ class VirtualRange(_Owned, MappedIO):
                          f"{self._size} bytes); map physical memory there first with "
                          "VirtualRange.map")
 
+    @locked
     def map(self, physical: PhysicalMemory, offset: int = 0) -> Mapping:
         """Map ``physical`` whole at ``address + offset`` (docs/runtime-model.md §4.4)."""
         self._open("map")
@@ -496,8 +498,11 @@ class Mapping(_Owned, MappedIO):
         raw.aclrtUnmapMem(self._address)
 
     def close(self) -> None:
-        super().close()
-        self._release_orphaned_range()
+        # The range first: its copies find their mapping under its lock (lock order).
+        within = self._range
+        with within._lock if within is not None else contextlib.nullcontext():
+            super().close()
+            self._release_orphaned_range()
 
     def __del__(self) -> None:
         super().__del__()
@@ -525,6 +530,7 @@ class _Contents(_Owned):
     def _mapped(self) -> int:
         raise NotImplementedError
 
+    @locked
     def write(self, data: object, offset: int = 0) -> None:
         """Copy a buffer-protocol object to ``address + offset`` (H2D)."""
         self._open("write")
@@ -535,6 +541,7 @@ class _Contents(_Owned):
         raw.aclrtMemcpy(self._base_address() + offset, self._mapped() - offset, span.address,
                         span.nbytes, MemcpyKind.HOST_TO_DEVICE)
 
+    @locked
     def read(self, count: int, offset: int = 0) -> bytes:
         """A bytes copy of ``count`` bytes from ``address + offset`` (D2H)."""
         self._open("read")
@@ -657,6 +664,7 @@ class MappedMemory(_Contents):
         # Nothing while an interrupted offload() may have unmapped part of it.
         return 0 if self._mapping is None or self._saving is not None else self._size
 
+    @locked
     def offload(self) -> None:
         """Copy to host, unmap and free the physical memory; addresses stay reserved.
 
@@ -680,6 +688,7 @@ class MappedMemory(_Contents):
         # The commit: one statement, so the object is either offloading or offloaded.
         self._mapping, self._physical, self._saved, self._saving = None, None, self._saving, None
 
+    @locked
     def restore(self) -> None:
         """Map fresh physical memory at the same addresses and copy the contents back."""
         self._open("restore")
@@ -806,6 +815,7 @@ class ExpandableSegment(_Contents):
         count = len(self._chunks)
         return count - 1 if count and self._chunks[-1][0]._closing else count
 
+    @locked
     def grow(self, size: int) -> None:
         """Map chunks until at least ``size`` bytes are mapped; all or nothing."""
         self._open("grow")
@@ -828,6 +838,7 @@ class ExpandableSegment(_Contents):
             _undo([physical.close, *steps] if physical is not None else steps)
             raise
 
+    @locked
     def shrink(self, size: int) -> None:
         """Unmap and free chunks from the end until at most ``size`` bytes stay mapped."""
         self._open("shrink")
