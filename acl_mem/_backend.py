@@ -327,13 +327,17 @@ def using_backend(backend: Backend | str, reason: str = "") -> Iterator[Backend]
         chosen = _load(backend)
     else:
         chosen = backend
-    state.teardown()
-    previous = _install(chosen, reason or f"{chosen.name}: installed by using_backend()")
+    # Under the state's lock: a thread learning a context (acl_mem._context) finishes
+    # with the old backend first, or starts with the new one.
+    with state.lock:
+        state.teardown()
+        previous = _install(chosen, reason or f"{chosen.name}: installed by using_backend()")
     try:
         yield chosen
     finally:
-        state.teardown()
-        _install(previous)
+        with state.lock:
+            state.teardown()
+            _install(previous)
 
 
 def _install(backend: Backend | None, reason: str = "installed by tests") -> Backend | None:
@@ -344,8 +348,9 @@ def _install(backend: Backend | None, reason: str = "installed by tests") -> Bac
         # and what Python held of it is released.
         from ._lifecycle import state
 
-        state.teardown()
-        backend.resume()  # type: ignore[union-attr]
+        with state.lock:
+            state.teardown()
+            backend.resume()  # type: ignore[union-attr]
     if backend is not None and backend.name == "fake":
         _point_leak_report_here()
     with _lock:

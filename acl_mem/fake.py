@@ -106,13 +106,16 @@ def configure(
     release = current_cann() if cann is None else resolve_cann(cann)
     mode = hazards or current_hazard_mode()
     checking = current_check() if check is None else bool(check)
-    fresh = fake_class()(chosen, hazards=mode, check=checking, cann=release)
-    if cann is not None:
-        set_cann(release)
-    set_profile(chosen)
-    set_hazard_mode(hazards)
-    set_check(check)
-    _replace_active(fresh)
+    # Made under the state's lock too: making a fake takes the engine from the old one,
+    # so a worker thread learning its context must be done with the old one first.
+    with state.lock:
+        fresh = fake_class()(chosen, hazards=mode, check=checking, cann=release)
+        if cann is not None:
+            set_cann(release)
+        set_profile(chosen)
+        set_hazard_mode(hazards)
+        set_check(check)
+        _replace_active(fresh)
     return chosen
 
 
@@ -133,9 +136,10 @@ def forget_settings() -> None:
 
 def reset() -> None:
     """Back to ``ACL_MEM_FAKE_PROFILE`` (or atlas-a2) with a fresh device."""
-    forget_settings()
-    _replace_active(fake_class()(current_profile(), hazards=current_hazard_mode(),
-                                 check=current_check(), cann=current_cann()))
+    with state.lock:  # (as in configure)
+        forget_settings()
+        _replace_active(fake_class()(current_profile(), hazards=current_hazard_mode(),
+                                     check=current_check(), cann=current_cann()))
 
 
 def make_backend(profile: Profile | str | None = None, *, cann: str | None = None,
@@ -226,5 +230,8 @@ def hazards() -> dict[str, int]:
 def _replace_active(fresh: Any) -> None:
     active = _backend._active
     if active is not None and active.name == "fake":
-        state.teardown()
-        _backend._install(fresh, _backend._reason)
+        # Under the state's lock: a thread learning its device's context (acl_mem._context)
+        # notes the old engine's handle before the teardown, never after it.
+        with state.lock:
+            state.teardown()
+            _backend._install(fresh, _backend._reason)
