@@ -98,47 +98,40 @@ def test_a_saved_finding_runs_clean(driver: Path, tmp_path: Path, finding: Path)
     assert "(1 files, 0 random)" in summary, summary
 
 
-def test_the_share_record_reader_on_seeds_then_random_bytes(tmp_path: Path) -> None:
-    """tests/fuzz/record_fuzz.c: the record reader never crashes, accepts only what it
-    can write back the same, and says why it refuses (compiled with that file alone)."""
+def _standalone(tmp_path: Path, target: str, source: str, corpus: str) -> list[Path]:
+    """Build tests/fuzz/``target`` with the library's ``source`` alone (no engine), run
+    every seed of tests/fuzz/``corpus`` then two seconds of random inputs; the seeds."""
     compiler = _compiler()
     if compiler is None:
         pytest.skip("no C compiler")
-    binary = tmp_path / "record"
+    binary = tmp_path / Path(target).stem
     done = subprocess.run(
         [compiler, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
          *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
-         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / "record_fuzz.c"),
-         str(SOURCE / "src" / "share_record.c"), str(FUZZ / "driver.c"), "-o", str(binary)],
+         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / target),
+         str(SOURCE / "src" / source), str(FUZZ / "driver.c"), "-o", str(binary)],
         capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    seeds = [p for p in (FUZZ / "record_corpus").iterdir() if p.is_file()]
-    assert any(p.name == "valid.json" for p in seeds)
-    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "record_corpus"),
+    seeds = [p for p in (FUZZ / corpus).iterdir() if p.is_file()]
+    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / corpus),
                            cwd=tmp_path), tmp_path)
     assert f"({len(seeds)} files, " in summary, summary
+    return seeds
+
+
+def test_the_share_record_reader_on_seeds_then_random_bytes(tmp_path: Path) -> None:
+    """tests/fuzz/record_fuzz.c: the record reader never crashes, accepts only what it
+    can write back the same, and says why it refuses (compiled with that file alone)."""
+    seeds = _standalone(tmp_path, "record_fuzz.c", "share_record.c", "record_corpus")
+    assert any(p.name == "valid.json" for p in seeds)
 
 
 def test_the_trace_line_formatter_on_seeds_then_random_bytes(tmp_path: Path) -> None:
     """tests/fuzz/lines_fuzz.c: the formatter of captured records (what acl_mem's trace
     writer runs) never crashes or reads past the records, writes one whole ASCII line per
     record it takes and always gets further (compiled with that file alone)."""
-    compiler = _compiler()
-    if compiler is None:
-        pytest.skip("no C compiler")
-    binary = tmp_path / "lines"
-    done = subprocess.run(
-        [compiler, "-std=c11", "-Wall", "-Wextra", "-Werror", "-O1", "-g",
-         *shlex.split(os.environ.get("ACL_MEM_ENGINE_CFLAGS", "")),
-         f"-I{SOURCE / 'src'}", f"-I{SOURCE / 'include'}", str(FUZZ / "lines_fuzz.c"),
-         str(SOURCE / "src" / "trace_lines.c"), str(FUZZ / "driver.c"), "-o", str(binary)],
-        capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    seeds = [p for p in (FUZZ / "lines_corpus").iterdir() if p.is_file()]
+    seeds = _standalone(tmp_path, "lines_fuzz.c", "trace_lines.c", "lines_corpus")
     assert len(seeds) >= 2
-    summary = _passed(_run(binary, "-t", "2", "-s", str(SEED), str(FUZZ / "lines_corpus"),
-                           cwd=tmp_path), tmp_path)
-    assert f"({len(seeds)} files, " in summary, summary
 
 
 def test_the_checkers_segments_on_seeds_then_random_programs(tmp_path: Path) -> None:

@@ -320,6 +320,38 @@ def _positions(mask: int) -> tuple[int, ...]:
     return found
 
 
+def flat_captured(data: bytes) -> tuple[list[Any], int]:
+    """Records the fake library captured (CAPTURED_HEAD, then the values) as calls in
+    the flat shape, and 1 if they end in bytes that are not a whole record of a traced
+    call (read no further), else 0."""
+    out: list[Any] = []
+    try:
+        words: list[Any] = memoryview(data).cast("Q").tolist()
+    except (TypeError, ValueError):
+        return out, 1
+    i, n = 0, len(words)
+    while i < n:
+        head = words[i]
+        if _LITTLE:
+            code, count, signed = head & 0xFF, head >> 8 & 0xFF, head >> 32
+        else:
+            code, count, signed = head >> 56, head >> 48 & 0xFF, head & 0xFFFFFFFF
+        j = i + 1
+        i = j + count
+        if code >= len(LAYOUTS) or count != LAYOUTS[code].size or i > n or \
+                not LAYOUTS[code].spec.returns_code:
+            return out, 1
+        values = words[j:i]
+        for bit in _signed_positions.get(signed) or _positions(signed):
+            if values[bit] >> 63:
+                values[bit] -= 1 << 64
+        if LAYOUTS[code].spec.device:
+            values[2] = None if values[2] < 0 else (values[2],)
+        out.append(code)
+        out += values
+    return out, 0
+
+
 class LibraryLines:
     """The fake library's own formatter of the records it captured
     (``acl_mem_fake_trace_lines``), about ten times faster than formatting them here.
@@ -500,13 +532,17 @@ class Consumer:
                     synced = True
                 elif item[0] == "#captured":
                     self.lost += int(item[1])
-                    if not self._header_written:
-                        out.append(self._header(self._info))
                     formatter = self._formatter(item[3])
-                    if formatter is None:
-                        self._captured(item[2], out)
-                    else:
+                    if formatter is not None:
+                        if not self._header_written:
+                            out.append(self._header(self._info))
                         self.lost += formatter.write(item[2], lines, out)
+                    else:
+                        # Python formats them: they stand here, in the flat shape.
+                        flat, broken = flat_captured(item[2])
+                        self.lost += broken
+                        batch = flat + batch[i:]
+                        i, n = 0, len(batch)
                 else:
                     self._control(item, out)
                     if lines is not self._lines:
@@ -530,63 +566,6 @@ class Consumer:
             except (OSError, AttributeError, TypeError):
                 self._formatters[path] = None
         return self._formatters[path]
-
-    def _captured(self, data: bytes, out: list[str]) -> None:
-        """Lines of the records the fake library captured (CAPTURED_HEAD, then the
-        values); the writer's other hot path. A record that is not whole or not of a
-        traced call ends the reading of the rest (counted lost once)."""
-        lines = self._lines
-        threads = lines._threads
-        t0 = lines.t0
-        try:
-            words: list[Any] = memoryview(data).cast("Q").tolist()
-        except (TypeError, ValueError):
-            self.lost += 1
-            return
-        positions = _signed_positions
-        i, n = 0, len(words)
-        try:
-            while i < n:
-                head = words[i]
-                if _LITTLE:
-                    code, count, signed = head & 0xFF, head >> 8 & 0xFF, head >> 32
-                else:
-                    code, count, signed = head >> 56, head >> 48 & 0xFF, head & 0xFFFFFFFF
-                size, device, null_at, outputs, returns_code, done, failed = _FAST[code]
-                j = i + 1
-                i = j + count
-                if count != size or i > n or not returns_code:
-                    raise ValueError(f"a captured {CALL_ORDER[code]} of {count} values")
-                values = words[j:i]
-                for bit in positions.get(signed) or _positions(signed):
-                    if values[bit] >> 63:
-                        values[bit] -= 1 << 64
-                if device:
-                    current = values[2]
-                    if current < 0:
-                        values[2] = None
-                if null_at and values[null_at]:
-                    # NULL outputs asked for: the general path, from the flat shape.
-                    if device and values[2] is not None:
-                        values[2] = (values[2],)
-                    lines.flat(code, values, out)
-                    continue
-                ident = values[1]
-                values[0] -= t0
-                values[1] = threads.get(ident) or lines._thread(ident, out)
-                if device and values[2] is None:
-                    values[2] = "null"
-                if null_at:
-                    del values[null_at]
-                if values[-1 - outputs]:
-                    if outputs:
-                        del values[-outputs:]
-                    out.append(failed % tuple(values))
-                else:
-                    out.append(done % tuple(values))
-                lines.calls += 1
-        except (IndexError, ValueError, TypeError):
-            self.lost += 1
 
     def _control(self, item: tuple[Any, ...], out: list[str]) -> None:
         kind, t, payload = item
