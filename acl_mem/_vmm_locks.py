@@ -5,7 +5,7 @@ thread's close() gives the addresses back, never after, when they may be someone
 
 Objects inside another (a MappedMemory's range, physical memory and mapping; an
 ExpandableSegment's chunks) are taken after it; a range before the mappings in it; the
-teardown registry's lock (vmm.py) last.
+release steps' lock (vmm.py, _steps_lock) last.
 """
 
 from __future__ import annotations

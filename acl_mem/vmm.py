@@ -69,20 +69,22 @@ def _size_text(n: int) -> str:
 #: release happened (the runtime handed the value out again) and removes the entry.
 _undecided: weakref.WeakValueDictionary[tuple[str, int], _Owned] = \
     weakref.WeakValueDictionary()
-#: One teardown at a time: a second close() on another thread must not take the step an
-#: unfinished one is deciding for a failed call.
-_teardown_lock = threading.RLock()
+#: Held by a release step (:meth:`_Owned._step`) and by an acquisition with its
+#: :func:`_given_again`: a retried release never runs between another thread's runtime
+#: call handing the same value out again and the proof that it did. Taken last (after
+#: the objects' own locks) and nothing is taken under it.
+_steps_lock = threading.RLock()
 
 
-def _fresh_teardown_lock_in_child() -> None:
+def _fresh_steps_lock_in_child() -> None:
     # Another thread of the parent may have held it at the fork: that thread does not
     # exist in the child, which would wait for it for ever.
-    global _teardown_lock
-    _teardown_lock = threading.RLock()
+    global _steps_lock
+    _steps_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_teardown_lock_in_child)
+    os.register_at_fork(after_in_child=_fresh_steps_lock_in_child)
 
 
 def _given_again(kind: str, value: int) -> None:
@@ -134,28 +136,29 @@ class _Owned(Locked):
         first one had done it. A call that fails with an AclError had no effect: the
         next close() starts afresh.
         """
-        key = (self._kind, self._value())
-        if not self._step_started:
-            _undecided[key] = self
-            self._step_started = True
-            try:
-                self._release_call()
-            except AclError:
-                self._step_started = False
-                _undecided.pop(key, None)
-                raise
-            except (HazardError, MemoryCheckError):
-                # The fake's strict mode reports once the call took effect.
-                self._step_done = True
-                _undecided.pop(key, None)
-                raise
-        elif not self._step_done:
-            # 107000: the interrupted attempt had released it.
-            with contextlib.suppress(RtParamInvalidError):
-                self._release_call()
-        self._step_done = True
-        if _undecided.get(key) is self:
-            del _undecided[key]
+        with _steps_lock:
+            key = (self._kind, self._value())
+            if not self._step_started:
+                _undecided[key] = self
+                self._step_started = True
+                try:
+                    self._release_call()
+                except AclError:
+                    self._step_started = False
+                    _undecided.pop(key, None)
+                    raise
+                except (HazardError, MemoryCheckError):
+                    # The fake's strict mode reports once the call took effect.
+                    self._step_done = True
+                    _undecided.pop(key, None)
+                    raise
+            elif not self._step_done:
+                # 107000: the interrupted attempt had released it.
+                with contextlib.suppress(RtParamInvalidError):
+                    self._release_call()
+            self._step_done = True
+            if _undecided.get(key) is self:
+                del _undecided[key]
 
     def _open(self, what: str) -> None:
         """Raise FreedBufferError if closed: the runtime may have given the address, handle
@@ -184,7 +187,7 @@ class _Owned(Locked):
         interrupt stops it part-way, the object refuses use and ``close()`` called again
         continues from where it stopped.
         """
-        with self._lock, _teardown_lock:
+        with self._lock:
             if self._released:
                 return
             if self._token is not None and not self._token.live:
@@ -269,8 +272,9 @@ class VirtualRange(_Owned, MappedIO):
         token = state.token(None)
         # One statement on one line: the address is owned (and released when collected)
         # exactly when it was obtained, whatever line an interrupt lands on.
-        self._base, self._token = raw.aclrtReserveMemAddress(size, 0, expect, flags), token
-        _given_again(self._kind, self._base)
+        with _steps_lock:
+            self._base, self._token = raw.aclrtReserveMemAddress(size, 0, expect, flags), token
+            _given_again(self._kind, self._base)
 
     @property
     def size(self) -> int:
@@ -371,8 +375,9 @@ class PhysicalMemory(_Owned):
         self._prop = _prop(device, attr, location)
         token = state.token(None)
         # One statement, as in VirtualRange: owned exactly when allocated.
-        self._handle, self._token = raw.aclrtMallocPhysical(size, self._prop), token
-        _given_again(self._kind, self._handle)
+        with _steps_lock:
+            self._handle, self._token = raw.aclrtMallocPhysical(size, self._prop), token
+            _given_again(self._kind, self._handle)
 
     @property
     def size(self) -> int:
@@ -444,13 +449,14 @@ class Mapping(_Owned, MappedIO):
         handle = physical.handle
         # aclrtMapMem returns nothing to record, so ownership is taken first and dropped
         # again if the call did not happen (it raised, or an interrupt came before it).
-        try:
-            self._token = state.token(None)
-            raw.aclrtMapMem(address, size, 0, handle)
-        except BaseException:
-            self._token = None
-            raise
-        _given_again(self._kind, address)
+        with _steps_lock:
+            try:
+                self._token = state.token(None)
+                raw.aclrtMapMem(address, size, 0, handle)
+            except BaseException:
+                self._token = None
+                raise
+            _given_again(self._kind, address)
         if within is not None:
             within._mappings.add(self)
 

@@ -132,9 +132,9 @@ def test_children_forked_while_threads_allocate_with_the_checker_on(fake):
 
 
 @pytest.mark.fake_only(FAKE_ONLY)
-def test_child_does_not_hang_when_another_thread_held_a_vmm_teardown(fake, dev):
-    """close() of a VMM object holds a module lock while it decides a release: a child
-    forked while another thread held it closes its inherited objects and makes new ones."""
+def test_child_does_not_hang_when_another_thread_held_a_vmm_release_step(fake, dev):
+    """A VMM release step holds a module lock while it decides a release: a child forked
+    while another thread held it closes its inherited objects and makes new ones."""
     from acl_mem import vmm
 
     inherited = vmm.reserve_and_map(vmm.granularity(dev))
@@ -147,7 +147,7 @@ def test_child_does_not_hang_when_another_thread_held_a_vmm_teardown(fake, dev):
             fresh.close()
         return {"ok": True}
 
-    with _held_by_another_thread(vmm._teardown_lock):
+    with _held_by_another_thread(vmm._steps_lock):
         assert _in_child(child) == {"ok": True}
     inherited.close()
 

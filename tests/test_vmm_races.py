@@ -5,6 +5,7 @@ is written into memory that is no longer the object's, lost, or left half-change
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,3 +130,22 @@ def test_a_close_racing_a_map_is_refused_not_half_done(dev, chunk, monkeypatch):
     rng.close()
     with pytest.raises(FreedBufferError):
         rng.read(8)
+
+
+def test_closing_a_mapped_memory_while_another_thread_closes_its_range(dev, chunk,
+                                                                         monkeypatch):
+    """The composite closes its parts (physical memory, mapping, range) while the other
+    thread closes the range it reached through ``memory.range``: no deadlock, and the
+    range refuses while its mapping is live."""
+    memory = MappedMemory(chunk)
+    rng = memory.range
+    meanwhile = Meanwhile(rng.close)
+    monkeypatch.setattr(vmm.raw, "aclrtFreePhysical", meanwhile.wrap(vmm.raw.aclrtFreePhysical))
+    closer = threading.Thread(target=memory.close, daemon=True)  # (a deadlock fails, not hangs)
+    closer.start()
+    closer.join(30)
+    assert not closer.is_alive(), "the two closes wait for each other"
+    monkeypatch.undo()
+    failure = meanwhile.finish()
+    assert failure is None or isinstance(failure, (ValueError, acl_mem.AclError)), failure
+    assert memory.closed and rng.closed
