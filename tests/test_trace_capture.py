@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,74 @@ def test_the_library_formats_captured_records_as_python_does(backend, tmp_path):
     assert any(c.get("size") == (1 << 64) - 1 for c in calls)
     assert any("null_outputs" in c for c in calls)
     assert len({c["th"] for c in calls}) == 2
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_no_call_is_lost_while_a_recorder_with_stacks_comes_and_goes(dev, tmp_path):
+    """Stacks need wrappers; the library keeps capturing while they go on and off, so
+    the recorder without stacks gets every call of the busy threads."""
+    pairs = 3000
+    go = threading.Barrier(3)
+
+    def work() -> None:
+        acl_mem.Device(0).use()
+        go.wait()
+        for _ in range(pairs):
+            raw.aclrtFree(raw.aclrtMalloc(64))
+
+    path = tmp_path / "outer.jsonl"
+    with record(path):
+        workers = [threading.Thread(target=work) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        go.wait()
+        switches = 0
+        while any(w.is_alive() for w in workers) or switches < 2:
+            with record(tmp_path / f"inner{switches}.jsonl", stack_depth=1):
+                pass
+            switches += 1
+        for worker in workers:
+            worker.join()
+    calls = _calls(path)
+    assert sum(c["call"] == "aclrtMalloc" for c in calls) == 2 * pairs
+    assert sum(c["call"] == "aclrtFree" for c in calls) == 2 * pairs
+    assert _records(path)[-1]["lost"] == 0
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_a_release_that_began_before_the_capture_is_timed_within_it(backend, dev):
+    """A release is recorded at its entry, but one that entered while nothing was
+    captured gets the time it left, never a time from before the capture (frees of busy
+    threads while the capture goes on and off, many times)."""
+    capture = backend.trace_capture()
+    stop = threading.Event()
+
+    def work() -> None:
+        acl_mem.Device(0).use()
+        while not stop.is_set():
+            raw.aclrtFree(raw.aclrtMalloc(64))
+
+    workers = [threading.Thread(target=work) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    early: list[int] = []
+    try:
+        for _ in range(100):
+            on = time.perf_counter_ns()  # (CLOCK_MONOTONIC, as the library's times)
+            capture.start()
+            time.sleep(0.0005)
+            data, _ = capture.take()
+            capture.stop()
+            flat, broken = _lines.flat_captured(data)
+            assert broken == 0
+            i = 0
+            while i < len(flat):
+                size = _lines.LAYOUTS[flat[i]].size
+                if flat[i + 1] < on:
+                    early.append(on - flat[i + 1])
+                i += 1 + size
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+    assert early == []

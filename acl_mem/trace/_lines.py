@@ -9,7 +9,7 @@ program's time.
 
 A batch is one flat list. A call in its common shape is stored as consecutive plain
 values, ``code, t_ns, thread_ident[, current], *arguments, *result`` (``code`` indexes
-:data:`CALL_ORDER`; ``current`` is the raw layer's ``(device, epoch)`` pair or None;
+:data:`CALL_ORDER`; ``current`` is ``(device,)`` or None, the thread's current device;
 ``arguments`` are the backend method's positional parameters, ``null_outputs`` included
 where it has one; ``result`` is the return code and outputs, nothing for the pools'
 notifications): no object per call stays alive for the garbage collector to visit.

@@ -194,6 +194,9 @@ class Recorder:
         self._consumer: Consumer | None = None
         self._broken = False
         self._lost = 0
+        #: The process's count of calls whose recording failed, when this one started
+        #: (those before are other recordings').
+        self._tap_lost_before = _tap.lost()
         #: The checked file, until the writer (process or Consumer) takes it over.
         self._fd: int | None = None
         #: ``<path>.<pid>`` files (a child's) must be new ones.
@@ -218,7 +221,7 @@ class Recorder:
     def lost(self) -> int:
         """Batches or calls that could not be recorded (the calls themselves were not
         affected); the ``end`` line reports the final count."""
-        return self._lost + _tap.lost()
+        return self._lost + _tap.lost() - self._tap_lost_before
 
     def flush(self) -> None:
         """Ship everything recorded so far to the writer (done every 0.1 s anyway); the
@@ -376,7 +379,7 @@ class Recorder:
                 batch[:0] = self._pending
                 self._pending = []
             if end:
-                batch += (BOXED, ("#end", perf_counter_ns(), self._lost + _tap.lost()))
+                batch += (BOXED, ("#end", perf_counter_ns(), self.lost))
             if sync and (self._pipe is not None or self._consumer is not None):
                 batch += (BOXED, ("#sync", 0, 0))
             if not batch:
@@ -464,6 +467,7 @@ class Recorder:
         self._broken = False
         self._names = {}
         self._lost = 0
+        self._tap_lost_before = _tap.lost()
         self._parent_pid, self._pid = self._pid, os.getpid()
         self._path = f"{self._base_path}.{self._pid}"
         self._exclusive = True

@@ -100,8 +100,10 @@ use_library_capture = True
 #: The captures switched on for the recorders, by id; the records they hold go to
 #: every recorder (:func:`drain`). Switched off when the last recorder stops.
 _captures: dict[int, Capture] = {}
-#: Whether the wrappers' mode is capture (no stacks wanted); set by _refresh.
-_capturing_mode = True
+#: Whether the calls the libraries capture are wrapped too (a recorder wants stacks): the
+#: wrapper then makes its call quietly, so that each call is recorded once. The
+#: captures stay on across such a change, so no call goes unrecorded meanwhile.
+_wrapping_captured = False
 #: What receives a record once the libraries are drained: every recorder.
 _deliver: Callable[[tuple[Any, ...]], None] = _nothing
 #: One drain at a time: two would hand their records over in either order.
@@ -132,6 +134,13 @@ def _user_stack() -> Stack:
     return tuple(frames)
 
 
+def _current() -> tuple[int] | None:
+    """This thread's current device as a record shows it: ``(device,)``, or None when it
+    has none (also when a reset released it since)."""
+    current = state._local.__dict__.get("current")
+    return (current[0],) if current is not None and current[1].live else None
+
+
 def _raised(exc: BaseException) -> tuple[str, str, str]:
     try:
         message = str(exc)
@@ -147,7 +156,7 @@ def _boxed(name: str, device: bool, t: int, args: tuple[Any, ...],
     try:
         if isinstance(result, BaseException):
             result = _raised(result)
-        current = state._local.__dict__.get("current") if device else None
+        current = _current() if device else None
         _extend((BOXED, (t, _get_ident(), current, name, args, kwargs or None, result,
                          _user_stack() if _depth else None)))
     except Exception:
@@ -178,7 +187,7 @@ def make(call, name, code):
 Maker = Callable[[Callable[..., Any], str, int], Callable[..., Any]]
 #: Names the template uses: no parameter may be called so.
 _TEMPLATE_NAMES = frozenset({"call", "name", "code", "recorded", "t", "result", "exc", "state",
-                             "perf_counter_ns", "make"})
+                             "perf_counter_ns", "make", "_current"})
 
 
 def _maker(spec: CallSpec) -> Maker:
@@ -205,7 +214,7 @@ def _maker(spec: CallSpec) -> Maker:
         params=", ".join(declared), args=", ".join(names),
         args_tuple="".join(f"{n}, " for n in names),
         before="t = perf_counter_ns()" if spec.release else "", t=t, device=spec.device,
-        current=', state._local.__dict__.get("current")' if spec.device else "",
+        current=", _current()" if spec.device else "",
         values="".join(f", {v}" for v in values), result=result)
     source = source.replace("_get_ident(), , ", "_get_ident(), ")
     namespace: dict[str, Any] = {}
@@ -273,12 +282,21 @@ def drain() -> None:
 
 
 def _capture_of(backend: _backend.Backend) -> Capture | None:
-    """The capture of ``backend``'s library when it has one and the mode wants it."""
-    if not (use_library_capture and _capturing_mode):
+    """The capture of ``backend``'s library, when it has one and captures are used."""
+    if not use_library_capture:
         return None
     ask = getattr(backend, "trace_capture", None)
     capture: Capture | None = ask() if callable(ask) else None
     return capture
+
+
+def _quietly(capture: Capture, call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` made so that its library does not capture it (its wrapper records it)."""
+    def quiet(*args: Any, **kwargs: Any) -> Any:
+        with capture.quiet():
+            return call(*args, **kwargs)
+
+    return quiet
 
 
 def _instrument(backend: _backend.Backend) -> bool:
@@ -302,7 +320,11 @@ def _instrument(backend: _backend.Backend) -> bool:
         if call is None:
             continue
         if capture is not None and name in LIBRARY_CAPTURED and name not in slots:
-            continue  # the library records it (a method replaced on the object may not)
+            # The library records it (a method replaced on the object may not), unless
+            # a recorder wants its Python stack.
+            if not _wrapping_captured:
+                continue
+            call = _quietly(capture, call)
         wrapper = _wrapper(spec, call)
         saved[name] = (slots.get(name, _MISSING), weakref.ref(wrapper))
         slots[name] = wrapper
@@ -310,13 +332,14 @@ def _instrument(backend: _backend.Backend) -> bool:
     return True
 
 
-def _restore_all() -> None:
+def _restore_all(*, stop_captures: bool = True) -> None:
     """Put back what each instrumented backend held (unless something replaced a
     wrapper since: then that stays); switch the captures off."""
-    for capture in _captures.values():
-        with contextlib.suppress(Exception):
-            capture.stop()
-    _captures.clear()
+    if stop_captures:
+        for capture in _captures.values():
+            with contextlib.suppress(Exception):
+                capture.stop()
+        _captures.clear()
     for ref, saved in _instrumented.values():
         backend = ref()
         if backend is None:
@@ -365,18 +388,18 @@ def _on_activation(backend: _backend.Backend) -> None:
 
 
 def _refresh() -> None:
-    global _extend, _depth, _recording, _deliver, _capturing_mode
+    global _extend, _depth, _recording, _deliver, _wrapping_captured
     _depth = max((s.stack_depth for s in _sinks), default=0)
-    if _capturing_mode != (not _depth) and _instrumented:
-        # Stacks wanted now, or no longer: the wrappers of the other mode, on the same
-        # backends.
-        drain()
-        backends = [b for b in (ref() for ref, _ in _instrumented.values()) if b is not None]
-        _restore_all()
-        _capturing_mode = not _depth
-        for backend in backends:
-            _instrument(backend)
-    _capturing_mode = not _depth
+    if _wrapping_captured != bool(_depth):
+        _wrapping_captured = bool(_depth)
+        if _instrumented:
+            # Stacks wanted now, or no longer: the captured calls wrapped, or not. The
+            # captures stay on: a call between the two steps is captured.
+            backends = [b for b in (ref() for ref, _ in _instrumented.values())
+                        if b is not None]
+            _restore_all(stop_captures=False)
+            for backend in backends:
+                _instrument(backend)
     extends = tuple(s.extend for s in _sinks)
     target: Callable[[tuple[Any, ...]], None]
     if len(extends) == 1:
@@ -392,6 +415,8 @@ def _refresh() -> None:
     _deliver = target
     if _depth:
         def with_stack(values: tuple[Any, ...]) -> None:
+            if _captures:
+                drain()
             # (boxed calls carry their stack already)
             target((STACKED, _user_stack(), *values) if values[0] != BOXED else values)
 

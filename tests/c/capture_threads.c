@@ -4,7 +4,8 @@
  * taker thread takes the records as they come. Every record must arrive once, whole,
  * from a worker, with its thread's times in order; calls made quietly and calls after
  * the capture stops leave none. Then a fork with records waiting: the child starts with
- * none and captures its own.
+ * none and captures its own. Last, the capture switched on and off while the workers
+ * run: nothing is left behind once it is off.
  *
  * Output: "ok <step>" lines and "done"; a failure prints "FAIL ..." and exits 1. */
 #define _POSIX_C_SOURCE 200809L
@@ -177,6 +178,26 @@ int main(void)
         Fail("captured after the capture stopped", 0);
     else
         printf("ok stopped\n");
+
+    /* The capture switched on and off while workers allocate and free (fast paths):
+     * nothing is left once it is off. */
+    atomic_store(&running, WORKERS);
+    for (int i = 0; i < WORKERS; i++)
+        pthread_create(&workerIds[i], NULL, Worker, (void *)(intptr_t)i);
+    for (int round = 0; round < 200; round++) {
+        acl_mem_fake_trace_capture(1);
+        acl_mem_fake_trace_take(NULL, 0, NULL);
+        acl_mem_fake_trace_capture(0);
+        if (__atomic_load_n(&acl_mem_fake_captured_bytes, __ATOMIC_RELAXED) != 0)
+            Fail("records left once the capture is off", round);
+    }
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(workerIds[i], NULL);
+    unsigned char none[64];
+    if (acl_mem_fake_trace_take(none, sizeof none, NULL) != 0)
+        Fail("a record after the capture went off", 0);
+    else
+        printf("ok switched while busy\n");
     aclrtResetDevice(0);
     printf("done\n");
     return atomic_load(&failures) ? 1 : 0;

@@ -100,7 +100,9 @@ void am_args(const struct am_call *call, uint64_t a0, uint64_t a1, uint64_t a2, 
     self->call = call;
     self->traced = false;
     /* A call that gives something back is recorded at its entry (trace.c): a free sorts
-     * before the allocation that reuses its address. */
+     * before the allocation that reuses its address. 0: it entered while nothing was
+     * recorded (then it is recorded at its exit, if a recording began meanwhile). */
+    self->entry_ns = 0;
     if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0) &&
         call->trace != NULL && call->trace->release)
         self->entry_ns = am_trace_now();

@@ -72,11 +72,13 @@ static _Thread_local pid_t thread_pid;
 /* Capture (acl_mem_fake_trace_capture): a binding that writes the trace file itself (acl_mem
  * in Python) takes each call's record from here as a few fixed-size numbers, so that the
  * recording costs its program a copy of them, not a text line. Under rec.lock; switched
- * with the engine lock too, which every traced call holds when it leaves. */
+ * with the engine lock too. A call leaving through a fast path holds only its arena's
+ * lock, so capture() looks at `on` again under rec.lock. */
 #define CAPTURE_MAX ((size_t)64 << 20)
 #define CAPTURE_VALUES 16
 static struct {
     bool on;
+    uint64_t since; /* when it was switched on: no record is timed before */
     unsigned char *buffer;
     size_t used, capacity;
     unsigned long lost;
@@ -486,10 +488,14 @@ static void capture(const struct am_call *call, const struct am_thread *self, ui
                     int device, aclError code)
 {
     const struct am_trace_spec *spec = call->trace;
+    if (!cap.on)
+        return; /* switched off since the call looked (a fast path holds no engine lock) */
     uint64_t values[CAPTURE_VALUES];
     uint32_t sign = 0;
     int n = 0;
-    values[n++] = t;
+    /* A release is timed at its entry, which may come before the capture (it waited for
+     * the lock the switch held): then at the capture's start. */
+    values[n++] = t < cap.since ? cap.since : t;
     values[n++] = (uint64_t)pthread_self();
     if (spec->device) {
         sign |= 1u << n;
@@ -547,7 +553,9 @@ int acl_mem_fake_trace_capture(int on)
 {
     am_lock();
     pthread_mutex_lock(&rec.lock);
-    cap.on = on != 0;
+    if (on != 0 && !cap.on)
+        cap.since = now_ns();
+    __atomic_store_n(&cap.on, on != 0, __ATOMIC_RELAXED);
     if (!cap.on) {
         free(cap.buffer);
         cap.buffer = NULL;
@@ -602,10 +610,11 @@ void am_trace_exit(aclError code)
     self->traced = true;
     const struct am_trace_spec *spec = call->trace;
     bool to_file = rec.wanted && !rec.disabled;
-    bool to_capture = cap.on && quiet == 0 && capturable(spec);
+    bool to_capture = __atomic_load_n(&cap.on, __ATOMIC_RELAXED) && quiet == 0 &&
+                      capturable(spec);
     if (!to_file && !to_capture)
         return;
-    uint64_t t = spec->release ? self->entry_ns : now_ns();
+    uint64_t t = spec->release && self->entry_ns != 0 ? self->entry_ns : now_ns();
     int device = -1;
     if (spec->device) {
         struct am_device *current = am_current_device();
