@@ -387,7 +387,7 @@ class EngineFake(NativeBackend):
         try:
             rc: int = self._c_free(devPtr)
         except (OverflowError, TypeError):
-            rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+            rc = self.lib.aclrtFree(self._ptr(devPtr))
         if self.checking or self._waiting[0] or self._stashed:
             self._after("aclrtFree", (devPtr,), rc)
         return rc

@@ -25,6 +25,9 @@ from .vmm import NativeVmm
 __all__ = ["NativeBackend"]
 
 
+#: Addresses are below this (64 bits).
+_ADDRESS_LIMIT = 1 << 64
+
 class NativeBackend(NativeEvents, NativeVmm):
     """Implements :class:`acl_mem._backend.Backend` with the real library."""
 
@@ -103,6 +106,10 @@ class NativeBackend(NativeEvents, NativeVmm):
         return self._null if null else self.ffi.new(ctype)
 
     def _ptr(self, value: int) -> Any:
+        # cffi would take an int past 64 bits (or a negative one) modulo 2**64: another
+        # address, which the call would then act on.
+        if type(value) is int and not 0 <= value < _ADDRESS_LIMIT:
+            raise OverflowError(f"{value:#x} is not a 64-bit address")
         return self._cast(self._void_p, value)
 
     def _addr(self, cdata: Any) -> int:
@@ -214,7 +221,7 @@ class NativeBackend(NativeEvents, NativeVmm):
         try:
             rc: int = self._c_free(devPtr)
         except (OverflowError, TypeError):  # a negative int or a pointer object
-            rc = self.lib.aclrtFree(self._cast(self._void_p, devPtr))
+            rc = self.lib.aclrtFree(self._ptr(devPtr))
         return rc
 
     def aclrtMallocHost(self, size: int, null_outputs: int = 0) -> tuple[int, int]:
