@@ -343,3 +343,14 @@ def test_a_release_that_began_before_the_capture_is_timed_within_it(backend, dev
         for worker in workers:
             worker.join()
     assert early == []
+
+
+def test_a_private_fakes_records_are_formatted_by_a_library_the_writer_can_load():
+    """A private fake runs a copy of the library from an unnamed file of this process
+    (/proc/self/fd/N, another file in the writer process): its records name the library
+    it was copied from, which the writer can load."""
+    private = acl_mem.fake.make_backend(private=True)
+    capture = private.trace_capture()
+    assert capture is not None
+    assert not capture.path.startswith("/proc/") and os.path.isfile(capture.path)
+    assert _lines.LibraryLines(capture.path, own_process=False) is not None

@@ -491,7 +491,8 @@ def _private_engine() -> tuple[EngineLibrary, NativeBackend]:
         found = _private.get(str(directory))
         if found is None:
             path = private_copy(directory)
-            control, binding = EngineLibrary(path=path), NativeBackend(library_path=path)
+            control = EngineLibrary(path=path, copy_of=str(directory / "libascendcl.so"))
+            binding = NativeBackend(library_path=path)
             # Its DVPP libraries would reach the first engine (by the soname they need):
             # the copy's own entry points stand in for them.
             side = _EngineSide(binding.ffi, path)

@@ -152,13 +152,16 @@ class EngineLibrary:
     _lock = threading.Lock()
     _instances: ClassVar[dict[Path, EngineLibrary]] = {}
 
-    def __init__(self, directory: Path | None = None, *, path: str | None = None) -> None:
+    def __init__(self, directory: Path | None = None, *, path: str | None = None,
+                 copy_of: str | None = None) -> None:
         self.ffi = cffi.FFI()
         self.ffi.cdef(control_cdef())
         self.path = path or str((directory or library_dir()) / "libascendcl.so")
         self.lib: Any = self.ffi.dlopen(self.path)
-        #: The library's capture of traced calls, for a recording of this process.
-        self.capture = TraceCapture(self.ffi, self.lib, self.path)
+        #: The library's capture of traced calls, for a recording of this process. Its
+        #: writer process loads the library by a name valid there: the original's, for a
+        #: private copy (``/proc/self/fd/N`` names another file in another process).
+        self.capture = TraceCapture(self.ffi, self.lib, copy_of or self.path)
 
     @classmethod
     def get(cls, directory: Path | None = None) -> EngineLibrary:
