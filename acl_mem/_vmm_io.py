@@ -28,31 +28,34 @@ class MappedIO(Locked):
     def _open(self, what: str) -> None:
         raise NotImplementedError
 
-    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
-        """``(mapping address, mapping size, device id, offset within it)`` of the live
-        mapping holding ``offset``; ValueError where nothing is mapped."""
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int, object]:
+        """``(mapping address, mapping size, device id, offset within it, mapping)`` of
+        the live mapping holding ``offset``; ValueError where nothing is mapped."""
         raise NotImplementedError
 
-    def _view(self, what: str, offset: int) -> tuple[DeviceBuffer, int]:
+    def _view(self, what: str, offset: int) -> tuple[DeviceBuffer, int, object]:
+        """A borrowed buffer over the mapping holding ``offset``, the offset in it, and
+        the mapping itself: the caller holds it until its copy is done, so that dropping
+        the mapping's last other reference cannot unmap it (its finalizer) meanwhile."""
         from .buffers import DeviceBuffer
 
         self._open(what)
         start = c_uint(offset, f"{type(self).__name__}.{what}", "offset")
-        address, size, device, local = self._mapping_at(what, start)
-        return DeviceBuffer.from_ptr(address, size, device=device), local
+        address, size, device, local, mapping = self._mapping_at(what, start)
+        return DeviceBuffer.from_ptr(address, size, device=device), local, mapping
 
     @locked
     def read(self, count: int | None = None, offset: int = 0) -> bytes:
         """A bytes copy of ``count`` bytes from ``offset`` (default: to the end of the
         mapping there)."""
-        view, local = self._view("read", offset)
+        view, local, _held = self._view("read", offset)  # held to the end
         return view.read(count, local)
 
     @locked
     def write(self, data: BufferLike, offset: int = 0) -> None:
         """Copy all of ``data`` (a buffer-protocol object or an acl_mem buffer) to
         ``offset``."""
-        view, local = self._view("write", offset)
+        view, local, _held = self._view("write", offset)  # held to the end
         view.copy_from(data, offset=local)
 
     @locked
@@ -60,7 +63,7 @@ class MappedIO(Locked):
                   src_offset: int = 0) -> None:
         """As :meth:`DeviceBuffer.copy_from`: ``count`` bytes (default: the rest of
         ``src``) from ``src`` at ``src_offset`` to ``offset``."""
-        view, local = self._view("copy_from", offset)
+        view, local, _held = self._view("copy_from", offset)  # held to the end
         view.copy_from(src, count, offset=local, src_offset=src_offset)
 
     @locked
@@ -68,5 +71,5 @@ class MappedIO(Locked):
                 dst_offset: int = 0) -> None:
         """As :meth:`DeviceBuffer.copy_to`: ``count`` bytes (default: to the end of the
         mapping) from ``offset`` into ``dst`` at ``dst_offset``."""
-        view, local = self._view("copy_to", offset)
+        view, local, _held = self._view("copy_to", offset)  # held to the end
         view.copy_to(dst, count, offset=local, dst_offset=dst_offset)

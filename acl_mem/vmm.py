@@ -332,12 +332,12 @@ class VirtualRange(_Owned, MappedIO):
             # range can be finalized first. The mapping releases it once unmapped.
             self._orphaned = True
 
-    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int, object]:
         where = self._base + offset
         for mapping in list(self._mappings):
             if not mapping.closed and mapping._address <= where < mapping._address + mapping._size:
                 return (mapping._address, mapping._size, mapping._physical._device,
-                        where - mapping._address)
+                        where - mapping._address, mapping)
         raise ValueError(f"VirtualRange.{what}: offset {offset} is not mapped (the range has "
                          f"{self._size} bytes); map physical memory there first with "
                          "VirtualRange.map")
@@ -484,11 +484,11 @@ class Mapping(_Owned, MappedIO):
         self._open("physical")
         return self._physical
 
-    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int]:
+    def _mapping_at(self, what: str, offset: int) -> tuple[int, int, int, int, object]:
         if offset > self._size:
             raise ValueError(f"Mapping.{what}: offset {offset} is outside the {self._size} "
                              "mapped bytes")
-        return self._address, self._size, self._physical._device, offset
+        return self._address, self._size, self._physical._device, offset, self
 
     def _describe(self) -> str:
         return (f"{self._address:#x}, {_size_text(self._size)} of handle "
@@ -524,6 +524,13 @@ class Mapping(_Owned, MappedIO):
 
 class _Contents(_Owned):
     """``read`` / ``write`` of mapped bytes, bounds-checked against what is mapped now."""
+
+    def __del__(self) -> None:
+        # Collected without close(): its parts release themselves as they go with it,
+        # each by its own finalizer and in an order the runtime takes (a mapping holds its
+        # range and physical memory, so it is unmapped first). Closing them from here
+        # would take their locks, and a collection can run where a lock is held.
+        return
 
     @property
     def device(self) -> int:

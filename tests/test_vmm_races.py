@@ -5,6 +5,8 @@ is written into memory that is no longer the object's, lost, or left half-change
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -149,3 +151,79 @@ def test_closing_a_mapped_memory_while_another_thread_closes_its_range(dev, chun
     failure = meanwhile.finish()
     assert failure is None or isinstance(failure, (ValueError, acl_mem.AclError)), failure
     assert memory.closed and rng.closed
+
+
+def test_a_range_write_holds_its_mapping_until_the_copy_is_done(dev, chunk, monkeypatch):
+    """Another thread drops the last reference to the mapping a range's write found: the
+    mapping (its finalizer unmaps) stays until the copy is done."""
+    rng = VirtualRange(chunk)
+    physical = PhysicalMemory(chunk)
+    holder = {"mapping": rng.map(physical)}
+    meanwhile = Meanwhile(lambda: holder.clear())
+    monkeypatch.setattr(acl_mem.buffers.DeviceBuffer, "from_ptr",
+                        meanwhile.wrap(acl_mem.buffers.DeviceBuffer.from_ptr))
+    try:
+        rng.write(b"\x11" * 16)  # not 107000 from a copy into an unmapped range
+        monkeypatch.undo()
+        assert meanwhile.finish() is None
+        with pytest.raises(ValueError):  # the mapping went with its last reference
+            rng.read(16)
+    finally:
+        physical.close()
+        rng.close()
+
+
+def test_a_composite_collected_where_a_release_step_runs_takes_no_lock(dev, chunk,
+                                                                       monkeypatch):
+    """A MappedMemory in a reference cycle, collected inside another thread's release
+    step, while a third holds its range's lock waiting for that step: its parts release
+    themselves, taking no object lock, so nothing waits for ever."""
+    gc.disable()
+    try:
+        memory = MappedMemory(chunk)
+        memory.cycle = memory  # type: ignore[attr-defined]  # only the collector frees it
+        rng = memory.range
+        del memory
+        spare = PhysicalMemory(chunk)
+        mapping_started, step_running = threading.Event(), threading.Event()
+
+        def ensure(device: int) -> None:  # inside VirtualRange.map, under the range's lock
+            if threading.current_thread().name == "mapper":
+                mapping_started.set()
+                step_running.wait(5)
+            original_ensure(device)
+
+        def allocate(*args: Any) -> Any:  # inside an acquisition step
+            if threading.current_thread().name == "allocator":
+                mapping_started.wait(5)
+                step_running.set()
+                gc.collect()
+            return original_allocate(*args)
+
+        original_ensure, original_allocate = vmm.ensure_context, vmm.raw.aclrtMallocPhysical
+        monkeypatch.setattr(vmm, "ensure_context", ensure)
+        monkeypatch.setattr(vmm.raw, "aclrtMallocPhysical", allocate)
+        made: list[Any] = []
+
+        def map_spare() -> None:
+            acl_mem.Device(0).use()
+            with contextlib.suppress(Exception):
+                made.append(rng.map(spare, 0))
+
+        def allocate_one() -> None:
+            acl_mem.Device(0).use()
+            made.append(PhysicalMemory(chunk))
+
+        threads = [threading.Thread(target=map_spare, name="mapper", daemon=True),
+                   threading.Thread(target=allocate_one, name="allocator", daemon=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not any(thread.is_alive() for thread in threads), "deadlock"
+        monkeypatch.undo()
+        for part in reversed(made):
+            part.close()
+        spare.close()
+    finally:
+        gc.enable()
