@@ -10,11 +10,16 @@ import pytest
 from acl_mem import _backend, raw
 
 
-@pytest.mark.parametrize("offset", [1 << 64, 1 << 70, "negative"])
+class _Address(int):
+    """An int subclass (an IntEnum, a numpy-like scalar type) holding an address."""
+
+
+@pytest.mark.parametrize("offset", [1 << 64, 1 << 70, "negative", "subclass"])
 def test_an_address_out_of_64_bits_frees_nothing(dev, offset):
     backend = _backend.get()
     ptr = raw.aclrtMalloc(64)
-    bad = -((1 << 64) - ptr) if offset == "negative" else ptr + offset  # ptr mod 2**64
+    bad = -((1 << 64) - ptr) if offset == "negative" else \
+        _Address(ptr + (1 << 64)) if offset == "subclass" else ptr + offset  # ptr mod 2**64
     with pytest.raises(OverflowError):
         backend.aclrtFree(bad)
     raw.aclrtMemset(ptr, 64, 7, 64)  # still the caller's

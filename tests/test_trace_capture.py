@@ -354,3 +354,69 @@ def test_a_private_fakes_records_are_formatted_by_a_library_the_writer_can_load(
     assert capture is not None
     assert not capture.path.startswith("/proc/") and os.path.isfile(capture.path)
     assert _lines.LibraryLines(capture.path, own_process=False) is not None
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_a_stopped_recording_stays_as_written(dev, tmp_path):
+    """flush() and sync() after stop() change nothing (they once took the path of a
+    forked child without a file, and emptied it)."""
+    path = tmp_path / "t.jsonl"
+    recorder = record(path)
+    raw.aclrtFree(raw.aclrtMalloc(64))
+    recorder.stop()
+    written = path.read_bytes()
+    raw.aclrtFree(raw.aclrtMalloc(64))
+    recorder.extend((_lines.BOXED, ("#backend", 0, {})))  # (a late wrapper's or hook's)
+    recorder.flush()
+    assert recorder.sync() is True
+    assert path.read_bytes() == written
+
+
+@pytest.mark.parametrize("formatter", ["library", "python"])
+def test_a_call_timed_before_the_recording_began_is_written_at_its_start(tmp_path,
+                                                                         formatter):
+    library = str(library_dir() / "libascendcl.so") if formatter == "library" \
+        else str(tmp_path / "no-such-library.so")
+    code = _lines.CALL_ORDER.index("aclrtFree")
+    # time 900 < the recording's start 1000: a release that entered before it began
+    record_bytes = _lines.CAPTURED_HEAD.pack(code, 4, 1 << 3) + b"".join(
+        v.to_bytes(8, sys.byteorder, signed=True) for v in (900, 7, 0x1000, 0))
+    path = tmp_path / "t.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    consumer = _lines.Consumer(str(path), fd)
+    consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 1000, "stack_depth": 0}),
+                   _lines.BOXED, ("#captured", 0, record_bytes, library),
+                   7, 950, 7, 0x2000, 0])  # the same from a wrapper (flat: aclrtFree)
+    consumer.close(1100)
+    assert [c["t"] for c in _calls(path)] == [0, 0]
+
+
+def test_a_drain_inside_a_drain_is_skipped_not_waited_for(monkeypatch):
+    """A collection in the middle of a drain can run a finalizer whose call is recorded,
+    and a record drains the library first: that inner drain, on the thread already
+    draining, is skipped (the thread would wait for itself)."""
+    delivered: list[object] = []
+    inner: list[str] = []
+
+    class Reentering:
+        path = "library"
+        left = 2
+
+        def waiting(self) -> int:
+            return self.left
+
+        def take(self) -> tuple[bytes, int]:
+            self.left -= 1
+            if not inner:
+                inner.append("in")
+                _tap.drain()  # what a finalizer's recorded call does
+                inner.append("out")
+            return b"", 1
+
+    monkeypatch.setattr(_tap, "_captures", {1: Reentering()})
+    monkeypatch.setattr(_tap, "_deliver", delivered.append)
+    worker = threading.Thread(target=_tap.drain, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "a drain waited for itself"
+    assert inner == ["in", "out"] and len(delivered) == 1

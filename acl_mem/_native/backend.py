@@ -108,7 +108,7 @@ class NativeBackend(NativeEvents, NativeVmm):
     def _ptr(self, value: int) -> Any:
         # cffi would take an int past 64 bits (or a negative one) modulo 2**64: another
         # address, which the call would then act on.
-        if type(value) is int and not 0 <= value < _ADDRESS_LIMIT:
+        if isinstance(value, int) and not 0 <= value < _ADDRESS_LIMIT:
             raise OverflowError(f"{value:#x} is not a 64-bit address")
         return self._cast(self._void_p, value)
 

@@ -203,7 +203,9 @@ Stack = tuple[tuple[str, int, str], ...]
 
 class LineWriter:
     """Turns recorded calls into lines. Threads and stacks get their own line the first
-    time a call uses them; calls refer to them by number."""
+    time a call uses them; calls refer to them by number. A call timed before the
+    recording began (a release is timed at its entry, which may come before) is written
+    at its start, t 0."""
 
     def __init__(self, t0: int, stack_depth: int) -> None:
         self.t0 = t0
@@ -247,8 +249,9 @@ class LineWriter:
         result = values[end:]
         if not stack and (not spec.takes_null_outputs or arguments[-1] == 0):
             shown = arguments[:-1] if spec.takes_null_outputs else arguments
-            head = (t - self.t0, th, "null" if current is None else current[0]) \
-                if spec.device else (t - self.t0, th)
+            since = max(t - self.t0, 0)
+            head = (since, th, "null" if current is None else current[0]) \
+                if spec.device else (since, th)
             try:
                 if not result:
                     out.append(layout.done % (*head, *shown))
@@ -275,7 +278,7 @@ class LineWriter:
                  kwargs: dict[str, Any] | None, result: Any, stack: Stack | None,
                  out: list[str]) -> None:
         spec = CALLS[name]
-        parts = ['{"t":', str(t - self.t0), ',"th":', str(th)]
+        parts = ['{"t":', str(max(t - self.t0, 0)), ',"th":', str(th)]
         if spec.device:
             parts += [',"dev":', "null" if current is None else _value(current[0])]
         parts.append(f',"call":"{spec.written}"')
@@ -496,7 +499,7 @@ class Consumer:
                     values = batch[j:i]
                     ident = values[1]
                     th = threads.get(ident) or lines._thread(ident, out)
-                    values[0] -= lines.t0
+                    values[0] = max(values[0] - lines.t0, 0)
                     values[1] = th
                     if device:
                         current = values[2]

@@ -299,7 +299,7 @@ class Recorder:
             self._close_writer()
             raise
         if backend is not None:
-            self.backend_added(backend)
+            self.backend_added(backend, first=True)
         self._start_shipper()
 
     def _start_shipper(self) -> None:
@@ -350,15 +350,22 @@ class Recorder:
         self._consumer = Consumer(self._path, fd)
 
     # -- what the tap calls ------------------------------------------------------------------------
-    def backend_added(self, backend: _backend.Backend) -> None:
+    def backend_added(self, backend: _backend.Backend, *, first: bool = False) -> None:
         """``backend`` is recorded from now on: described in the header, or in a
-        ``backend`` line once the header is written."""
+        ``backend`` line once the header is written. ``first``: the one active at the
+        start, described before any call (other threads' calls may reach the buffer
+        already)."""
         if any(ref() is backend for ref in self._backends):
             return
         self._backends = [ref for ref in self._backends if ref() is not None]
         self._backends.append(weakref.ref(backend))
         self._backend_info = describe_backend(backend)
-        self.extend((BOXED, ("#backend", perf_counter_ns(), self._backend_info)))
+        item = (BOXED, ("#backend", perf_counter_ns(), self._backend_info))
+        if first:
+            with self._ship_lock:
+                self._pending += item
+        else:
+            self.extend(item)
 
     # -- shipping ----------------------------------------------------------------------------------
     def _ship_loop(self) -> None:
@@ -369,6 +376,10 @@ class Recorder:
                 self._ship()
 
     def _ship(self, end: bool = False, sync: bool = False) -> None:
+        if not self._active and not end:
+            # Stopped: the file is complete. (A call still in a wrapper at stop() may
+            # add to the buffer: it ended after the recording did.)
+            return
         _tap.drain()  # what the library captured joins the buffers first
         with self._ship_lock:
             buffer = self._buffer

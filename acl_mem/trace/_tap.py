@@ -106,8 +106,11 @@ _captures: dict[int, Capture] = {}
 _wrapping_captured = False
 #: What receives a record once the libraries are drained: every recorder.
 _deliver: Callable[[tuple[Any, ...]], None] = _nothing
-#: One drain at a time: two would hand their records over in either order.
-_drain_lock = threading.Lock()
+#: One drain at a time: two would hand their records over in either order. Reentrant,
+#: and a drain already under way in the thread is not started again: a collection inside
+#: one may run a finalizer whose call (a wrapper) drains too.
+_drain_lock = threading.RLock()
+_draining = threading.local()
 
 
 def lost() -> int:
@@ -271,14 +274,18 @@ def _general_wrapper(spec: CallSpec, call: Callable[..., Any]) -> Callable[..., 
 def drain() -> None:
     """Hand what the capturing libraries hold to every recorder (cheap when they hold
     nothing: one read of a counter each)."""
-    if not _captures:
+    if not _captures or getattr(_draining, "on", False):
         return
     with _drain_lock:
-        for capture in list(_captures.values()):
-            if capture.waiting():
-                data, dropped = capture.take()
-                if data or dropped:
-                    _deliver((BOXED, ("#captured", dropped, data, capture.path)))
+        _draining.on = True
+        try:
+            for capture in list(_captures.values()):
+                if capture.waiting():
+                    data, dropped = capture.take()
+                    if data or dropped:
+                        _deliver((BOXED, ("#captured", dropped, data, capture.path)))
+        finally:
+            _draining.on = False
 
 
 def _capture_of(backend: _backend.Backend) -> Capture | None:
@@ -437,6 +444,10 @@ def attach(sink: Sink) -> _backend.Backend | None:
     chosen yet) and returns it. Raises TypeError if that backend cannot be instrumented."""
     with _lock:
         drain()  # what was captured before is the other recorders'
+        if _on_activation not in _backend._activation_hooks:
+            _backend._activation_hooks.append(_on_activation)
+        # Read once the hook is in place: a backend another thread is choosing right now
+        # is seen here, or by the hook (which waits for this lock), or by both.
         active = _backend._active
         _sinks.append(sink)
         _refresh()  # (the mode this recorder's stack depth asks for)
@@ -445,11 +456,10 @@ def attach(sink: Sink) -> _backend.Backend | None:
             _refresh()
             if not _sinks:
                 _restore_all()
+                _backend._activation_hooks.remove(_on_activation)
             raise TypeError(f"acl_mem.trace: the active backend {active!r} takes no "
                             "attributes, so its calls cannot be recorded")
         _refresh()  # (a capture switched on: what wrappers add drains it first)
-        if _on_activation not in _backend._activation_hooks:
-            _backend._activation_hooks.append(_on_activation)
         return active
 
 
@@ -469,7 +479,7 @@ def detach(sink: Sink) -> None:
 def _after_fork_in_child() -> None:
     global _lock, _drain_lock
     _lock = threading.RLock()
-    _drain_lock = threading.Lock()
+    _drain_lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -617,7 +617,8 @@ static aclError device_malloc(uint8_t api, void **devPtr, size_t size,
         if (context != NULL && context->alive && context->device == current)
             code = malloc_locked(api, devPtr, size, policy, &am.devices[current], caller, true,
                                  arena);
-        if (__builtin_expect(am.tracing, 0) && code != NEEDS_ENGINE)
+        if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0) &&
+            code != NEEDS_ENGINE)
             am_trace_exit(code); /* captured (a file's recording keeps fast paths off) */
         am_fast_unlock(slot, -1);
         if (code != NEEDS_ENGINE)
@@ -706,7 +707,8 @@ static aclError device_free(const char *name, void *ptr, bool dvpp_family)
     int slot = am_slot_of((uintptr_t)ptr, 1);
     if (slot >= 0 && am_fast_lock(slot, -1)) {
         aclError code = free_fast(ptr, dvpp_family, slot);
-        if (__builtin_expect(am.tracing, 0) && code != NEEDS_ENGINE)
+        if (__builtin_expect(__atomic_load_n(&am.tracing, __ATOMIC_RELAXED), 0) &&
+            code != NEEDS_ENGINE)
             am_trace_exit(code);
         am_fast_unlock(slot, -1);
         if (code != NEEDS_ENGINE)

@@ -821,7 +821,7 @@ bool am_fast_lock(int first, int second)
     /* Stable now: these change only under the engine lock, whose holder waits for us. */
     if (first / AM_ARENAS < am.device_count && second / AM_ARENAS < am.device_count &&
         acl_mem_fake_queued_work == 0 && am.setting_error[0] == '\0' && am.fault_count == 0 &&
-        !am.check && !am.trace_file)
+        !am.check && !__atomic_load_n(&am.trace_file, __ATOMIC_RELAXED))
         return true;
     am_fast_unlock(first, second);
     return false;

@@ -350,7 +350,8 @@ void am_trace_read_settings(void)
     }
     rec.wanted = true;
     rec.start_ns = now_ns(); /* before any call's time */
-    am.tracing = am.trace_file = true;
+    __atomic_store_n(&am.trace_file, true, __ATOMIC_RELAXED);
+    __atomic_store_n(&am.tracing, true, __ATOMIC_RELAXED);
 }
 
 /* ---- records ------------------------------------------------------------------------------ */
@@ -545,8 +546,10 @@ static void capture(const struct am_call *call, const struct am_thread *self, ui
 
 static void update_tracing(void)
 {
-    am.trace_file = rec.wanted && !rec.disabled;
-    am.tracing = am.trace_file || cap.on;
+    /* Read without the engine lock: by every call's entry (am_args) and fast paths. */
+    bool file = rec.wanted && !rec.disabled;
+    __atomic_store_n(&am.trace_file, file, __ATOMIC_RELAXED);
+    __atomic_store_n(&am.tracing, file || cap.on, __ATOMIC_RELAXED);
 }
 
 int acl_mem_fake_trace_capture(int on)

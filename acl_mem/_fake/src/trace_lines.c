@@ -127,7 +127,9 @@ long acl_mem_fake_trace_lines(const void *records, size_t size, size_t *used, in
         struct line line = {out + written, out + capacity};
         unsigned n = 0;
         text(&line, "{\"t\":");
-        number(&line, v[n++] - (uint64_t)t0, true);
+        /* a release that entered before the recording began: at its start (as Python) */
+        number(&line, (int64_t)(v[n] - (uint64_t)t0) < 0 ? 0 : v[n] - (uint64_t)t0, true);
+        n++;
         text(&line, ",\"th\":");
         number(&line, th, false);
         n++;
