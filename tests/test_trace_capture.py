@@ -420,3 +420,25 @@ def test_a_drain_inside_a_drain_is_skipped_not_waited_for(monkeypatch):
     worker.join(10)
     assert not worker.is_alive(), "a drain waited for itself"
     assert inner == ["in", "out"] and len(delivered) == 1
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_calls_ending_while_the_last_recorder_stops_are_counted_lost(dev, tmp_path,
+                                                                     monkeypatch):
+    """Captured after the last recorder's final drain, they are in no file: the end
+    line counts them."""
+    refresh = _tap._refresh
+
+    def refresh_with_calls_meanwhile() -> None:
+        if not _tap._sinks:  # the last recorder left: its final drain is done
+            raw.aclrtFree(raw.aclrtMalloc(64))
+        refresh()
+
+    path = tmp_path / "t.jsonl"
+    recorder = record(path)
+    raw.aclrtFree(raw.aclrtMalloc(64))
+    monkeypatch.setattr(_tap, "_refresh", refresh_with_calls_meanwhile)
+    recorder.stop()
+    monkeypatch.undo()
+    assert [c["call"] for c in _calls(path)] == ["aclrtMalloc", "aclrtFree"]
+    assert _records(path)[-1]["lost"] == 2 and recorder.lost == 2

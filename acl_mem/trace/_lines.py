@@ -323,6 +323,15 @@ def _positions(mask: int) -> tuple[int, ...]:
     return found
 
 
+def count_captured(data: bytes) -> int:
+    """How many records the fake library captured ``data`` holds (whole ones)."""
+    count = i = 0
+    while i + CAPTURED_HEAD.size <= len(data):
+        i += CAPTURED_HEAD.size + 8 * CAPTURED_HEAD.unpack_from(data, i)[1]
+        count += i <= len(data)
+    return count
+
+
 def flat_captured(data: bytes) -> tuple[list[Any], int]:
     """Records the fake library captured (CAPTURED_HEAD, then the values) as calls in
     the flat shape, and 1 if they end in bytes that are not a whole record of a traced

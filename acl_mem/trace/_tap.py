@@ -45,6 +45,7 @@ from ._lines import (
     STACKED,
     CallSpec,
     Stack,
+    count_captured,
 )
 
 __all__ = ["Sink", "attach", "detach", "drain", "lost", "original"]
@@ -342,10 +343,15 @@ def _instrument(backend: _backend.Backend) -> bool:
 def _restore_all(*, stop_captures: bool = True) -> None:
     """Put back what each instrumented backend held (unless something replaced a
     wrapper since: then that stays); switch the captures off."""
+    global _lost
     if stop_captures:
         for capture in _captures.values():
             with contextlib.suppress(Exception):
+                # Calls that ended after the last recorder's final drain (its stop() was
+                # running): in no file, so counted.
+                data, dropped = capture.take()
                 capture.stop()
+                _lost += dropped + count_captured(data)
         _captures.clear()
     for ref, saved in _instrumented.values():
         backend = ref()
