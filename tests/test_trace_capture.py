@@ -34,6 +34,28 @@ def _calls(path: Path) -> list[dict[str, Any]]:
     return [r for r in _records(path) if "call" in r]
 
 
+def _formatter_library(formatter: str, tmp_path: Path) -> str:
+    """The library a ``#captured`` item names: the fake's own (its formatter in C), or a
+    path that cannot be loaded (the writer formats in Python)."""
+    return str(library_dir() / "libascendcl.so") if formatter == "library" \
+        else str(tmp_path / "no-such-library.so")
+
+
+def _free_record(t: int) -> bytes:
+    """A captured aclrtFree(0x1000) of thread 7 at ``t`` that returned 0: time, thread,
+    ptr, return code (signed)."""
+    return _lines.CAPTURED_HEAD.pack(_lines.CALL_ORDER.index("aclrtFree"), 4, 1 << 3) + \
+        b"".join(v.to_bytes(8, sys.byteorder, signed=True) for v in (t, 7, 0x1000, 0))
+
+
+def _written(path: Path, t0: int, items: list[Any], end: int) -> None:
+    """The file a writer makes of ``items`` (after the recording's start at ``t0``)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    consumer = _lines.Consumer(str(path), fd)
+    consumer.feed([_lines.BOXED, ("#process", 0, {"t0": t0, "stack_depth": 0}), *items])
+    consumer.close(end)
+
+
 def _comparable(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Calls without their times, handles numbered by first appearance."""
     seen: dict[int, int] = {}
@@ -213,22 +235,14 @@ def test_damaged_captured_records_are_counted_and_the_rest_written(tmp_path, for
     """The writer reads what the library captured as untrusted bytes, with the library's
     formatter or (where it cannot be loaded) its own: a record cut short or of an unknown
     call is lost, counted in the end line, and the batch goes on."""
-    library = str(library_dir() / "libascendcl.so") if formatter == "library" \
-        else str(tmp_path / "no-such-library.so")
-    code = _lines.CALL_ORDER.index("aclrtFree")
-    head = _lines.CAPTURED_HEAD
-    # time, thread, ptr, return code (signed)
-    whole = head.pack(code, 4, 1 << 3) + b"".join(
-        v.to_bytes(8, sys.byteorder, signed=True) for v in (10, 7, 0x1000, 0))
+    library = _formatter_library(formatter, tmp_path)
+    whole = _free_record(10)
+    unknown = _lines.CAPTURED_HEAD.pack(250, 4, 0) + bytes(32)
     path = tmp_path / "t.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    consumer = _lines.Consumer(str(path), fd)
-    consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 0, "stack_depth": 0}),
-                   _lines.BOXED, ("#captured", 2, whole, library),
-                   _lines.BOXED, ("#captured", 0, whole[:-3], library),
-                   _lines.BOXED, ("#captured", 0, head.pack(250, 4, 0) + bytes(32), library),
-                   _lines.BOXED, ("#captured", 0, whole + whole[:16], library)])
-    consumer.close(20)
+    _written(path, 0, [_lines.BOXED, ("#captured", 2, whole, library),
+                       _lines.BOXED, ("#captured", 0, whole[:-3], library),
+                       _lines.BOXED, ("#captured", 0, unknown, library),
+                       _lines.BOXED, ("#captured", 0, whole + whole[:16], library)], 20)
     calls = _calls(path)
     assert [(c["call"], c["ptr"], c["rc"]) for c in calls] == [("aclrtFree", 4096, 0)] * 2
     assert _records(path)[-1] == {"type": "end", "t": 20, "calls": 2, "lost": 5}
@@ -246,6 +260,7 @@ def test_the_library_formats_captured_records_as_python_does(backend, tmp_path):
         _script()
         with pytest.raises(AclError):
             raw.aclrtMalloc((1 << 64) - 1)
+
         def work() -> None:
             acl_mem.Device(0).use()
             raw.aclrtFree(raw.aclrtMalloc(64))
@@ -258,13 +273,10 @@ def test_the_library_formats_captured_records_as_python_does(backend, tmp_path):
         capture.stop()
     assert lost == 0 and len(data) > 1000
     written = []
-    for library in (capture.path, str(tmp_path / "no-such-library.so")):
-        path = tmp_path / f"{len(written)}.jsonl"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        consumer = _lines.Consumer(str(path), fd)
-        consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 1000, "stack_depth": 0}),
-                       _lines.BOXED, ("#captured", 0, data, library)])
-        consumer.close(1)
+    for formatter in ("library", "python"):
+        path = tmp_path / f"{formatter}.jsonl"
+        _written(path, 1000, [_lines.BOXED, ("#captured", 0, data,
+                                             _formatter_library(formatter, tmp_path))], 1)
         written.append(path.read_text())
     assert written[0] == written[1]
     calls = [json.loads(line) for line in written[0].splitlines() if '"call"' in line]
@@ -375,19 +387,12 @@ def test_a_stopped_recording_stays_as_written(dev, tmp_path):
 @pytest.mark.parametrize("formatter", ["library", "python"])
 def test_a_call_timed_before_the_recording_began_is_written_at_its_start(tmp_path,
                                                                          formatter):
-    library = str(library_dir() / "libascendcl.so") if formatter == "library" \
-        else str(tmp_path / "no-such-library.so")
-    code = _lines.CALL_ORDER.index("aclrtFree")
-    # time 900 < the recording's start 1000: a release that entered before it began
-    record_bytes = _lines.CAPTURED_HEAD.pack(code, 4, 1 << 3) + b"".join(
-        v.to_bytes(8, sys.byteorder, signed=True) for v in (900, 7, 0x1000, 0))
+    library = _formatter_library(formatter, tmp_path)
     path = tmp_path / "t.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    consumer = _lines.Consumer(str(path), fd)
-    consumer.feed([_lines.BOXED, ("#process", 0, {"t0": 1000, "stack_depth": 0}),
-                   _lines.BOXED, ("#captured", 0, record_bytes, library),
-                   7, 950, 7, 0x2000, 0])  # the same from a wrapper (flat: aclrtFree)
-    consumer.close(1100)
+    # time 900 < the recording's start 1000: a release that entered before it began;
+    # then the same from a wrapper (the flat shape of aclrtFree)
+    _written(path, 1000, [_lines.BOXED, ("#captured", 0, _free_record(900), library),
+                          _lines.CALL_ORDER.index("aclrtFree"), 950, 7, 0x2000, 0], 1100)
     assert [c["t"] for c in _calls(path)] == [0, 0]
 
 
