@@ -19,7 +19,7 @@ from acl_mem import _backend, raw
 from acl_mem._fake.library import library_dir
 from acl_mem.enums import MemAttr
 from acl_mem.errors import AclError
-from acl_mem.trace import _lines, _tap, record
+from acl_mem.trace import _lines, _recorder, _tap, record
 
 _ONLY = "the capture is acl_mem's fake library's"
 #: Fields holding handles the library makes on its heap: they differ from run to run.
@@ -450,3 +450,26 @@ def test_calls_ending_while_the_last_recorder_stops_are_counted_lost(dev, tmp_pa
     monkeypatch.undo()
     assert [c["call"] for c in _calls(path)] == ["aclrtMalloc", "aclrtFree"]
     assert _records(path)[-1]["lost"] == 2 and recorder.lost == 2
+
+
+@pytest.mark.fake_only(_ONLY)
+def test_the_header_names_the_backend_whatever_calls_came_first(dev, tmp_path,
+                                                                 monkeypatch):
+    """Another thread's recorded call can reach the new recorder while it is still
+    describing the backend: the header describes it all the same."""
+    describe = _recorder.describe_backend
+    backend = _backend.get()
+
+    def describe_while_a_call_lands(active: Any) -> dict[str, object]:
+        worker = threading.Thread(target=lambda: backend.checker_segment_freed(0x1000))
+        worker.start()  # (a pool's notification: recorded by a wrapper)
+        worker.join()
+        return describe(active)
+
+    monkeypatch.setattr(_recorder, "describe_backend", describe_while_a_call_lands)
+    path = tmp_path / "t.jsonl"
+    with record(path):
+        pass
+    header = _records(path)[0]
+    assert header["type"] == "header" and header["backend"] == "fake"
+    assert [c["call"] for c in _calls(path)] == ["pool.segment_freed"]
