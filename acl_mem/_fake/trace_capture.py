@@ -47,8 +47,9 @@ class TraceCapture:
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
         """Calls this thread makes inside are not captured (a recorder's own queries)."""
-        self._lib.acl_mem_fake_trace_quiet(1)
         try:
+            # Inside the try: a Ctrl-C right after it must not leave the thread quiet.
+            self._lib.acl_mem_fake_trace_quiet(1)
             yield
         finally:
             self._lib.acl_mem_fake_trace_quiet(0)

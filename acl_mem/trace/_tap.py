@@ -289,13 +289,16 @@ def drain() -> None:
             _draining.on = False
 
 
-def _capture_of(backend: _backend.Backend) -> Capture | None:
-    """The capture of ``backend``'s library, when it has one and captures are used."""
-    if not use_library_capture:
-        return None
+def _library_capture(backend: _backend.Backend) -> Capture | None:
+    """The capture of ``backend``'s library, if it has one (acl_mem's fake)."""
     ask = getattr(backend, "trace_capture", None)
     capture: Capture | None = ask() if callable(ask) else None
     return capture
+
+
+def _capture_of(backend: _backend.Backend) -> Capture | None:
+    """The capture of ``backend``'s library, when it has one and captures are used."""
+    return _library_capture(backend) if use_library_capture else None
 
 
 def _quietly(capture: Capture, call: Callable[..., Any]) -> Callable[..., Any]:
@@ -372,16 +375,10 @@ def original(backend: _backend.Backend, name: str) -> Callable[..., Any]:
     """``backend``'s own ``name`` call, bypassing any recording (for the recorder's queries)."""
     call = getattr(backend, name)
     call = getattr(call, "__wrapped__", call)
-    ask = getattr(backend, "trace_capture", None)
-    capture = ask() if callable(ask) else None
+    capture = _library_capture(backend)
     if capture is None or id(capture) not in _captures:
         return call  # type: ignore[no-any-return]
-
-    def quietly(*args: Any, **kwargs: Any) -> Any:
-        with capture.quiet():
-            return call(*args, **kwargs)
-
-    return quietly
+    return _quietly(capture, call)
 
 
 def _on_activation(backend: _backend.Backend) -> None:
@@ -483,9 +480,10 @@ def detach(sink: Sink) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _drain_lock
+    global _lock, _drain_lock, _draining
     _lock = threading.RLock()
     _drain_lock = threading.RLock()
+    _draining = threading.local()  # (a fork from inside a drain: not one in the child)
 
 
 if hasattr(os, "register_at_fork"):
