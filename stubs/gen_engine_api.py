@@ -49,7 +49,7 @@ from acl_mem._native.cdef import TYPES  # noqa: E402
 from acl_mem.shim._decls import function_names, sections  # noqa: E402
 from acl_mem.shim._prefix import headers, prefix_files  # noqa: E402
 from acl_mem.shim._surface import HI_TYPES, exported_by, load_surface  # noqa: E402
-from acl_mem.trace._lines import CALL_ORDER, CALLS, CallSpec  # noqa: E402
+from acl_mem.trace._lines import CALL_ORDER, CALLS, POINTED_FIELDS, CallSpec  # noqa: E402
 from stubs._generated import write_or_check  # noqa: E402
 
 PREFIX = HERE.parent / "acl_mem" / "_fake"
@@ -237,8 +237,8 @@ def _trace_spec(spec: CallSpec, params: list[tuple[str, str]]) -> str:
     inputs = []
     for field, param in zip(spec.fields, spec.params, strict=True):
         index = names.index(_C_NAMES.get(param, param))
-        kind = ("AM_TRACE_STRING" if field == "config" else
-                "AM_TRACE_PROP" if field == "prop" else "AM_TRACE_NUMBER")
+        kind = {"string": "AM_TRACE_STRING", "prop": "AM_TRACE_PROP"}.get(
+            POINTED_FIELDS.get(field, ""), "AM_TRACE_NUMBER")
         inputs.append(f'{{"{field}", {index}, {kind}}}')
     outputs = [f'{{"{field}", {names.index(param)}, AM_TRACE_NUMBER}}'
                for field, param in zip(spec.outputs, TRACE_OUTPUTS.get(spec.name, ()),

@@ -133,12 +133,14 @@ CALLS: dict[str, CallSpec] = {spec.name: spec for spec in (
 )}
 #: Call codes of the flat shape: the position in this tuple.
 CALL_ORDER: tuple[str, ...] = tuple(CALLS)
-#: Inputs the record shows by what they point to (a path, a structure), not as a number.
-POINTED_FIELDS = frozenset({"config", "prop"})
+#: Inputs the record shows by what they point to, not as a number: a path (a string) or
+#: a structure (aclrtPhysicalMemProp).
+POINTED_FIELDS = {"config": "string", "prop": "prop"}
 #: The calls acl_mem's fake library records itself while capturing (the others' inputs
 #: point to what it does not write): those returning a code with numbers for inputs.
-LIBRARY_CAPTURED = frozenset(name for name, spec in CALLS.items()
-                             if spec.returns_code and not POINTED_FIELDS & set(spec.fields))
+LIBRARY_CAPTURED = frozenset(
+    name for name, spec in CALLS.items()
+    if spec.returns_code and not POINTED_FIELDS.keys() & set(spec.fields))
 #: The calls by the name the file gives them.
 BY_WRITTEN: dict[str, CallSpec] = {spec.written: spec for spec in CALLS.values()}
 

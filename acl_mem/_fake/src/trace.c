@@ -76,6 +76,8 @@ static _Thread_local pid_t thread_pid;
  * lock, so capture() looks at `on` again under rec.lock. */
 #define CAPTURE_MAX ((size_t)64 << 20)
 #define CAPTURE_VALUES 16
+/* time, thread, device, the inputs, the NULL-outputs mask, the code, three outputs */
+_Static_assert(CAPTURE_VALUES >= 2 + 1 + AM_MAX_ARGS + 1 + 1 + 3, "a record's values");
 static struct {
     bool on;
     uint64_t since; /* when it was switched on: no record is timed before */
