@@ -473,3 +473,21 @@ def test_the_header_names_the_backend_whatever_calls_came_first(dev, tmp_path,
     header = _records(path)[0]
     assert header["type"] == "header" and header["backend"] == "fake"
     assert [c["call"] for c in _calls(path)] == ["pool.segment_freed"]
+
+
+def test_the_writer_runs_no_library_another_user_could_change(tmp_path):
+    """A library in a directory others can write (or itself writable by others) is not
+    loaded by the writer: the lines are then made in Python, the same ones."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    copy = shared / "libascendcl.so"
+    copy.write_bytes((library_dir() / "libascendcl.so").read_bytes())
+    for directory_mode, file_mode in ((0o777, 0o755), (0o755, 0o666)):
+        shared.chmod(directory_mode)
+        copy.chmod(file_mode)
+        with pytest.raises(PermissionError):
+            _lines.LibraryLines(str(copy), own_process=False)
+        path = tmp_path / "t.jsonl"
+        _written(path, 0, [_lines.BOXED, ("#captured", 0, _free_record(10), str(copy))], 20)
+        assert [(c["call"], c["ptr"]) for c in _calls(path)] == [("aclrtFree", 0x1000)]
+    shared.chmod(0o755)  # (the library's own directory is loaded from: the tests above)

@@ -31,6 +31,7 @@ import json
 import marshal
 import os
 import pickle
+import stat
 import struct
 import sys
 from collections.abc import Mapping
@@ -366,6 +367,19 @@ def flat_captured(data: bytes) -> tuple[list[Any], int]:
     return out, 0
 
 
+def _refuse_others_library(path: str) -> None:
+    """OSError unless ``path`` is a regular file that no one but this user (or root) can
+    change, in a directory the same holds for: the writer runs code from it, and the name
+    came from the environment (ACL_MEM_FAKE_LIBRARY_DIR) long before."""
+    me = os.geteuid()
+    for place in (path, os.path.dirname(path)):
+        info = os.stat(place)
+        if info.st_uid not in (me, 0) or info.st_mode & 0o022:
+            raise PermissionError(f"{place} can be changed by another user: not loaded")
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(f"{path} is not a regular file")
+
+
 class LibraryLines:
     """The fake library's own formatter of the records it captured
     (``acl_mem_fake_trace_lines``), about ten times faster than formatting them here.
@@ -377,6 +391,8 @@ class LibraryLines:
     def __init__(self, path: str, *, own_process: bool) -> None:
         import ctypes
 
+        path = os.path.realpath(path)
+        _refuse_others_library(path)
         lib = ctypes.CDLL(path)
         if own_process:
             # The writer makes no ACL call: at its exit the library's leak report must not
